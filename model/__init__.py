@@ -1,0 +1,1 @@
+"""Physics model: technology energies, TDP, hardware registry, workload counts, prediction."""

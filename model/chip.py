@@ -1,0 +1,125 @@
+"""Chip description: compute engines, memory, power, microarchitecture.
+
+A `Chip` is what every estimator consumes. Peaks are *derived* from the microarchitecture:
+
+    peak_MAC/s(engine, p) = units × MACs/unit/clock(p) × clock_hz
+    peak_FLOP/s(chip, p)  = 2 × max over engines of peak_MAC/s(engine, p)
+
+Engines are alternatives, not additive: a GPU runs an fp16 GEMM on its tensor cores *or*
+its CUDA cores, so the chip peak for a precision is the best engine's, never their sum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from chipcal.model.precision import FLOP_PER_MAC, PRECISIONS
+
+KINDS = ("cpu", "gpu", "tpu", "kpu")
+
+# Microarchitecture fields each kind must declare (the mappers use them).
+REQUIRED_MICROARCH: dict[str, tuple[str, ...]] = {
+    "gpu": ("sm_count", "max_threads_per_sm", "l2_bytes"),
+    "cpu": ("cores", "threads_per_core", "simd_bits", "fma_units_per_core", "l2_bytes_per_core", "l3_bytes"),
+    "tpu": ("mxu_count", "array_rows", "array_cols", "sram_bytes"),
+    "kpu": ("tiles", "pe_rows", "pe_cols", "scratchpad_bytes_per_tile"),
+}
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One kind of arithmetic unit (CUDA cores, tensor cores, AVX-512 FMA pipes, an MXU...)."""
+
+    name: str
+    circuit: str
+    units: int
+    clock_hz: float
+    macs_per_unit_per_clock: Mapping[str, float]
+    source: str
+
+    def peak_macs_per_s(self, precision: str) -> float | None:
+        rate = self.macs_per_unit_per_clock.get(precision)
+        if rate is None:
+            return None
+        return self.units * rate * self.clock_hz
+
+
+@dataclass(frozen=True)
+class Memory:
+    type: str
+    bandwidth_bytes_per_s: float
+    capacity_bytes: float
+    source: str
+
+
+@dataclass(frozen=True)
+class PowerMode:
+    """A vendor power mode: a TDP and the engine clocks it runs at."""
+
+    name: str
+    tdp_w: float
+    clock_hz: Mapping[str, float]
+    source: str
+
+
+@dataclass(frozen=True)
+class Chip:
+    name: str
+    display_name: str
+    vendor: str
+    kind: str
+    process_nm: float
+    hypothetical: bool
+    sources: tuple[str, ...]
+    tdp_w: float
+    power_source: str
+    memory: Memory
+    engines: tuple[Engine, ...]
+    microarch: Mapping[str, object]
+    stated_peak_flop_per_s: Mapping[str, float] = field(default_factory=dict)
+    stated_peak_source: str = ""
+    power_modes: tuple[PowerMode, ...] = ()
+    idle_w: float | None = None
+    notes: str = ""
+    active_mode: str | None = None
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """Precisions some engine executes natively, in canonical order."""
+        have = {p for e in self.engines for p in e.macs_per_unit_per_clock}
+        return tuple(p for p in PRECISIONS if p in have)
+
+    def supports(self, precision: str) -> bool:
+        return precision in self.precisions
+
+    def engine_for(self, precision: str) -> Engine | None:
+        """The engine with the highest peak for `precision` (None if unsupported)."""
+        best, best_rate = None, 0.0
+        for engine in self.engines:
+            rate = engine.peak_macs_per_s(precision)
+            if rate is not None and rate > best_rate:
+                best, best_rate = engine, rate
+        return best
+
+    def peak_macs_per_s(self, precision: str) -> float | None:
+        engine = self.engine_for(precision)
+        return None if engine is None else engine.peak_macs_per_s(precision)
+
+    def peak_flop_per_s(self, precision: str) -> float | None:
+        """Derived dense peak in FLOP/s (integer precisions: ops/s), 2 per MAC."""
+        macs = self.peak_macs_per_s(precision)
+        return None if macs is None else FLOP_PER_MAC * macs
+
+    def mode(self, name: str) -> Chip:
+        """This chip in power mode `name`: its TDP and engine clocks replaced."""
+        for m in self.power_modes:
+            if m.name.lower() == name.lower():
+                engines = tuple(
+                    dataclasses.replace(e, clock_hz=m.clock_hz.get(e.name, e.clock_hz))
+                    for e in self.engines
+                )
+                return dataclasses.replace(self, tdp_w=m.tdp_w, engines=engines, active_mode=m.name)
+        valid = ", ".join(m.name for m in self.power_modes) or "none"
+        raise KeyError(f"{self.name} has no power mode {name!r}; valid: {valid}")

@@ -1,0 +1,226 @@
+"""Hardware registry: one TOML file per chip in model/hardware/, validated on load.
+
+A malformed file never takes the registry down: it is skipped, and its error (naming the
+file and the field) is kept in `Registry.errors` for the CLIs to print as a warning.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from chipcal.model.chip import KINDS, REQUIRED_MICROARCH, Chip, Engine, Memory, PowerMode
+from chipcal.model.precision import PRECISIONS
+from chipcal.model.technology import CIRCUITS, MEMORY_TYPES
+
+
+class RegistryError(ValueError):
+    """A registry file is malformed; says which file and which field."""
+
+    def __init__(self, file: str, field: str, message: str):
+        super().__init__(f"{file}: field '{field}': {message}")
+        self.file, self.field = file, field
+
+
+class UnknownChipError(KeyError):
+    def __init__(self, name: str, valid: list[str]):
+        close = difflib.get_close_matches(name.lower(), valid, n=3, cutoff=0.4)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        super().__init__(f"unknown hardware {name!r}{hint}; valid: {', '.join(valid)}")
+        self.name, self.valid, self.close = name, valid, close
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _positive(file: str, where: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise RegistryError(file, where, f"must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _text(file: str, where: str, table: dict, key: str, required: bool = True) -> str:
+    value = table.get(key, "")
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise RegistryError(file, f"{where}{key}", "must be a non-empty string")
+    return value
+
+
+def _source(file: str, where: str, table: dict) -> str:
+    """Every table of numbers names where they come from (or 'derived: …'/'hypothetical: …')."""
+    return _text(file, where, table, "source")
+
+
+def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
+    """Validate one registry document and build its Chip."""
+    if not isinstance(data, dict):
+        raise RegistryError(file, "<root>", "must be a table")
+    name = _text(file, "", data, "name")
+    kind = _text(file, "", data, "kind")
+    if kind not in KINDS:
+        raise RegistryError(file, "kind", f"{kind!r} is not one of {', '.join(KINDS)}")
+    hypothetical = data.get("hypothetical", False)
+    if not isinstance(hypothetical, bool):
+        raise RegistryError(file, "hypothetical", "must be true or false")
+    sources = data.get("sources")
+    if not isinstance(sources, list) or not sources or not all(isinstance(s, str) and s.strip() for s in sources):
+        raise RegistryError(file, "sources", "must be a non-empty list of strings")
+
+    power = data.get("power")
+    if not isinstance(power, dict):
+        raise RegistryError(file, "power", "missing table")
+    tdp_w = _positive(file, "power.tdp_w", power.get("tdp_w"))
+    idle_w = power.get("idle_w")
+    if idle_w is not None:
+        idle_w = _positive(file, "power.idle_w", idle_w)
+
+    mem = data.get("memory")
+    if not isinstance(mem, dict):
+        raise RegistryError(file, "memory", "missing table")
+    mem_type = _text(file, "memory.", mem, "type")
+    if mem_type not in MEMORY_TYPES:
+        raise RegistryError(file, "memory.type", f"{mem_type!r} is not one of {', '.join(MEMORY_TYPES)}")
+    memory = Memory(
+        type=mem_type,
+        bandwidth_bytes_per_s=_positive(file, "memory.bandwidth_bytes_per_s", mem.get("bandwidth_bytes_per_s")),
+        capacity_bytes=_positive(file, "memory.capacity_bytes", mem.get("capacity_bytes")),
+        source=_source(file, "memory.", mem),
+    )
+
+    raw_engines = data.get("engines")
+    if not isinstance(raw_engines, list) or not raw_engines:
+        raise RegistryError(file, "engines", "must be a non-empty array of tables")
+    engines = []
+    for i, e in enumerate(raw_engines):
+        where = f"engines[{i}]."
+        circuit = _text(file, where, e, "circuit")
+        if circuit not in CIRCUITS:
+            raise RegistryError(file, where + "circuit", f"{circuit!r} is not one of {', '.join(CIRCUITS)}")
+        rates = e.get("macs_per_unit_per_clock")
+        if not isinstance(rates, dict) or not rates:
+            raise RegistryError(file, where + "macs_per_unit_per_clock", "must be a non-empty table")
+        for p, r in rates.items():
+            if p not in PRECISIONS:
+                raise RegistryError(file, f"{where}macs_per_unit_per_clock.{p}", f"unknown precision; valid: {', '.join(PRECISIONS)}")
+            _positive(file, f"{where}macs_per_unit_per_clock.{p}", r)
+        units = e.get("units")
+        if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
+            raise RegistryError(file, where + "units", f"must be a positive integer, got {units!r}")
+        engines.append(Engine(
+            name=_text(file, where, e, "name"),
+            circuit=circuit,
+            units=units,
+            clock_hz=_positive(file, where + "clock_hz", e.get("clock_hz")),
+            macs_per_unit_per_clock={p: float(r) for p, r in rates.items()},
+            source=_source(file, where, e),
+        ))
+    engine_names = {e.name for e in engines}
+
+    micro = data.get("microarch")
+    if not isinstance(micro, dict):
+        raise RegistryError(file, "microarch", "missing table")
+    for key in REQUIRED_MICROARCH[kind]:
+        if key not in micro:
+            raise RegistryError(file, f"microarch.{key}", f"required for kind {kind!r}")
+        if key != "matrix_engine":
+            _positive(file, f"microarch.{key}", micro[key])
+    _source(file, "microarch.", micro)
+
+    stated = data.get("stated_peak_flop_per_s", {})
+    if not isinstance(stated, dict):
+        raise RegistryError(file, "stated_peak_flop_per_s", "must be a table")
+    stated_source = ""
+    peaks = {}
+    if stated:
+        stated_source = _source(file, "stated_peak_flop_per_s.", stated)
+        for p, v in stated.items():
+            if p == "source":
+                continue
+            if p not in PRECISIONS:
+                raise RegistryError(file, f"stated_peak_flop_per_s.{p}", f"unknown precision; valid: {', '.join(PRECISIONS)}")
+            peaks[p] = _positive(file, f"stated_peak_flop_per_s.{p}", v)
+
+    modes = []
+    for i, m in enumerate(power.get("modes", [])):
+        where = f"power.modes[{i}]."
+        clocks = m.get("clock_hz", {})
+        if not isinstance(clocks, dict):
+            raise RegistryError(file, where + "clock_hz", "must be a table of engine name -> Hz")
+        for eng, hz in clocks.items():
+            if eng not in engine_names:
+                raise RegistryError(file, f"{where}clock_hz.{eng}", f"no engine named {eng!r}; engines: {', '.join(sorted(engine_names))}")
+            _positive(file, f"{where}clock_hz.{eng}", hz)
+        modes.append(PowerMode(
+            name=_text(file, where, m, "name"),
+            tdp_w=_positive(file, where + "tdp_w", m.get("tdp_w")),
+            clock_hz={k: float(v) for k, v in clocks.items()},
+            source=_source(file, where, m),
+        ))
+
+    return Chip(
+        name=name.lower(),
+        display_name=_text(file, "", data, "display_name"),
+        vendor=_text(file, "", data, "vendor"),
+        kind=kind,
+        process_nm=_positive(file, "process_nm", data.get("process_nm")),
+        hypothetical=hypothetical,
+        sources=tuple(sources),
+        tdp_w=tdp_w,
+        power_source=_source(file, "power.", power),
+        memory=memory,
+        engines=tuple(engines),
+        microarch=dict(micro),
+        stated_peak_flop_per_s=peaks,
+        stated_peak_source=stated_source,
+        power_modes=tuple(modes),
+        idle_w=idle_w,
+        notes=data.get("notes", ""),
+    )
+
+
+def load_chip(path: Path) -> Chip:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise RegistryError(path.name, "<toml>", str(exc)) from None
+    return chip_from_dict(data, path.name)
+
+
+@dataclass(frozen=True)
+class Registry:
+    chips: dict[str, Chip]
+    errors: tuple[RegistryError, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.chips)
+
+    def get(self, name: str) -> Chip:
+        """Chip by registry name, or `name@mode` for a power mode (e.g. jetson-agx-orin-64gb@30W)."""
+        base, _, mode = name.strip().lower().partition("@")
+        if base not in self.chips:
+            raise UnknownChipError(name, self.names)
+        chip = self.chips[base]
+        return chip.mode(mode) if mode else chip
+
+
+def load_registry(directory: Path | None = None) -> Registry:
+    """Load every *.toml in `directory` (default: the packaged model/hardware/)."""
+    if directory is None:
+        directory = Path(str(resources.files("chipcal.model.hardware")))
+    chips: dict[str, Chip] = {}
+    errors: list[RegistryError] = []
+    for path in sorted(Path(directory).glob("*.toml")):
+        try:
+            chip = load_chip(path)
+        except RegistryError as exc:
+            errors.append(exc)
+            continue
+        if chip.name in chips:
+            errors.append(RegistryError(path.name, "name", f"duplicate chip name {chip.name!r}"))
+            continue
+        chips[chip.name] = chip
+    return Registry(chips=chips, errors=tuple(errors))
