@@ -1,12 +1,285 @@
-"""Energy per operation by process node, circuit type and precision; memory energy per byte."""
+"""Energy per operation by process node, circuit type and precision; memory energy per byte.
+
+One table, one place. Every constant says where it comes from:
+
+* Arithmetic at 45 nm: Horowitz, "Computing's energy problem (and what we can do about it)",
+  ISSCC 2014, Fig. 1.1.9 (the issue's anchors: fp32 mult 3.7 pJ, add 0.9 pJ; fp16 mult 1.1, add 0.4;
+  int8 mult 0.2, add 0.03; int32 mult 3.1, add 0.1).
+* 7 nm: Jouppi et al., "Ten Lessons From Three Generations Shaped Google's TPUv4i", ISCA 2021,
+  Table 2 (Horowitz's table updated to 7 nm: fp32 mult 1.31 pJ, add 0.38 pJ; bf16 mult 0.21,
+  add 0.11; fp16 mult 0.34, add 0.16; SRAM 8 KB / 32 KB / 1 MB: 7.5 / 8.5 / 14 pJ per 64-bit
+  access; DDR3/4 1300 pJ, HBM2 250-450 pJ, GDDR6 350-480 pJ per 64-bit access).
+
+Node scaling (explicit interpolation): energy per op follows a power law in the node,
+
+    E(node) = E(45 nm) * (node / 45) ** ALPHA,   ALPHA = ln(E45/E7) / ln(45/7),
+
+fitted to the fp32 MAC anchors (4.6 pJ at 45 nm, 1.69 pJ at 7 nm) -> ALPHA ~ 0.538. Nodes
+between 45 and 7 nm are interpolations; nodes below 7 nm (5, 4, 3) are extrapolations and
+`node_scale` says so. Marketing node names (TSMC 4N, Samsung 8N) are taken at face value.
+
+Precision scaling uses one baseline: the fp32 MAC. scale(p) = MAC45(p) / MAC45(fp32), with
+MAC = multiply + add of that precision (so the Horowitz ratios hold exactly at every node).
+"""
 
 from __future__ import annotations
 
-CIRCUITS = ("x86_performance", "arm_core", "cuda_core", "tensor_core", "systolic_mac", "domain_flow")
+import math
+from dataclasses import dataclass
 
-MEMORY_TYPES = (
-    "hbm2", "hbm2e", "hbm3", "hbm3e",
-    "gddr6", "gddr6x",
-    "ddr4", "ddr5",
-    "lpddr4", "lpddr4x", "lpddr5", "lpddr5x",
-)
+from chipcal.model.precision import check_precision
+
+PJ = 1e-12
+
+# --- arithmetic at 45 nm (pJ) -------------------------------------------------------------
+
+# Mantissa bits incl. the hidden bit, used only to derive formats Horowitz does not list.
+_MANTISSA_BITS = {"fp64": 53, "fp32": 24, "tf32": 11, "bf16": 8, "fp16": 11, "fp8": 4}
+
+# Multiplier energy vs mantissa width: fitted power law through Horowitz's fp16 and fp32
+# multipliers (1.1 pJ @ 11 bits, 3.7 pJ @ 24 bits) -> exponent ln(3.7/1.1)/ln(24/11) ~ 1.55.
+_FP_MULT_EXP = math.log(3.7 / 1.1) / math.log(24 / 11)
+# Adder energy vs mantissa width through fp16/fp32 adders (0.4, 0.9 pJ) -> exponent ~ 1.04.
+_FP_ADD_EXP = math.log(0.9 / 0.4) / math.log(24 / 11)
+# Integer multiplier vs width through int8/int32 (0.2, 3.1 pJ) -> exponent ~ 1.98 (quadratic).
+_INT_MULT_EXP = math.log(3.1 / 0.2) / math.log(32 / 8)
+
+
+@dataclass(frozen=True)
+class OpEnergy:
+    """Energy of one multiply and one add at 45 nm, and where the figures come from."""
+
+    mult_pj: float
+    add_pj: float
+    source: str
+
+    @property
+    def mac_pj(self) -> float:
+        return self.mult_pj + self.add_pj
+
+
+ARITHMETIC_45NM: dict[str, OpEnergy] = {
+    "fp32": OpEnergy(3.7, 0.9, "Horowitz ISSCC 2014"),
+    "fp16": OpEnergy(1.1, 0.4, "Horowitz ISSCC 2014"),
+    "int8": OpEnergy(0.2, 0.03, "Horowitz ISSCC 2014"),
+    # bf16 is absent at 45 nm; Jouppi 2021 gives bf16/fp16 at 7 nm (mult 0.21/0.34, add 0.11/0.16):
+    "bf16": OpEnergy(1.1 * 0.21 / 0.34, 0.4 * 0.11 / 0.16,
+                     "derived: Horowitz fp16 x Jouppi 2021 7 nm bf16/fp16 ratios"),
+    # tf32: fp16-width mantissa multiplier, fp32 accumulate.
+    "tf32": OpEnergy(1.1, 0.9, "derived: fp16 multiplier (11-bit mantissa) + fp32 adder"),
+    "fp64": OpEnergy(3.7 * (53 / 24) ** _FP_MULT_EXP, 0.9 * (53 / 24) ** _FP_ADD_EXP,
+                     "derived: Horowitz fp32 scaled to a 53-bit mantissa by the fp16/fp32 power laws"),
+    # fp8 (e4m3): 4-bit mantissa multiplier; accumulation at fp16 width.
+    "fp8": OpEnergy(1.1 * (4 / 11) ** _FP_MULT_EXP, 0.4,
+                    "derived: Horowitz fp16 multiplier scaled to a 4-bit mantissa; fp16 adder"),
+    "int4": OpEnergy(0.2 * (4 / 8) ** _INT_MULT_EXP, 0.03 * 4 / 8,
+                     "derived: Horowitz int8 multiplier x (4/8)^1.98, adder linear in width"),
+}
+
+# --- process nodes ------------------------------------------------------------------------
+
+ANCHOR_FP32_MAC_PJ = {45.0: 3.7 + 0.9, 7.0: 1.31 + 0.38}  # Horowitz 2014; Jouppi 2021 Table 2
+ALPHA = math.log(ANCHOR_FP32_MAC_PJ[45.0] / ANCHOR_FP32_MAC_PJ[7.0]) / math.log(45.0 / 7.0)
+
+PROCESS_NODES_NM: tuple[float, ...] = (3, 4, 5, 7, 8, 10, 12, 16, 22, 28, 40, 45)
+_MIN_NODE, _MAX_NODE = 3.0, 45.0
+
+
+def check_process(process_nm: float) -> float:
+    """Validate a node in nanometres; the model covers 3-45 nm (outside it is refused)."""
+    if not isinstance(process_nm, int | float) or not math.isfinite(process_nm) or process_nm <= 0:
+        raise ValueError(f"process node must be a positive number of nm, got {process_nm!r}")
+    if not _MIN_NODE <= process_nm <= _MAX_NODE:
+        raise ValueError(f"process node {process_nm:g} nm is outside the modelled range "
+                         f"{_MIN_NODE:g}-{_MAX_NODE:g} nm; known nodes: "
+                         + ", ".join(f"{n:g}" for n in PROCESS_NODES_NM))
+    return float(process_nm)
+
+
+def node_scale(process_nm: float) -> float:
+    """Energy at `process_nm` relative to 45 nm: (node/45)**ALPHA (extrapolated below 7 nm)."""
+    return (check_process(process_nm) / 45.0) ** ALPHA
+
+
+def is_extrapolated(process_nm: float) -> bool:
+    return check_process(process_nm) < 7.0
+
+
+def precision_scale(precision: str) -> float:
+    """MAC energy of `precision` relative to fp32, from the 45 nm table (one baseline)."""
+    p = check_precision(precision)
+    return ARITHMETIC_45NM[p].mac_pj / ARITHMETIC_45NM["fp32"].mac_pj
+
+
+def arithmetic_energy_per_mac_j(process_nm: float, precision: str) -> float:
+    """Bare multiply+add energy (no circuit or delivery overhead), joules."""
+    return ANCHOR_FP32_MAC_PJ[45.0] * node_scale(process_nm) * precision_scale(precision) * PJ
+
+
+# --- circuits -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Circuit:
+    """How a microarchitecture spends energy around the bare arithmetic.
+
+    arith_factor: energy of its MAC datapath relative to Horowitz's separate mult + add
+      (fused, array-shared normalisation makes it < 1).
+    delivery: operand-delivery and control energy (instruction fetch/decode/schedule, register
+      file reads, operand buffers) as a multiple of the datapath energy.
+    """
+
+    name: str
+    arith_factor: float
+    delivery: float
+    source: str
+
+
+CIRCUITS_TABLE: dict[str, Circuit] = {
+    c.name: c
+    for c in (
+        Circuit("x86_performance", 1.0, 1.5,
+                "derived: Horowitz 2014 ~70 pJ of out-of-order overhead per instruction at 45 nm, "
+                "over a 16-lane AVX-512 FMA = 4.4 pJ/MAC (0.95x a 4.6 pJ fp32 MAC), plus three "
+                "register-file operand reads and bypass (~0.5x, assumed) -> 1.5"),
+        Circuit("arm_core", 1.0, 1.2,
+                "assumed: narrower 128-bit NEON (4 fp32 lanes) amortises a cheaper in-order/small "
+                "out-of-order front end (~1/4 of Horowitz's 70 pJ) -> ~0.95x, plus RF reads -> 1.2"),
+        Circuit("cuda_core", 0.95, 1.0,
+                "assumed: SIMT fetch/decode amortised over a 32-thread warp; per-lane reads of "
+                "three operands from the banked register file cost about as much as the FMA"),
+        Circuit("tensor_core", 0.85, 0.22,
+                "Dally (NVIDIA), 'Hardware for Deep Learning' keynotes: an HMMA instruction's "
+                "fetch/decode/operand overhead is ~22% of its math energy (IMMA ~16%); fused "
+                "dot-product trees share alignment/normalisation (0.85, assumed)"),
+        Circuit("systolic_mac", 0.8, 0.1,
+                "assumed: operands move neighbour to neighbour and weights stay resident "
+                "(Jouppi et al. ISCA 2017, TPUv1), so delivery is amortised over the array depth"),
+        Circuit("domain_flow", 0.8, 0.1,
+                "hypothetical: KPU tile/domain-flow design study, same operand-reuse argument as "
+                "a systolic array"),
+    )
+}
+CIRCUITS: tuple[str, ...] = tuple(CIRCUITS_TABLE)
+
+
+def check_circuit(name: str) -> Circuit:
+    key = name.strip().lower()
+    if key not in CIRCUITS_TABLE:
+        raise ValueError(f"unknown circuit {name!r}; valid: {', '.join(CIRCUITS)}")
+    return CIRCUITS_TABLE[key]
+
+
+@dataclass(frozen=True)
+class MacEnergy:
+    """Energy of one MAC split the way the TDP breakdown reports it (joules)."""
+
+    compute_j: float
+    delivery_j: float
+
+    @property
+    def total_j(self) -> float:
+        return self.compute_j + self.delivery_j
+
+
+def mac_energy(process_nm: float, circuit: str, precision: str) -> MacEnergy:
+    """E_MAC = E_arith(node, p) x arith_factor x (1 + delivery), split into its two parts."""
+    c = check_circuit(circuit)
+    compute = arithmetic_energy_per_mac_j(process_nm, precision) * c.arith_factor
+    return MacEnergy(compute_j=compute, delivery_j=compute * c.delivery)
+
+
+def energy_per_mac_j(process_nm: float, circuit: str, precision: str) -> float:
+    """Total compute energy per MAC including operand delivery, joules."""
+    return mac_energy(process_nm, circuit, precision).total_j
+
+
+# --- memory -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryEnergy:
+    """Off-chip DRAM access energy (pJ per bit) with the range the sources give."""
+
+    name: str
+    pj_per_bit: float
+    low_pj_per_bit: float
+    high_pj_per_bit: float
+    source: str
+
+
+_DDR4 = 1300 / 64  # Horowitz 2014 / Jouppi 2021: 1300 pJ per 64-bit DDR3/4 access
+
+MEMORY_TABLE: dict[str, MemoryEnergy] = {
+    m.name: m
+    for m in (
+        MemoryEnergy("ddr4", _DDR4, 1300 / 64, 2600 / 64,
+                     "Horowitz 2014 (1.3-2.6 nJ per 64 bit); Jouppi 2021 keeps 1300 pJ at 7 nm"),
+        MemoryEnergy("ddr5", _DDR4 * (1.1 / 1.2) ** 2, _DDR4 * 0.7, _DDR4,
+                     "derived: DDR4 x (1.1 V / 1.2 V)^2 supply scaling (JESD79-5 VDD 1.1 V)"),
+        MemoryEnergy("hbm2", 350 / 64, 250 / 64, 450 / 64,
+                     "Jouppi 2021 Table 2: 250-450 pJ per 64-bit access (midpoint)"),
+        MemoryEnergy("hbm2e", 350 / 64, 250 / 64, 450 / 64,
+                     "derived: same 1.2 V core supply as HBM2 -> HBM2 figure"),
+        MemoryEnergy("hbm3", 350 / 64 * (1.1 / 1.2) ** 2, 250 / 64 * 0.8, 450 / 64,
+                     "derived: HBM2 x (1.1 V / 1.2 V)^2 (JESD238 VDD 1.1 V, VDDQ 0.4 V)"),
+        MemoryEnergy("hbm3e", 350 / 64 * (1.1 / 1.2) ** 2, 250 / 64 * 0.8, 450 / 64,
+                     "derived: same supplies as HBM3 -> HBM3 figure"),
+        MemoryEnergy("gddr6", 415 / 64, 350 / 64, 480 / 64,
+                     "Jouppi 2021 Table 2: 350-480 pJ per 64-bit access (midpoint)"),
+        MemoryEnergy("gddr6x", 415 / 64, 350 / 64, 480 / 64,
+                     "derived: PAM4 signalling at the GDDR6 1.35 V supply -> GDDR6 figure"),
+        MemoryEnergy("lpddr4", _DDR4 * (1.1 / 1.2) ** 2, _DDR4 * 0.5, _DDR4,
+                     "derived: DDR4 x (1.1 V / 1.2 V)^2 (JESD209-4 VDD2 1.1 V)"),
+        MemoryEnergy("lpddr4x", _DDR4 * (1.1 / 1.2) ** 2 * 0.8, _DDR4 * 0.4, _DDR4,
+                     "derived: LPDDR4 with VDDQ 0.6 V instead of 1.1 V; I/O ~40% of access "
+                     "energy (assumed) -> x0.8"),
+        MemoryEnergy("lpddr5", _DDR4 * (1.05 / 1.2) ** 2 * 0.8, _DDR4 * 0.35, _DDR4,
+                     "derived: DDR4 x (1.05 V / 1.2 V)^2 (JESD209-5 VDD2H 1.05 V), low-swing I/O x0.8"),
+        MemoryEnergy("lpddr5x", _DDR4 * (1.05 / 1.2) ** 2 * 0.8, _DDR4 * 0.35, _DDR4,
+                     "derived: same supplies as LPDDR5 -> LPDDR5 figure"),
+    )
+}
+MEMORY_TYPES: tuple[str, ...] = tuple(MEMORY_TABLE)
+
+
+def check_memory_type(name: str) -> MemoryEnergy:
+    key = name.strip().lower()
+    if key not in MEMORY_TABLE:
+        raise ValueError(f"unknown memory type {name!r}; valid: {', '.join(MEMORY_TYPES)}")
+    return MEMORY_TABLE[key]
+
+
+def dram_energy_per_byte_j(memory_type: str) -> float:
+    """Off-chip DRAM energy per byte moved, joules."""
+    return check_memory_type(memory_type).pj_per_bit * 8 * PJ
+
+
+# On-chip SRAM per 64-bit access (pJ) at the two anchor nodes (Horowitz 2014; Jouppi 2021).
+# register_file ~ 8 KB array, l1 ~ 32 KB, l2 ~ 1 MB; a multi-MB l3 has no anchor and is assumed.
+SRAM_64BIT_PJ: dict[str, tuple[float, float, str]] = {
+    "register_file": (10.0, 7.5, "8 KB SRAM: Horowitz 2014 / Jouppi 2021"),
+    "l1": (20.0, 8.5, "32 KB SRAM: Horowitz 2014 / Jouppi 2021"),
+    "l2": (100.0, 14.0, "1 MB SRAM: Horowitz 2014 / Jouppi 2021"),
+    "l3": (200.0, 28.0, "assumed: 2x the 1 MB figure for a multi-MB last-level cache"),
+}
+SRAM_LEVELS: tuple[str, ...] = tuple(SRAM_64BIT_PJ)
+
+
+def sram_energy_per_byte_j(process_nm: float, level: str = "l2") -> float:
+    """On-chip SRAM energy per byte, log-log interpolated between the 45 and 7 nm anchors."""
+    if level not in SRAM_64BIT_PJ:
+        raise ValueError(f"unknown SRAM level {level!r}; valid: {', '.join(SRAM_LEVELS)}")
+    e45, e7, _ = SRAM_64BIT_PJ[level]
+    node = check_process(process_nm)
+    slope = math.log(e45 / e7) / math.log(45.0 / 7.0)
+    return e45 * (node / 45.0) ** slope / 8 * PJ
+
+
+# --- static power -------------------------------------------------------------------------
+
+STATIC_FRACTION_OF_TDP = 0.10
+STATIC_SOURCE = ("assumed: leakage + always-on power ~10% of TDP (datacenter GPUs idle at "
+                 "roughly 8-15% of TDP in nvidia-smi); replaced by a chip's sourced idle_w, "
+                 "or by the measured idle baseline in calibration")
+

@@ -1,0 +1,192 @@
+"""Shared CLI plumbing: one-line usage errors (exit 2), list/number parsing, table/JSON output.
+
+Every CLI module exposes `build_parser()` and `main(argv=None) -> int`; the console scripts and
+the `chipcal` umbrella both call `main`. A user mistake raises `UsageError` (or calls
+`parser.error`) and ends as one line on stderr with exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import math
+import sys
+from collections.abc import Callable, Iterable, Sequence
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A user mistake: printed as one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line (no usage dump) and exit 2."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def run(main_body: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser,
+        argv: Sequence[str] | None) -> int:
+    """Parse argv and run `main_body`, turning UsageError into a one-line exit 2."""
+    args = parser.parse_args(argv)
+    try:
+        return main_body(args)
+    except UsageError as exc:
+        sys.stderr.write(f"{parser.prog}: error: {exc}\n")
+        return EXIT_USAGE
+    except BrokenPipeError:  # e.g. piped into `head`
+        return 0
+
+
+def choice_error(kind: str, value: str, valid: Iterable[str]) -> UsageError:
+    """'unknown <kind> X (did you mean Y?); valid: …' as a UsageError."""
+    valid = list(valid)
+    close = difflib.get_close_matches(value, valid, n=3, cutoff=0.4)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return UsageError(f"unknown {kind} {value!r}{hint}; valid: {', '.join(valid)}")
+
+
+def csv_choices(kind: str, valid: Sequence[str]) -> Callable[[str], list[str]]:
+    """argparse type: comma-separated names, each checked against `valid`."""
+
+    def parse(text: str) -> list[str]:
+        items = [t.strip().lower() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"empty {kind} list; valid: {', '.join(valid)}")
+        for item in items:
+            if item not in valid:
+                raise argparse.ArgumentTypeError(str(choice_error(kind, item, valid)))
+        return items
+
+    return parse
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
+    return value
+
+
+def positive_int_list(text: str) -> list[int]:
+    """argparse type: '1,8,64' -> [1, 8, 64], every item a positive integer."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("empty list")
+    return [positive_int(t) for t in items]
+
+
+def _clean(value: object) -> object:
+    """JSON-safe scalar: NaN/inf become null, numpy scalars become Python numbers."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def print_json(records: Iterable[dict]) -> None:
+    """An array of flat records on stdout."""
+    rows = [{k: _clean(v) for k, v in r.items()} for r in records]
+    json.dump(rows, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def print_table(rows, formats: dict[str, str] | None = None) -> None:
+    """Records (list of dicts) or a DataFrame as an aligned text table.
+
+    `formats` maps column -> format spec; None/NaN show as '-'. No pandas import here, so the
+    physics-only CLIs start fast.
+    """
+    if hasattr(rows, "to_dict"):
+        rows = rows.to_dict("records")
+    rows = list(rows)
+    if not rows:
+        sys.stdout.write("(no rows)\n")
+        return
+    formats = formats or {}
+    columns = list(rows[0])
+
+    def cell(col: str, value: object) -> str:
+        value = _clean(value)
+        if value is None:
+            return "-"
+        if col in formats and isinstance(value, int | float) and not isinstance(value, bool):
+            return format(value, formats[col])
+        return str(value)
+
+    cells = [[cell(c, r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    numeric = [all(_is_number(r.get(c)) for r in rows) for c in columns]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w)
+                         for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
+
+    out = [line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells]
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+def _is_number(value: object) -> bool:
+    value = _clean(value)
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
+def load_registry_warn():
+    """The packaged registry; malformed files are reported on stderr and skipped."""
+    from chipcal.model.registry import load_registry
+
+    registry = load_registry()
+    for err in registry.errors:
+        sys.stderr.write(f"warning: skipped registry file {err}\n")
+    return registry
+
+
+def resolve_chips(names: Sequence[str] | None, registry) -> list:
+    """Registry chips by name ('all' or None: every chip), as a UsageError if one is unknown."""
+    from chipcal.model.registry import UnknownChipError
+
+    if not names or list(names) == ["all"]:
+        return [registry.chips[n] for n in registry.names]
+    try:
+        return [registry.get(n) for n in names]
+    except (UnknownChipError, KeyError) as exc:
+        raise UsageError(str(exc).strip("'\"")) from None
+
+
+def csv_list(text: str) -> list[str]:
+    """argparse type: 'a,b' -> ['a', 'b'] (validated later against a registry)."""
+    items = [t.strip().lower() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("empty list")
+    return items
+
+
+def plot_path(text: str) -> str:
+    """argparse type for --plot: a .png or .svg file name."""
+    if not text.lower().endswith((".png", ".svg")):
+        raise argparse.ArgumentTypeError(f"plot file must end in .png or .svg, got {text!r}")
+    return text
+
+
+def save_figure(fig, path: str) -> None:
+    """Write a matplotlib figure (format from the suffix) and say where."""
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    sys.stderr.write(f"wrote {path}\n")
