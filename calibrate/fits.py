@@ -1,0 +1,154 @@
+"""Least-squares fits of the physics model's free parameters (scipy.optimize).
+
+Every fit returns a `FitResult`: parameter values with standard errors (from the covariance of
+the linearised problem), residuals, R² and the formula fitted, never a bare number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize
+
+
+@dataclass(frozen=True)
+class FitResult:
+    name: str
+    model: str                      # the formula, in words/symbols
+    parameters: dict[str, float]
+    stderr: dict[str, float]        # 1-sigma; nan where the data cannot constrain a parameter
+    residuals: tuple[float, ...]    # in the space the fit minimised (stated in `residual_space`)
+    residual_space: str
+    r2: float
+    n: int
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "model": self.model, "parameters": dict(self.parameters),
+            "stderr": {k: (None if not np.isfinite(v) else v) for k, v in self.stderr.items()},
+            "residuals": list(self.residuals), "residual_space": self.residual_space,
+            "r2": self.r2, "n": self.n,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> FitResult:
+        return cls(name=d["name"], model=d["model"], parameters=dict(d["parameters"]),
+                   stderr={k: (float("nan") if v is None else v) for k, v in d["stderr"].items()},
+                   residuals=tuple(d["residuals"]), residual_space=d["residual_space"],
+                   r2=d["r2"], n=d["n"])
+
+
+def _r2(observed: np.ndarray, predicted: np.ndarray) -> float:
+    ss_res = float(np.sum((observed - predicted) ** 2))
+    ss_tot = float(np.sum((observed - np.mean(observed)) ** 2))
+    return 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
+
+
+def _covariance(jac: np.ndarray, residuals: np.ndarray) -> np.ndarray:
+    """cov = s² (JᵀJ)⁻¹ with s² = Σr²/(n−p); pseudo-inverse so flat directions give large/nan."""
+    n, p = jac.shape
+    dof = max(n - p, 1)
+    s2 = float(residuals @ residuals) / dof
+    return np.linalg.pinv(jac.T @ jac) * s2
+
+
+def saturating(work: np.ndarray, e_max: float, w_half: float) -> np.ndarray:
+    """eff(W) = e_max · W / (W + W_half): small problems cannot fill the machine."""
+    return e_max * work / (work + w_half)
+
+
+def fit_saturating_efficiency(work_flop: Sequence[float], efficiency: Sequence[float],
+                              name: str = "gemm_efficiency") -> FitResult:
+    """Fit eff(W) = e_max·W/(W+W_half) to (problem FLOP, achieved/peak) points.
+
+    Residuals are relative (fit in log space), so the small sizes, where efficiency changes
+    fastest, weigh as much as the large ones.
+    """
+    w = np.asarray(work_flop, dtype=float)
+    e = np.asarray(efficiency, dtype=float)
+    if len(w) < 3 or np.any(w <= 0) or np.any(e <= 0):
+        raise ValueError("need at least 3 points with positive work and efficiency")
+
+    def residual(x: np.ndarray) -> np.ndarray:
+        return np.log(saturating(w, np.exp(x[0]), np.exp(x[1]))) - np.log(e)
+
+    x0 = np.log([float(np.max(e)), float(np.median(w))])
+    sol = optimize.least_squares(residual, x0, method="trf")
+    e_max, w_half = np.exp(sol.x)
+    cov = _covariance(sol.jac, sol.fun)
+    se_log = np.sqrt(np.clip(np.diag(cov), 0, None))
+    return FitResult(
+        name=name, model="eff(W) = e_max * W / (W + w_half_flop)",
+        parameters={"e_max": float(e_max), "w_half_flop": float(w_half)},
+        stderr={"e_max": float(e_max * se_log[0]), "w_half_flop": float(w_half * se_log[1])},
+        residuals=tuple(map(float, sol.fun)), residual_space="log(efficiency)",
+        r2=_r2(e, saturating(w, e_max, w_half)), n=len(w),
+    )
+
+
+def fit_power(power_w: Sequence[float], flop_per_s: Sequence[float], bytes_per_s: Sequence[float],
+              name: str = "power") -> FitResult:
+    """P = P_idle + e_flop·FLOP/s + e_byte·byte/s by bounded (non-negative) linear least squares.
+
+    e_flop is joules per FLOP and e_byte joules per DRAM byte: the measured counterparts of the
+    physics model's pJ/MAC (÷2) and DRAM pJ/byte.
+    """
+    p = np.asarray(power_w, dtype=float)
+    x = np.column_stack([np.ones_like(p), np.asarray(flop_per_s, float), np.asarray(bytes_per_s, float)])
+    if len(p) < 4:
+        raise ValueError("need at least 4 power observations to fit 3 parameters")
+    scale = np.maximum(np.max(np.abs(x), axis=0), 1e-30)  # condition the columns
+    sol = optimize.lsq_linear(x / scale, p, bounds=(0, np.inf))
+    coef = sol.x / scale
+    residuals = p - x @ coef
+    cov = _covariance(x / scale, residuals) / np.outer(scale, scale)
+    se = np.sqrt(np.clip(np.diag(cov), 0, None))
+    names = ("idle_w", "j_per_flop", "j_per_byte")
+    return FitResult(
+        name=name, model="P = idle_w + j_per_flop * FLOP/s + j_per_byte * byte/s (all >= 0)",
+        parameters=dict(zip(names, map(float, coef), strict=True)),
+        stderr=dict(zip(names, map(float, se), strict=True)),
+        residuals=tuple(map(float, residuals)), residual_space="watts",
+        r2=_r2(p, x @ coef), n=len(p),
+    )
+
+
+def fit_log_latency(names: Sequence[str], x0: Sequence[float],
+                    predict: Callable[[dict[str, float]], np.ndarray],
+                    measured_s: Sequence[float], name: str, model: str,
+                    lower: Sequence[float] | None = None, upper: Sequence[float] | None = None) -> FitResult:
+    """Fit positive parameters so that predict(params) matches measured latencies.
+
+    Parameters are optimised as logarithms (so they stay positive); residuals are
+    log(predicted/measured), i.e. relative errors, so a 20 µs op and a 20 ms op weigh alike.
+    Standard errors come from the Jacobian (delta method: se(p) = p · se(log p)); a parameter
+    the data cannot move (zero Jacobian column) gets stderr nan.
+    """
+    measured = np.asarray(measured_s, dtype=float)
+    if np.any(measured <= 0):
+        raise ValueError("measured latencies must be positive")
+    names = list(names)
+    lo = np.log(lower) if lower is not None else np.full(len(names), -np.inf)
+    hi = np.log(upper) if upper is not None else np.full(len(names), np.inf)
+    start = np.clip(np.log(np.asarray(x0, dtype=float)), lo + 1e-9, hi - 1e-9)
+
+    def residual(x: np.ndarray) -> np.ndarray:
+        params = dict(zip(names, np.exp(x), strict=True))
+        return np.log(np.asarray(predict(params), dtype=float)) - np.log(measured)
+
+    sol = optimize.least_squares(residual, start, bounds=(lo, hi), method="trf", x_scale="jac")
+    values = np.exp(sol.x)
+    cov = _covariance(sol.jac, sol.fun)
+    se_log = np.sqrt(np.clip(np.diag(cov), 0, None))
+    dead = np.all(np.abs(sol.jac) < 1e-12, axis=0)
+    stderr = np.where(dead, np.nan, values * se_log)
+    fitted = np.asarray(predict(dict(zip(names, values, strict=True))), dtype=float)
+    return FitResult(
+        name=name, model=model,
+        parameters=dict(zip(names, map(float, values), strict=True)),
+        stderr=dict(zip(names, map(float, stderr), strict=True)),
+        residuals=tuple(map(float, sol.fun)), residual_space="log(predicted/measured latency)",
+        r2=_r2(np.log(measured), np.log(fitted)), n=len(measured),
+    )

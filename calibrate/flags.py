@@ -1,0 +1,116 @@
+"""Gap flags: where the datasheet, the physics model and the measurements disagree.
+
+Each check is a pure function that returns a `Flag` carrying the numbers behind it, or None
+when the data are consistent. Thresholds are named constants so a report can quote them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from chipcal.model.tdp import VERDICT_UNSUSTAINABLE, ChipTdpComparison
+
+MEASURED_VS_SPEC_MIN = 0.80      # measured peak below 80% of the datasheet's dense peak
+MEASURED_VS_PHYSICS_MIN = 0.70   # measured peak below 70% of the local physics peak
+SAG_MIN_FRACTION = 0.05          # clock or power falling >5% from the first to the last quarter
+
+
+@dataclass(frozen=True)
+class Flag:
+    code: str
+    severity: str                  # "warning" (a real gap) or "info"
+    message: str
+    values: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "severity": self.severity, "message": self.message,
+                "values": dict(self.values)}
+
+
+def spec_unsustainable(cmp: ChipTdpComparison) -> Flag | None:
+    """The spec peak needs more power than the TDP under the physics energy per MAC."""
+    if cmp.verdict != VERDICT_UNSUSTAINABLE:
+        return None
+    return Flag(
+        "spec_peak_unsustainable", "warning",
+        f"{cmp.chip.name}: at its {cmp.precision} spec peak, compute alone needs "
+        f"{cmp.compute_w:.0f} W + {cmp.static_w:.0f} W static > {cmp.chip.tdp_w:.0f} W TDP; sustaining it "
+        f"would need <= {cmp.max_sustainable_pj_per_mac:.3f} pJ/MAC vs the model's "
+        f"{cmp.peak_engine_tdp.pj_per_mac:.3f}",
+        {"compute_w": cmp.compute_w, "static_w": cmp.static_w, "tdp_w": cmp.chip.tdp_w,
+         "needed_pj_per_mac": cmp.max_sustainable_pj_per_mac, "model_pj_per_mac": cmp.peak_engine_tdp.pj_per_mac},
+    )
+
+
+def measured_below_spec(precision: str, measured_flop_per_s: float, spec_flop_per_s: float | None,
+                        minimum: float = MEASURED_VS_SPEC_MIN) -> Flag | None:
+    if not spec_flop_per_s:
+        return None
+    fraction = measured_flop_per_s / spec_flop_per_s
+    if fraction >= minimum:
+        return None
+    return Flag("measured_below_spec", "warning",
+                f"{precision}: measured GEMM peak {measured_flop_per_s / 1e12:.3g} TFLOP/s is "
+                f"{fraction:.0%} of the datasheet's dense {spec_flop_per_s / 1e12:.3g} TFLOP/s",
+                {"measured_flop_per_s": measured_flop_per_s, "spec_flop_per_s": spec_flop_per_s,
+                 "fraction": fraction})
+
+
+def measured_below_physics(precision: str, measured_flop_per_s: float, physics_flop_per_s: float | None,
+                           minimum: float = MEASURED_VS_PHYSICS_MIN) -> Flag | None:
+    """The local chip's derived peak (cores × SIMD × clock) is far above what runs: a VM below
+    its nominal clock, fewer FMA pipes than assumed, or a BLAS that misses the fast path."""
+    if not physics_flop_per_s:
+        return None
+    fraction = measured_flop_per_s / physics_flop_per_s
+    if fraction >= minimum:
+        return None
+    return Flag("measured_below_physics_peak", "warning",
+                f"{precision}: measured {measured_flop_per_s / 1e12:.3g} TFLOP/s is {fraction:.0%} of "
+                f"the physics peak {physics_flop_per_s / 1e12:.3g} TFLOP/s derived for this chip",
+                {"measured_flop_per_s": measured_flop_per_s, "physics_flop_per_s": physics_flop_per_s,
+                 "fraction": fraction})
+
+
+def energy_exceeds_tdp(j_per_flop: float, spec_flop_per_s: float | None, tdp_w: float | None,
+                       idle_w: float = 0.0) -> Flag | None:
+    """Measured energy per FLOP × spec peak + idle above the TDP: the spec peak cannot be
+    reached inside the power limit at the efficiency this chip actually shows."""
+    if not spec_flop_per_s or not tdp_w or j_per_flop <= 0:
+        return None
+    needed = j_per_flop * spec_flop_per_s + idle_w
+    if needed <= tdp_w:
+        return None
+    return Flag("measured_energy_exceeds_tdp", "warning",
+                f"measured {j_per_flop * 1e12:.3g} pJ/FLOP x spec {spec_flop_per_s / 1e12:.3g} TFLOP/s "
+                f"+ {idle_w:.0f} W idle = {needed:.0f} W > {tdp_w:.0f} W TDP",
+                {"j_per_flop": j_per_flop, "spec_flop_per_s": spec_flop_per_s, "idle_w": idle_w,
+                 "needed_w": needed, "tdp_w": tdp_w})
+
+
+def sag(quantity: str, samples: Sequence[float], unit: str,
+        minimum: float = SAG_MIN_FRACTION) -> Flag | None:
+    """Throttling evidence: the last quarter of a sustained run's samples (clock or power)
+    average more than `minimum` below the first quarter."""
+    x = np.asarray([s for s in samples if s is not None and np.isfinite(s)], dtype=float)
+    if len(x) < 8:
+        return None
+    q = len(x) // 4
+    first, last = float(np.mean(x[:q])), float(np.mean(x[-q:]))
+    if first <= 0 or (first - last) / first <= minimum:
+        return None
+    return Flag("sustained_sag", "warning",
+                f"{quantity} fell {(first - last) / first:.0%} during sustained GEMM "
+                f"({first:.4g} -> {last:.4g} {unit}): throttling",
+                {"first_quarter": first, "last_quarter": last, "drop_fraction": (first - last) / first})
+
+
+def unstable_timing(what: str, cv: float, threshold: float) -> Flag | None:
+    if cv <= threshold:
+        return None
+    return Flag("unstable_timing", "info",
+                f"{what}: coefficient of variation {cv:.0%} > {threshold:.0%}; the machine was noisy",
+                {"cv": cv, "threshold": threshold})

@@ -1,0 +1,95 @@
+"""Each fit recovers known parameters from synthetic data generated with noise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from chipcal.calibrate.fits import (
+    FitResult,
+    fit_log_latency,
+    fit_power,
+    fit_saturating_efficiency,
+    saturating,
+)
+
+
+def test_saturating_fit_recovers_parameters():
+    rng = np.random.default_rng(0)
+    work = np.logspace(6, 12, 30)
+    # true: e_max 0.8, half-efficiency at 5e8 FLOP; 3% multiplicative noise
+    eff = saturating(work, 0.8, 5e8) * np.exp(rng.normal(0, 0.03, work.size))
+    fit = fit_saturating_efficiency(work, eff)
+    assert fit.parameters["e_max"] == pytest.approx(0.8, rel=0.05)
+    assert fit.parameters["w_half_flop"] == pytest.approx(5e8, rel=0.2)
+    # truth lies within 3 standard errors
+    assert abs(fit.parameters["e_max"] - 0.8) < 3 * fit.stderr["e_max"]
+    assert fit.r2 > 0.95 and fit.n == 30
+
+
+def test_saturating_fit_rejects_bad_input():
+    with pytest.raises(ValueError):
+        fit_saturating_efficiency([1, 2], [0.1, 0.2])
+    with pytest.raises(ValueError):
+        fit_saturating_efficiency([1, 2, 3], [0.1, 0.0, 0.2])
+
+
+def test_power_fit_recovers_energy_per_flop_and_byte():
+    rng = np.random.default_rng(1)
+    flop = rng.uniform(0, 5e11, 40)
+    byte = rng.uniform(0, 2e10, 40)
+    # true: 30 W idle, 50 pJ/FLOP, 200 pJ/byte; 1 W noise
+    power = 30 + 50e-12 * flop + 200e-12 * byte + rng.normal(0, 1.0, 40)
+    fit = fit_power(power, flop, byte)
+    assert fit.parameters["idle_w"] == pytest.approx(30, abs=1.5)
+    assert fit.parameters["j_per_flop"] == pytest.approx(50e-12, rel=0.1)
+    assert fit.parameters["j_per_byte"] == pytest.approx(200e-12, rel=0.15)
+    assert all(v >= 0 for v in fit.parameters.values())
+    assert fit.r2 > 0.9
+
+
+def test_power_fit_respects_bounds():
+    # Power that falls with bandwidth cannot give a negative energy per byte.
+    flop = np.linspace(0, 1e12, 10)
+    byte = np.linspace(1e10, 0, 10)
+    power = 10 + 1e-11 * flop - 1e-10 * byte + 5
+    fit = fit_power(power, flop, byte)
+    assert fit.parameters["j_per_byte"] >= 0
+
+
+def test_log_latency_fit_recovers_efficiency_and_overhead():
+    rng = np.random.default_rng(2)
+    flop = np.logspace(5, 10, 25)
+    peak = 1e11
+    # true model: t = FLOP / (peak * eff) + overhead, eff 0.6, overhead 20 µs; 5% noise
+    true = flop / (peak * 0.6) + 20e-6
+    measured = true * np.exp(rng.normal(0, 0.05, flop.size))
+
+    def predict(p):
+        return flop / (peak * p["eff"]) + p["overhead_s"]
+
+    fit = fit_log_latency(["eff", "overhead_s"], [0.3, 1e-5], predict, measured, name="t",
+                          model="FLOP/(peak*eff) + overhead", lower=[1e-3, 1e-9], upper=[2, 1])
+    assert fit.parameters["eff"] == pytest.approx(0.6, rel=0.05)
+    assert fit.parameters["overhead_s"] == pytest.approx(20e-6, rel=0.15)
+    assert abs(fit.parameters["eff"] - 0.6) < 3 * fit.stderr["eff"]
+    assert fit.r2 > 0.98
+
+
+def test_unconstrained_parameter_gets_nan_stderr():
+    measured = np.array([1.0, 2.0, 3.0])
+
+    def predict(p):
+        return measured * p["scale"] + 0 * p["unused"]
+
+    fit = fit_log_latency(["scale", "unused"], [0.5, 1.0], predict, measured, name="t", model="t")
+    assert fit.parameters["scale"] == pytest.approx(1.0, rel=1e-4)
+    assert np.isnan(fit.stderr["unused"])
+
+
+def test_fit_result_round_trips_through_json():
+    import json
+
+    fit = fit_saturating_efficiency([1e6, 1e8, 1e10, 1e12], [0.1, 0.4, 0.7, 0.75])
+    again = FitResult.from_dict(json.loads(json.dumps(fit.to_dict())))
+    assert again == fit

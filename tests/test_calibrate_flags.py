@@ -1,0 +1,56 @@
+"""Gap flags trip on a synthetic over-spec chip and stay quiet on a consistent one."""
+
+from __future__ import annotations
+
+import pytest
+
+from chipcal.calibrate import flags
+from chipcal.model.registry import chip_from_dict
+from chipcal.model.tdp import compare_chip
+
+
+def _chip(tdp_w: float, units: int) -> object:
+    return chip_from_dict({
+        "name": "synthetic", "display_name": "Synthetic", "vendor": "test", "kind": "tpu",
+        "process_nm": 7, "hypothetical": True, "sources": ["hypothetical: test chip"],
+        "power": {"tdp_w": tdp_w, "source": "hypothetical"},
+        "memory": {"type": "hbm2", "bandwidth_bytes_per_s": 1e12, "capacity_bytes": 16e9, "source": "hypothetical"},
+        "microarch": {"mxu_count": 1, "array_rows": 128, "array_cols": 128, "sram_bytes": 1 << 24,
+                      "source": "hypothetical"},
+        "engines": [{"name": "mxu", "circuit": "systolic_mac", "units": units, "clock_hz": 1e9,
+                     "macs_per_unit_per_clock": {"bf16": 1}, "source": "hypothetical"}],
+        "stated_peak_flop_per_s": {"bf16": 2e9 * units, "source": "hypothetical"},
+    })
+
+
+def test_over_spec_chip_trips_every_flag():
+    # 1e15 MAC/s at ~0.31 pJ/MAC = 308 W of compute in a 200 W TDP.
+    chip = _chip(tdp_w=200, units=1_000_000)
+    f = flags.spec_unsustainable(compare_chip(chip))
+    assert f is not None and f.values["needed_pj_per_mac"] == pytest.approx(0.2)
+    spec = chip.stated_peak_flop_per_s["bf16"]  # 2e15
+    assert flags.measured_below_spec("bf16", 0.5 * spec, spec).values["fraction"] == pytest.approx(0.5)
+    # measured 0.2 pJ/FLOP * 2e15 FLOP/s = 400 W + 20 W idle > 200 W
+    e = flags.energy_exceeds_tdp(0.2e-12, spec, chip.tdp_w, idle_w=20)
+    assert e.values["needed_w"] == pytest.approx(420)
+    s = flags.sag("SM clock", [1980e6] * 10 + [1600e6] * 10, "Hz")
+    assert s is not None and s.values["drop_fraction"] == pytest.approx((1980 - 1600) / 1980)
+    assert flags.measured_below_physics("fp32", 1e11, 3e11).values["fraction"] == pytest.approx(1 / 3)
+
+
+def test_consistent_chip_stays_quiet():
+    chip = _chip(tdp_w=400, units=100_000)   # 31 W compute in 400 W
+    spec = chip.stated_peak_flop_per_s["bf16"]
+    assert flags.spec_unsustainable(compare_chip(chip)) is None
+    assert flags.measured_below_spec("bf16", 0.9 * spec, spec) is None
+    assert flags.measured_below_spec("bf16", 0.1 * spec, None) is None       # no spec: nothing to say
+    assert flags.energy_exceeds_tdp(1e-12, spec, chip.tdp_w, idle_w=40) is None  # 200 + 40 < 400 W
+    assert flags.sag("SM clock", [1980e6] * 20, "Hz") is None
+    assert flags.sag("SM clock", [1980e6] * 3, "Hz") is None                  # too few samples
+    assert flags.measured_below_physics("fp32", 2.5e11, 3e11) is None
+    assert flags.unstable_timing("gemm", 0.02, 0.1) is None
+
+
+def test_flags_serialise():
+    f = flags.unstable_timing("gemm", 0.3, 0.1)
+    assert f.to_dict()["code"] == "unstable_timing" and f.severity == "info"
