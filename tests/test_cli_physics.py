@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+
 from chipcal.cli import compare_tdp_registry, estimate_tdp, hardware
 from chipcal.cli import main as umbrella
 from chipcal.model import technology

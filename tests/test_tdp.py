@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from chipcal.model.registry import chip_from_dict
 from chipcal.model.tdp import (
     VERDICT_OK,

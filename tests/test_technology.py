@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from chipcal.model import technology as t
 from chipcal.model.precision import PRECISIONS
 
