@@ -38,6 +38,12 @@ class Engine:
     clock_hz: float
     macs_per_unit_per_clock: Mapping[str, float]
     source: str
+    shares_hardware_with: str | None = None   # another engine's name: same silicon, never both at once
+
+    @property
+    def hardware(self) -> str:
+        """The physical unit group this engine runs on (its own name unless it shares)."""
+        return self.shares_hardware_with or self.name
 
     def peak_macs_per_s(self, precision: str) -> float | None:
         rate = self.macs_per_unit_per_clock.get(precision)
@@ -56,12 +62,15 @@ class Memory:
 
 @dataclass(frozen=True)
 class PowerMode:
-    """A vendor power mode: a TDP and the engine clocks it runs at."""
+    """A vendor power mode: a TDP, the engine clocks it runs at, and (where the mode gates
+    units off or caps the memory clock) the engine unit counts and memory bandwidth."""
 
     name: str
     tdp_w: float
     clock_hz: Mapping[str, float]
     source: str
+    units: Mapping[str, int] = field(default_factory=dict)
+    memory_bandwidth_bytes_per_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -113,13 +122,18 @@ class Chip:
         return None if macs is None else FLOP_PER_MAC * macs
 
     def mode(self, name: str) -> Chip:
-        """This chip in power mode `name`: its TDP and engine clocks replaced."""
+        """This chip in power mode `name`: TDP, engine clocks and units, memory bandwidth replaced."""
         for m in self.power_modes:
             if m.name.lower() == name.lower():
                 engines = tuple(
-                    dataclasses.replace(e, clock_hz=m.clock_hz.get(e.name, e.clock_hz))
+                    dataclasses.replace(e, clock_hz=m.clock_hz.get(e.name, e.clock_hz),
+                                        units=m.units.get(e.name, e.units))
                     for e in self.engines
                 )
-                return dataclasses.replace(self, tdp_w=m.tdp_w, engines=engines, active_mode=m.name)
+                memory = self.memory
+                if m.memory_bandwidth_bytes_per_s is not None:
+                    memory = dataclasses.replace(memory, bandwidth_bytes_per_s=m.memory_bandwidth_bytes_per_s)
+                return dataclasses.replace(self, tdp_w=m.tdp_w, engines=engines, memory=memory,
+                                           active_mode=m.name)
         valid = ", ".join(m.name for m in self.power_modes) or "none"
         raise KeyError(f"{self.name} has no power mode {name!r}; valid: {valid}")

@@ -109,6 +109,9 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
         units = e.get("units")
         if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
             raise RegistryError(file, where + "units", f"must be a positive integer, got {units!r}")
+        shares = e.get("shares_hardware_with")
+        if shares is not None and not isinstance(shares, str):
+            raise RegistryError(file, where + "shares_hardware_with", "must be an engine name")
         engines.append(Engine(
             name=_text(file, where, e, "name"),
             circuit=circuit,
@@ -116,8 +119,13 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
             clock_hz=_positive(file, where + "clock_hz", e.get("clock_hz")),
             macs_per_unit_per_clock={p: float(r) for p, r in rates.items()},
             source=_source(file, where, e),
+            shares_hardware_with=shares,
         ))
     engine_names = {e.name for e in engines}
+    for i, e in enumerate(engines):
+        if e.shares_hardware_with is not None and e.shares_hardware_with not in engine_names - {e.name}:
+            raise RegistryError(file, f"engines[{i}].shares_hardware_with",
+                                f"no other engine named {e.shares_hardware_with!r}")
 
     micro = data.get("microarch")
     if not isinstance(micro, dict):
@@ -153,11 +161,23 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
             if eng not in engine_names:
                 raise RegistryError(file, f"{where}clock_hz.{eng}", f"no engine named {eng!r}; engines: {', '.join(sorted(engine_names))}")
             _positive(file, f"{where}clock_hz.{eng}", hz)
+        units = m.get("units", {})
+        if not isinstance(units, dict):
+            raise RegistryError(file, where + "units", "must be a table of engine name -> unit count")
+        for eng, n in units.items():
+            if eng not in engine_names:
+                raise RegistryError(file, f"{where}units.{eng}", f"no engine named {eng!r}; engines: {', '.join(sorted(engine_names))}")
+            if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+                raise RegistryError(file, f"{where}units.{eng}", f"must be a positive integer, got {n!r}")
+        bandwidth = m.get("memory_bandwidth_bytes_per_s")
         modes.append(PowerMode(
             name=_text(file, where, m, "name"),
             tdp_w=_positive(file, where + "tdp_w", m.get("tdp_w")),
             clock_hz={k: float(v) for k, v in clocks.items()},
             source=_source(file, where, m),
+            units=dict(units),
+            memory_bandwidth_bytes_per_s=(None if bandwidth is None else
+                                          _positive(file, where + "memory_bandwidth_bytes_per_s", bandwidth)),
         ))
 
     return Chip(

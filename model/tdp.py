@@ -128,6 +128,7 @@ VERDICT_OK = "sustainable"
 @dataclass(frozen=True)
 class EngineTdp:
     engine: str
+    hardware: str
     circuit: str
     precision: str
     pj_per_mac: float
@@ -163,8 +164,12 @@ class ChipTdpComparison:
 
     @property
     def combined_tdp_w(self) -> float:
-        """Every engine flat out at once (e.g. CUDA and tensor cores) + memory + static."""
-        return sum(e.compute_w + e.delivery_w for e in self.engines) + self.memory_w + self.static_w
+        """Every distinct hardware unit group flat out at once (e.g. CUDA and tensor cores) +
+        memory + static; engines sharing silicon (an FP64 tensor path) count once, at their max."""
+        by_hardware: dict[str, float] = {}
+        for e in self.engines:
+            by_hardware[e.hardware] = max(by_hardware.get(e.hardware, 0.0), e.compute_w + e.delivery_w)
+        return sum(by_hardware.values()) + self.memory_w + self.static_w
 
     @property
     def ratio(self) -> float:
@@ -200,7 +205,7 @@ def compare_chip(chip: Chip, precision: str | None = None) -> ChipTdpComparison:
     for engine in chip.engines:
         p = engine_precision(engine, precision)
         compute, delivery = engine_power_w(engine, chip.process_nm, p)
-        engines.append(EngineTdp(engine.name, engine.circuit, p,
+        engines.append(EngineTdp(engine.name, engine.hardware, engine.circuit, p,
                                  mac_energy(chip.process_nm, engine.circuit, p).total_j / PJ,
                                  compute, delivery))
     return ChipTdpComparison(
