@@ -1,0 +1,183 @@
+"""`chipcal workload`: operation counts, fusion and concurrency of torchvision models.
+
+    chipcal workload --model resnet50,vit_b_16 [--batch 8] [--input-size 3,224,224]
+                     [--json] [--by-op | --by-subgraph]
+
+Totals per model: MACs, FLOP (= 2 × MACs for MAC work + documented non-MAC counts), params,
+unfused bytes read/written, arithmetic intensity, fused subgraphs, stages, critical path.
+--by-op / --by-subgraph add one table per model. --json prints one flat record per model
+(or per op / per subgraph with --by-op / --by-subgraph), in SI units (MACs, FLOP, bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import pandas as pd
+from tqdm import tqdm
+
+from chipcal.cli.common import (
+    Parser,
+    UsageError,
+    csv_choices,
+    positive_int,
+    print_json,
+    print_table,
+    run,
+)
+
+
+def _models(text: str) -> list[str]:
+    from chipcal.model.workload import classification_models
+
+    return csv_choices("model", classification_models())(text)
+
+
+def _input_size(text: str) -> tuple[int, ...]:
+    """'224' -> (3, 224, 224); '240,320' -> (3, 240, 320); '1,224,224' -> (1, 224, 224)."""
+    items = [t.strip() for t in text.replace("x", ",").split(",") if t.strip()]
+    if not 1 <= len(items) <= 3:
+        raise argparse.ArgumentTypeError(f"{text!r}: give S, H,W or C,H,W (positive integers)")
+    sizes = [positive_int(t) for t in items]
+    return (3, sizes[0], sizes[0]) if len(sizes) == 1 else tuple(sizes) if len(sizes) == 3 else (3, *sizes)
+
+
+def build_parser(prog: str | None = None) -> Parser:
+    parser = Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, type=_models, metavar="NAME[,NAME...]",
+                        help="torchvision classification model names (torchvision.models.list_models)")
+    parser.add_argument("--batch", type=positive_int, default=1, help="batch size (default 1)")
+    parser.add_argument("--input-size", type=_input_size, default=None, metavar="S|H,W|C,H,W",
+                        help="input image size (default: the model's evaluation crop, e.g. 299 for inception_v3)")
+    parser.add_argument("--json", action="store_true", help="print an array of flat JSON records")
+    detail = parser.add_mutually_exclusive_group()
+    detail.add_argument("--by-op", action="store_true", help="one row per operation")
+    detail.add_argument("--by-subgraph", action="store_true", help="one row per fused subgraph (kernel)")
+    return parser
+
+
+def _shapes(specs) -> str:
+    return ";".join("x".join(map(str, s.shape)) for s in specs)
+
+
+def _gemm(gemm) -> dict:
+    return {f"gemm_{k}": (getattr(gemm, k) if gemm else None) for k in ("m", "n", "k", "count")}
+
+
+def _parallelism(p) -> dict:
+    return {"par_batch": p.batch, "par_channels": p.channels, "par_spatial": p.spatial,
+            "output_elements": p.output_elements, "depthwise": p.depthwise, "grouped": p.grouped,
+            "groups": p.groups, "vector_dim": p.vector_dim}
+
+
+def totals_record(w) -> dict:
+    return {
+        "model": w.model, "batch": w.batch, "input_shape": "x".join(map(str, w.input_shape)), "dtype": w.dtype,
+        "capture": w.capture, "execution": w.execution, "macs": w.macs, "flop": w.flop, "params": w.params,
+        "bytes_read": w.bytes_read, "bytes_written": w.bytes_written,
+        "arithmetic_intensity": w.arithmetic_intensity, "fused_bytes_read": w.fused_bytes_read,
+        "fused_bytes_written": w.fused_bytes_written, "bytes_saved_by_fusion": w.bytes_saved_by_fusion,
+        "ops": len(w.ops), "subgraphs": len(w.subgraphs), "stages": len(w.stages),
+        "max_parallel_subgraphs": w.max_parallel_subgraphs, "critical_path_subgraphs": len(w.critical_path),
+        "critical_path_flop": w.critical_path_flop, "unclassified_ops": len(w.unclassified_ops),
+        "unclassified_op_names": ",".join(w.unclassified_ops),
+    }
+
+
+def op_record(w, op) -> dict:
+    return {
+        "model": w.model, "batch": w.batch, "index": op.index, "name": op.name, "target": op.target,
+        "kind": op.kind, "op_class": op.op_class, "macs": op.macs, "flop": op.flop,
+        "bytes_read": op.bytes_read, "bytes_written": op.bytes_written,
+        "arithmetic_intensity": op.arithmetic_intensity, "input_shapes": _shapes(op.inputs),
+        "weight_shapes": _shapes(op.weights), "output_shapes": _shapes(op.outputs),
+        **_gemm(op.gemm), **_parallelism(op.parallelism), "classified": op.classified,
+    }
+
+
+def subgraph_record(w, s) -> dict:
+    return {
+        "model": w.model, "batch": w.batch, "index": s.index, "name": s.name, "pattern": s.pattern,
+        "op_class": s.op_class, "ops": len(s.op_indices), "op_indices": ",".join(map(str, s.op_indices)),
+        "macs": s.macs, "flop": s.flop, "input_bytes": s.input_bytes, "weight_bytes": s.weight_bytes,
+        "output_bytes": s.output_bytes, "bytes_saved_by_fusion": s.bytes_saved_by_fusion,
+        "arithmetic_intensity": s.arithmetic_intensity, "depends_on": ",".join(map(str, s.depends_on)),
+        "stage": s.stage, "threads": s.threads, **_gemm(s.gemm), **_parallelism(s.parallelism),
+    }
+
+
+def _totals_table(workloads) -> None:
+    frame = pd.DataFrame([{
+        "model": w.model, "batch": w.batch, "input": "x".join(map(str, w.input_shape[1:])), "capture": w.capture,
+        "GMACs": w.macs / 1e9, "GFLOP": w.flop / 1e9, "params_M": w.params / 1e6,
+        "read_MB": w.bytes_read / 1e6, "written_MB": w.bytes_written / 1e6,
+        "fused_MB": (w.fused_bytes_read + w.fused_bytes_written) / 1e6, "FLOP/B": w.arithmetic_intensity,
+        "subgraphs": len(w.subgraphs), "stages": len(w.stages), "max_par": w.max_parallel_subgraphs,
+        "crit_GFLOP": w.critical_path_flop / 1e9, "unclassified": len(w.unclassified_ops),
+    } for w in workloads])
+    print_table(frame, {c: ".3f" for c in ("GMACs", "GFLOP", "params_M", "read_MB", "written_MB", "fused_MB",
+                                           "crit_GFLOP")} | {"FLOP/B": ".1f"})
+
+
+def _ops_table(w) -> None:
+    frame = pd.DataFrame([{
+        "#": op.index, "name": op.name, "kind": op.kind, "class": op.op_class, "MACs": op.macs, "FLOP": op.flop,
+        "read_B": op.bytes_read, "written_B": op.bytes_written, "FLOP/B": op.arithmetic_intensity,
+        "output": _shapes(op.outputs), "ok": "" if op.classified else "UNCLASSIFIED",
+    } for op in w.ops])
+    print_table(frame, {"MACs": ",", "FLOP": ",", "read_B": ",", "written_B": ",", "FLOP/B": ".1f"})
+
+
+def _subgraphs_table(w) -> None:
+    frame = pd.DataFrame([{
+        "#": s.index, "name": s.name, "pattern": s.pattern, "class": s.op_class, "ops": len(s.op_indices),
+        "stage": s.stage, "after": ",".join(map(str, s.depends_on)) or "-", "MACs": s.macs, "FLOP": s.flop,
+        "in_B": s.input_bytes, "weight_B": s.weight_bytes, "out_B": s.output_bytes,
+        "saved_B": s.bytes_saved_by_fusion, "FLOP/B": s.arithmetic_intensity, "threads": s.threads,
+    } for s in w.subgraphs])
+    print_table(frame, {c: "," for c in ("MACs", "FLOP", "in_B", "weight_B", "out_B", "saved_B", "threads")}
+                | {"FLOP/B": ".1f"})
+
+
+def _characterize(name: str, batch: int, input_size):
+    from chipcal.model.workload import CaptureError, characterize_model
+
+    try:
+        return characterize_model(name, batch=batch, input_size=input_size)
+    except CaptureError as exc:
+        if input_size is None:
+            raise
+        shape = "x".join(map(str, (batch, *input_size)))
+        # the dispatch path runs the model's own Python, so its message names the actual sizes
+        reason = next((r for r in exc.reasons if r.startswith("dispatch/meta: ")), exc.reasons[-1])
+        raise UsageError(f"{name} cannot run on a {shape} input: {reason.split(': ', 1)[1]}") from None
+
+
+def _main(args: argparse.Namespace) -> int:
+    workloads = [_characterize(name, args.batch, args.input_size)
+                 for name in tqdm(args.model, desc="characterizing", unit="model", file=sys.stderr,
+                                  disable=len(args.model) < 2, leave=False)]
+    if args.json:
+        if args.by_op:
+            print_json(op_record(w, op) for w in workloads for op in w.ops)
+        elif args.by_subgraph:
+            print_json(subgraph_record(w, s) for w in workloads for s in w.subgraphs)
+        else:
+            print_json(totals_record(w) for w in workloads)
+        return 0
+    _totals_table(workloads)
+    for w in workloads:
+        if args.by_op or args.by_subgraph:
+            sys.stdout.write(f"\n{w.model} (batch {w.batch}, {'x'.join(map(str, w.input_shape[1:]))}):\n")
+            (_ops_table if args.by_op else _subgraphs_table)(w)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    return run(_main, build_parser(prog), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""Part: one counted unit of work (an ATen call, or a named piece of a composite such as the
+input projection of nn.MultiheadAttention), with the tensors it reads and writes.
+
+Also the parallelism descriptors shared by the counting rules:
+- GEMM-like work: batch = independent GEMMs, channels = n, spatial = m, vector_dim = n.
+- tensor-shaped work (elementwise, norm, pool, data): read off the output layout, NCHW for
+  4-D and up, (batch, tokens, features) for 3-D, (batch, features) for 2-D; vector_dim is the
+  longest unit-stride run of the output (its element count when contiguous).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from chipcal.model.workload.types import GemmShape, Parallelism
+
+
+@dataclass(frozen=True, eq=False)
+class Part:
+    target: str             # "aten.convolution", "F.multi_head_attention_forward:in_proj"
+    label: str              # short name: "convolution", "relu", "in_proj"
+    kind: str               # one of OP_KINDS
+    op_class: str           # one of OP_CLASSES
+    family: str             # one of FAMILIES
+    macs: int
+    flop: int
+    gemm: GemmShape | None
+    parallelism: Parallelism
+    moves_data: bool        # False for views/aliases and allocations that write nothing
+    classified: bool
+    reads: tuple[torch.Tensor, ...]
+    writes: tuple[torch.Tensor, ...]
+
+
+def contiguous_run(t: torch.Tensor) -> int:
+    """Elements in the longest unit-stride run at the end of `t` (numel when contiguous)."""
+    run, expected = 1, 1
+    for size, stride in zip(reversed(t.shape), reversed(t.stride()), strict=True):
+        if size == 1:
+            continue
+        if stride != expected:
+            break
+        run *= size
+        expected *= size
+    return run
+
+
+def tensor_parallelism(t: torch.Tensor | None) -> Parallelism:
+    if t is None:
+        return Parallelism(1, 1, 1, 0, False, False, 1, 1)
+    shape = tuple(t.shape)
+    if len(shape) == 0:
+        batch, channels, spatial = 1, 1, 1
+    elif len(shape) == 1:
+        batch, channels, spatial = 1, shape[0], 1
+    elif len(shape) == 2:
+        batch, channels, spatial = shape[0], shape[1], 1
+    elif len(shape) == 3:
+        batch, spatial, channels = shape
+    else:
+        batch, channels, spatial = shape[0], shape[1], math.prod(shape[2:])
+    return Parallelism(batch, channels, spatial, t.numel(), False, False, 1, contiguous_run(t))
+
+
+def gemm_parallelism(gemm: GemmShape, vector_dim: int | None = None) -> Parallelism:
+    return Parallelism(gemm.count, gemm.n, gemm.m, gemm.count * gemm.m * gemm.n, False, False, 1,
+                       gemm.n if vector_dim is None else vector_dim)
