@@ -1,0 +1,431 @@
+"""`chipcal predict`: latency, energy and memory of models on registry chips, with the reasons.
+
+One row per (model, chip, batch, precision); a comparison with recommendations when several chips
+are predicted; `--by-layer` for the per-subgraph roofline; `--explain` for the energy breakdown,
+memory timeline and quantified opportunities; `--plot` for a roofline chart per chip.
+
+Each model is characterized once per batch size (torch, meta tensors) and the result is cached
+under $CHIPCAL_CACHE_DIR (default ~/.cache/chipcal/workloads), keyed by the workload code and
+the torch/torchvision versions, so repeated predictions do not import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import math
+import os
+import pickle
+import sys
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+
+from chipcal.cli.common import (
+    Parser,
+    UsageError,
+    choice_error,
+    csv_choices,
+    csv_list,
+    load_registry_warn,
+    plot_path,
+    positive_float,
+    positive_int_list,
+    print_json,
+    print_table,
+    resolve_chips,
+    run,
+    save_figure,
+)
+from chipcal.model.chip import Chip
+from chipcal.model.estimate.opportunities import Opportunity, opportunities, top_consumers
+from chipcal.model.estimate.prediction import Prediction, predict
+from chipcal.model.mapping.params import (
+    CalibrationError,
+    CalibrationParams,
+    load_calibration,
+    params_for,
+)
+from chipcal.model.precision import PRECISIONS
+
+CACHE_ENV = "CHIPCAL_CACHE_DIR"
+MB = 1e6
+
+
+# --- workload characterization, cached ---------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "chipcal" / "workloads")
+
+
+def _code_key() -> str:
+    """Hash of the workload code and the torch/torchvision versions: a change invalidates the cache."""
+    h = hashlib.sha256()
+    spec = importlib.util.find_spec("chipcal.model.workload")  # locates the package, runs none of it
+    for path in sorted(p for loc in spec.submodule_search_locations for p in Path(loc).glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    for dist in ("torch", "torchvision"):
+        try:
+            h.update(metadata.version(dist).encode())
+        except metadata.PackageNotFoundError:
+            h.update(b"-")
+    return h.hexdigest()[:16]
+
+
+class WorkloadSource:
+    """Characterizes (model, batch) once, from the disk cache when it has it."""
+
+    def __init__(self, use_cache: bool = True):
+        self.use_cache = use_cache
+        self.memo: dict[tuple[str, int], object] = {}
+        self.key = _code_key() if use_cache else ""
+
+    def _path(self, model: str, batch: int) -> Path:
+        return cache_dir() / f"{model}-b{batch}-{self.key}.pkl"
+
+    def get(self, model: str, batch: int):
+        if (model, batch) in self.memo:
+            return self.memo[(model, batch)]
+        workload = self._load(model, batch) if self.use_cache else None
+        if workload is None:
+            from chipcal.model.workload import CaptureError, UnknownModelError, characterize_model
+
+            sys.stderr.write(f"characterizing {model} at batch {batch} (torch, meta tensors)...\n")
+            try:
+                workload = characterize_model(model, batch)
+            except UnknownModelError as exc:
+                raise choice_error("model", model, exc.valid) from None
+            except CaptureError as exc:
+                raise UsageError(f"cannot characterize {model}: {exc}") from None
+            if self.use_cache:
+                self._store(model, batch, workload)
+        self.memo[(model, batch)] = workload
+        return workload
+
+    def _load(self, model: str, batch: int):
+        try:
+            with open(self._path(model, batch), "rb") as f:
+                return pickle.load(f)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+            return None
+
+    def _store(self, model: str, batch: int, workload) -> None:
+        path = self._path(model, batch)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            with open(tmp, "wb") as f:
+                pickle.dump(workload, f, protocol=pickle.HIGHEST_PROTOCOL)
+            tmp.replace(path)
+        except OSError as exc:
+            sys.stderr.write(f"warning: cannot cache the workload in {path.parent}: {exc}\n")
+
+
+# --- arguments ---------------------------------------------------------------------------------
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    p = Parser(prog=prog or "chipcal predict", description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=csv_list, required=True,
+                   help="comma-separated torchvision model names (e.g. resnet50,mobilenet_v2)")
+    p.add_argument("--hardware", type=csv_list, default=["all"],
+                   help="comma-separated registry names (NAME@MODE for a power mode), 'local' for "
+                        "this machine's CPU, or 'all' (default: all)")
+    p.add_argument("--batch", type=positive_int_list, default=[1], help="batch sizes, e.g. 1,8,64 (default 1)")
+    p.add_argument("--precision", type=csv_choices("precision", PRECISIONS), default=["fp32"],
+                   help=f"comma-separated precisions ({', '.join(PRECISIONS)}; default fp32)")
+    p.add_argument("--calibration", metavar="DIR",
+                   help="calibration directory written by `chipcal calibrate` (applies to its chip only)")
+    p.add_argument("--by-layer", action="store_true", help="per-subgraph roofline table")
+    p.add_argument("--explain", action="store_true",
+                   help="energy breakdown, memory timeline and quantified opportunities per row "
+                        "(re-runs the estimator; may characterize larger batches)")
+    p.add_argument("--target-utilization", type=positive_float, default=0.8,
+                   help="utilization the batch opportunity aims for (default 0.8)")
+    p.add_argument("--json", action="store_true", help="print an array of flat records")
+    p.add_argument("--csv", metavar="FILE", help="also write the records to a CSV file")
+    p.add_argument("--plot", metavar="FILE", type=plot_path, help="roofline chart per chip (.png/.svg)")
+    p.add_argument("--no-cache", action="store_true", help="characterize again instead of using the cache")
+    return p
+
+
+def _chips(names: Sequence[str]) -> list[Chip]:
+    registry = load_registry_warn()
+    chips: list[Chip] = []
+    rest = [n for n in names if n != "local"]
+    if "all" in rest:
+        if len(names) > 1:
+            raise UsageError("'all' cannot be combined with other hardware names")
+        return resolve_chips(None, registry)
+    if "local" in names:
+        from chipcal.measure.system import local_chip
+
+        chips.append(local_chip())
+    if rest:
+        chips += resolve_chips(rest, registry)
+    return chips
+
+
+def _calibration(directory: str | None) -> CalibrationParams | None:
+    if directory is None:
+        return None
+    try:
+        return load_calibration(directory)
+    except CalibrationError as exc:
+        raise UsageError(str(exc)) from None
+
+
+# --- records and tables ------------------------------------------------------------------------
+
+
+def opportunity_fields(found: Sequence[Opportunity]) -> dict:
+    """Opportunities flattened into one record: <kind>[_<precision>]_<metric>."""
+    out = {}
+    for o in found:
+        prefix = o.kind if o.kind != "precision" else f"precision_{o.metrics['precision']}"
+        for k, v in o.metrics.items():
+            if k != "precision":
+                out[f"opportunity_{prefix}_{k}"] = v
+    return out
+
+
+def layer_record(p: Prediction, e) -> dict:
+    return {"model": p.model, "chip": p.chip, "batch": p.batch, "precision": p.precision,
+            "index": e.index, "name": e.name, "pattern": e.pattern, "op_class": e.op_class, "stage": e.stage,
+            "engine": e.engine, "compute_precision": e.compute_precision, "flop": e.flop,
+            "units_allocated": e.units_allocated, "units_total": e.units_total, "waves": e.waves,
+            "utilization": e.utilization, "lane_fill": e.lane_fill, "occupancy": e.occupancy,
+            "class_efficiency": e.class_efficiency, "compute_time_s": e.compute_time_s,
+            "memory_time_s": e.memory_time_s, "overhead_s": e.overhead_s, "latency_s": e.latency_s,
+            "bottleneck": e.bottleneck, "dram_bytes": e.dram_bytes, "onchip_bytes": e.onchip_bytes,
+            "attained_flop_per_s": e.attained_flop_per_s, "compute_efficiency": e.compute_efficiency,
+            "bandwidth_utilization": e.bandwidth_utilization, "arithmetic_intensity": e.arithmetic_intensity,
+            "energy_j": e.energy_j, "compute_energy_j": e.compute_energy_j, "memory_energy_j": e.memory_energy_j,
+            "static_energy_j": e.static_energy_j, "wasted_energy_j": e.wasted_energy_j,
+            "explanation": e.explanation}
+
+
+def _summary_table(preds: Sequence[Prediction]) -> None:
+    import pandas as pd
+
+    rows = []
+    for p in preds:
+        row = {"model": p.model, "chip": p.chip, "batch": p.batch, "prec": p.precision}
+        if not p.supported:
+            row["latency_ms"] = "unsupported"
+            rows.append(row)
+            continue
+        row.update({
+            "latency_ms": f"{p.latency_s * 1e3:.4g}", "per_s": f"{p.throughput_per_s:,.0f}",
+            "energy_mJ": f"{p.energy_j * 1e3:.4g}", "power_W": f"{p.avg_power_w:.3g}",
+            "mem_MB": f"{p.peak_memory_bytes / MB:.4g}" + ("" if p.fits_in_memory else "!"),
+            "TFLOP/s": f"{p.attained_flop_per_s / 1e12:.3g}", "util": f"{p.compute_utilization:.0%}",
+            "eff": f"{p.compute_efficiency:.1%}", "bw": f"{p.bandwidth_utilization:.0%}",
+            "AI": f"{p.arithmetic_intensity:.3g}", "units": f"{p.units_allocated}/{p.units_total} {p.unit_name}",
+            "bound": p.bottleneck,
+        })
+        rows.append(row)
+    print_table(pd.DataFrame(rows).fillna(""))
+    print("util = time-averaged fraction of units with work; eff = attained / peak FLOP/s; "
+          "bw = DRAM bandwidth used; AI = FLOP per DRAM byte; ! = exceeds device memory")
+    notes = []
+    for p in preds:
+        if not p.supported:
+            notes.append(f"unsupported: {p.chip} {p.precision}: {p.reason}")
+        elif p.exceeds_tdp:
+            notes.append(f"note: {p.chip} at batch {p.batch} {p.precision} averages {p.avg_power_w:.3g} W > "
+                         f"its {p.tdp_w:g} W TDP: it would throttle")
+    for line in dict.fromkeys(notes):
+        print(line)
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
+def recommendations(preds: Sequence[Prediction]) -> list[str]:
+    """Best latency (smallest batch), energy per sample and throughput per (model, precision)."""
+    lines = []
+    groups: dict[tuple[str, str], list[Prediction]] = {}
+    for p in preds:
+        if p.supported and p.fits_in_memory:
+            groups.setdefault((p.model, p.precision), []).append(p)
+    for (model, precision), group in groups.items():
+        if len({p.chip for p in group}) < 2:
+            continue
+        small = min(p.batch for p in group)
+        at_small = sorted((p for p in group if p.batch == small), key=lambda p: (p.latency_s, p.chip))
+        by_energy = sorted(group, key=lambda p: (p.energy_per_sample_j, p.chip))
+        by_tput = sorted(group, key=lambda p: (-p.throughput_per_s, p.chip))
+        best, second = at_small[0], at_small[1] if len(at_small) > 1 else None
+        lines.append(f"{model} @ {precision}:")
+        lines.append(f"  best latency (batch {small}): {best.chip} {best.latency_s * 1e3:.4g} ms"
+                     + (f", {_ratio(second.latency_s, best.latency_s)} faster than {second.chip}" if second else ""))
+        e = by_energy[0]
+        lines.append(f"  best energy: {e.chip} at batch {e.batch}, {e.energy_per_sample_j * 1e3:.4g} mJ per sample"
+                     + (f", {_ratio(by_energy[1].energy_per_sample_j, e.energy_per_sample_j)} less than "
+                        f"{by_energy[1].chip} (batch {by_energy[1].batch})" if len(by_energy) > 1 else ""))
+        t = by_tput[0]
+        lines.append(f"  best throughput: {t.chip} at batch {t.batch}, {t.throughput_per_s:,.0f}/s"
+                     + (f", {_ratio(t.throughput_per_s, by_tput[1].throughput_per_s)} {by_tput[1].chip} "
+                        f"(batch {by_tput[1].batch})" if len(by_tput) > 1 else ""))
+    return lines
+
+
+def _layer_table(p: Prediction) -> None:
+    import pandas as pd
+
+    rows = [{"#": e.index, "name": e.name[:28], "class": e.op_class, "engine": e.engine,
+             "units": f"{e.units_allocated}/{e.units_total}", "waves": e.waves,
+             "util": f"{e.utilization:.0%}", "fill": f"{e.lane_fill:.0%}",
+             "lat_us": f"{e.latency_s * 1e6:.3g}", "comp_us": f"{e.compute_time_s * 1e6:.3g}",
+             "mem_us": f"{e.memory_time_s * 1e6:.3g}", "bound": e.bottleneck,
+             "TFLOP/s": f"{e.attained_flop_per_s / 1e12:.3g}", "energy_uJ": f"{e.energy_j * 1e6:.3g}"}
+            for e in p.subgraphs]
+    print(f"\n{p.model} on {p.chip}, batch {p.batch}, {p.precision}: per subgraph")
+    print_table(pd.DataFrame(rows))
+    print("slowest subgraphs, why:")
+    for e in sorted(p.subgraphs, key=lambda e: (-e.latency_s, e.index))[:5]:
+        print(f"  {e.explanation}")
+
+
+def _explain(p: Prediction, found: Sequence[Opportunity]) -> None:
+    print(f"\n{p.model} on {p.chip}, batch {p.batch}, {p.precision}")
+    total = p.energy_j
+    print(f"  energy {total * 1e3:.4g} mJ: compute {p.compute_energy_j / total:.0%}, memory "
+          f"{p.memory_energy_j / total:.0%}, static {p.static_energy_j / total:.0%}; idle units waste "
+          f"{p.wasted_energy_j * 1e3:.4g} mJ ({p.wasted_energy_j / total:.0%})")
+    print("  top energy: " + "; ".join(f"{e.name} {e.energy_j * 1e3:.3g} mJ" for e in top_consumers(p)))
+    mem = p.memory
+    at = next((m.name for m in mem.timeline if m.index == mem.peak_index), "start")
+    print(f"  memory: peak {mem.peak_bytes / MB:.4g} MB at {at} = weights {mem.weight_bytes / MB:.4g} MB + "
+          f"activations {mem.peak_activation_bytes / MB:.4g} MB (no workspace: implicit-GEMM lowering); "
+          f"weights {'stay on chip' if p.weights_on_chip else 'stream from DRAM'}")
+    print("  memory timeline (MB after each subgraph): "
+          + " ".join(f"{m.live_bytes / MB:.3g}" for m in mem.timeline))
+    print(f"  latency: {p.latency_s * 1e3:.4g} ms with stage concurrency, {p.serial_latency_s * 1e3:.4g} ms "
+          f"serial, {p.critical_path_latency_s * 1e3:.4g} ms critical path")
+    for o in found:
+        print(f"  opportunity ({o.kind}): {o.summary}")
+
+
+def roofline_plot(preds: Sequence[Prediction], path: str) -> None:
+    """One log-log roofline per prediction: min(peak, AI × bandwidth), subgraphs by bottleneck."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [p for p in preds if p.supported]
+    if not shown:
+        raise UsageError("nothing to plot: no supported (chip, precision) pair")
+    cols = math.ceil(math.sqrt(len(shown)))
+    rows = math.ceil(len(shown) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    colors = {"compute": "tab:blue", "memory": "tab:red", "overhead": "tab:gray"}
+    for ax, p in zip(axes.flat, shown, strict=False):
+        bw = p.bandwidth_bytes_per_s
+        finite = [e.arithmetic_intensity for e in p.subgraphs if math.isfinite(e.arithmetic_intensity) and e.flop]
+        hi = max(finite + [p.peak_flop_per_s / bw]) * 4
+        lo = min(finite + [0.1]) / 2
+        xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+        ax.plot(xs, [min(p.peak_flop_per_s, x * bw) for x in xs], color="black", lw=1.2, label="roofline (spec)")
+        for kind, color in colors.items():
+            for on_chip in (False, True):
+                pts = [(min(e.arithmetic_intensity, hi), e.attained_flop_per_s) for e in p.subgraphs
+                       if e.bottleneck == kind and e.flop > 0 and math.isinf(e.arithmetic_intensity) == on_chip]
+                if pts:
+                    ax.scatter(*zip(*pts, strict=True), s=14, color=color, alpha=0.8, marker=">" if on_chip else "o",
+                               label=f"{kind} (no DRAM traffic, at right edge)" if on_chip else kind)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"{p.chip} ({p.precision}, b{p.batch})", fontsize=9)
+        ax.set_xlabel("FLOP per DRAM byte", fontsize=8)
+        ax.set_ylabel("FLOP/s", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6, loc="lower right")
+    for ax in list(axes.flat)[len(shown):]:
+        ax.axis("off")
+    fig.suptitle(f"{', '.join(sorted({p.model for p in shown}))}: subgraphs on each chip's roofline")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+# --- main --------------------------------------------------------------------------------------
+
+
+def predict_all(models: Sequence[str], chips: Sequence[Chip], batches: Sequence[int],
+                precisions: Sequence[str], calibration: CalibrationParams | None,
+                workload: Callable[[str, int], object]) -> list[tuple[Chip, Prediction]]:
+    """Every (model, batch, chip, precision) prediction with its chip; each model characterized
+    once per batch, not once per chip."""
+    out = []
+    for model in models:
+        for batch in batches:
+            w = workload(model, batch)
+            for chip in chips:
+                for precision in precisions:
+                    out.append((chip, predict(w, chip, precision, calibration=calibration)))
+    return out
+
+
+def _body(args: argparse.Namespace) -> int:
+    chips = _chips(args.hardware)
+    calibration = _calibration(args.calibration)
+    if calibration is not None and not any(calibration.applies_to(c.name, c.active_mode) for c in chips):
+        sys.stderr.write(f"warning: calibration is for {calibration.chip}, which is not among the chips "
+                         "predicted; every chip keeps its family defaults\n")
+    source = WorkloadSource(use_cache=not args.no_cache)
+    try:
+        pairs = predict_all(args.model, chips, args.batch, args.precision, calibration, source.get)
+    except CalibrationError as exc:
+        raise UsageError(str(exc)) from None
+    preds = [p for _, p in pairs]
+
+    found: dict[int, tuple[Opportunity, ...]] = {}
+    if args.explain:
+        for i, (chip, p) in enumerate(pairs):
+            params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
+            found[i] = opportunities(p, source.get(p.model, p.batch), chip, params,
+                                     workload_at=lambda b, m=p.model: source.get(m, b),
+                                     target_utilization=args.target_utilization)
+
+    if args.by_layer:
+        records = [layer_record(p, e) for p in preds for e in p.subgraphs]
+    else:
+        records = [{**p.record(), **opportunity_fields(found.get(i, ()))} for i, p in enumerate(preds)]
+    if args.csv:
+        import pandas as pd
+
+        pd.DataFrame(records).to_csv(args.csv, index=False)
+        sys.stderr.write(f"wrote {args.csv}\n")
+    if args.plot:
+        roofline_plot(preds, args.plot)
+    if args.json:
+        print_json(records)
+        return 0
+    _summary_table(preds)
+    lines = recommendations(preds)
+    if lines:
+        print("\nrecommendations:")
+        print("\n".join(lines))
+    if args.by_layer:
+        for p in preds:
+            if p.supported:
+                _layer_table(p)
+    for i, p in enumerate(preds):
+        if i in found:
+            _explain(p, found[i])
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    return run(_body, build_parser(prog), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

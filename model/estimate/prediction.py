@@ -1,0 +1,198 @@
+"""A whole-model prediction for one (model, chip, batch, precision): the `Prediction` record.
+
+    latency            concurrency-aware stage schedule (schedule.py)
+    throughput_per_s   batch / latency
+    energy_j           Σ subgraph compute + memory energy + P_static × latency (one batch)
+    compute_utilization  Σ utilization_i × busy_i / latency   (time-averaged fraction of units with work)
+    compute_efficiency   attained FLOP/s ÷ chip peak at the precision   (not the same thing)
+    bandwidth_utilization  DRAM bytes / latency ÷ spec bandwidth
+    arithmetic_intensity   FLOP ÷ DRAM bytes on this chip (operational intensity, Williams et al. 2009)
+    wasted_energy_j      P_static × latency × (1 − compute_utilization)   (static power of idle units)
+    units_allocated      busy-time-weighted mean of the units each subgraph keeps busy
+    bottleneck           the label (compute/memory/overhead) carrying the most subgraph latency
+
+Steady-state inference: when all weights plus the largest subgraph's activations fit in on-chip
+memory, weights are not re-read from DRAM (`weights_on_chip`). A precision no engine of the chip
+runs gives status "unsupported" with the reason and NaN numbers, never a silent figure. Pure and
+deterministic: same inputs, same record.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+
+from chipcal.model.chip import Chip
+from chipcal.model.estimate.memory import MemoryProfile, memory_profile
+from chipcal.model.estimate.roofline import SubgraphEstimate, chip_context, estimate_subgraph
+from chipcal.model.estimate.schedule import StageEstimate, schedule
+from chipcal.model.mapping import onchip_capacity
+from chipcal.model.mapping.base import UnsupportedPrecision
+from chipcal.model.mapping.params import CalibrationParams, FamilyParams, params_for
+from chipcal.model.precision import BYTES_PER_ELEMENT
+
+NAN = float("nan")
+STATUS_OK = "ok"
+STATUS_UNSUPPORTED = "unsupported"
+
+# torch dtype names (as the workload records them) -> bytes per element
+TRACE_DTYPE_BYTES = {"float64": 8.0, "float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "int8": 1.0, "uint8": 1.0}
+
+
+def chip_label(chip: Chip) -> str:
+    """Registry name, with @MODE when the chip is in a power mode."""
+    return f"{chip.name}@{chip.active_mode}" if chip.active_mode else chip.name
+
+
+@dataclass(frozen=True)
+class Prediction:
+    model: str
+    chip: str
+    kind: str
+    batch: int
+    precision: str
+    status: str
+    reason: str = ""
+    latency_s: float = NAN
+    serial_latency_s: float = NAN
+    critical_path_latency_s: float = NAN
+    throughput_per_s: float = NAN
+    energy_j: float = NAN
+    energy_per_sample_j: float = NAN
+    avg_power_w: float = NAN
+    tdp_w: float = NAN
+    peak_memory_bytes: float = NAN
+    weight_bytes: float = NAN
+    peak_activation_bytes: float = NAN
+    memory_capacity_bytes: float = NAN
+    flop: float = NAN
+    dram_bytes: float = NAN
+    attained_flop_per_s: float = NAN
+    peak_flop_per_s: float = NAN
+    bandwidth_bytes_per_s: float = NAN
+    compute_utilization: float = NAN
+    compute_efficiency: float = NAN
+    bandwidth_utilization: float = NAN
+    arithmetic_intensity: float = NAN
+    units_allocated: int = 0
+    units_total: int = 0
+    unit_name: str = ""
+    bottleneck: str = ""
+    compute_energy_j: float = NAN
+    memory_energy_j: float = NAN
+    static_energy_j: float = NAN
+    wasted_energy_j: float = NAN
+    weights_on_chip: bool = False
+    params_source: str = ""
+    subgraphs: tuple[SubgraphEstimate, ...] = field(default=(), repr=False)
+    stages: tuple[StageEstimate, ...] = field(default=(), repr=False)
+    memory: MemoryProfile | None = field(default=None, repr=False)
+
+    @property
+    def supported(self) -> bool:
+        return self.status == STATUS_OK
+
+    @property
+    def fits_in_memory(self) -> bool:
+        return self.supported and self.peak_memory_bytes <= self.memory_capacity_bytes
+
+    @property
+    def exceeds_tdp(self) -> bool:
+        return self.supported and self.avg_power_w > self.tdp_w
+
+    def record(self) -> dict:
+        """Flat record (no per-subgraph detail) for tables, JSON and CSV."""
+        skip = {"subgraphs", "stages", "memory"}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        out["fits_in_memory"] = self.fits_in_memory if self.supported else None
+        out["exceeds_tdp"] = self.exceeds_tdp if self.supported else None
+        return out
+
+
+def trace_bytes_per_element(workload) -> float:
+    try:
+        return TRACE_DTYPE_BYTES[workload.dtype]
+    except KeyError:
+        raise ValueError(f"workload traced in {workload.dtype!r}; known: {', '.join(TRACE_DTYPE_BYTES)}") from None
+
+
+def unsupported(workload, chip: Chip, precision: str, reason: str) -> Prediction:
+    return Prediction(model=workload.model, chip=chip_label(chip), kind=chip.kind, batch=workload.batch,
+                      precision=precision, status=STATUS_UNSUPPORTED, reason=reason, tdp_w=chip.tdp_w,
+                      memory_capacity_bytes=chip.memory.capacity_bytes)
+
+
+def weights_stay_on_chip(workload, chip: Chip, bytes_scale: float) -> bool:
+    """Steady-state inference: the weights stay in on-chip memory between runs when all of them
+    plus the largest subgraph's activations (input + output) fit in it."""
+    weights = sum(s.weight_bytes for s in workload.subgraphs) * bytes_scale
+    working = max((s.input_bytes + s.output_bytes for s in workload.subgraphs), default=0) * bytes_scale
+    return weights + working <= onchip_capacity(chip)
+
+
+def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
+    share: dict[str, float] = {}
+    for e in estimates:
+        if e.bottleneck != "none":
+            share[e.bottleneck] = share.get(e.bottleneck, 0.0) + e.latency_s
+    return max(share, key=share.get) if share else "none"
+
+
+def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = None,
+            calibration: CalibrationParams | None = None) -> Prediction:
+    """Predict `workload` (a characterized Workload) on `chip` at `precision`.
+
+    `params` overrides everything; otherwise the calibration applies if it was fitted on this chip,
+    else the family defaults (mapping.params.params_for).
+    """
+    if params is None:
+        params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
+    if not chip.supports(precision):
+        return unsupported(workload, chip, precision,
+                           f"{chip_label(chip)} has no engine for {precision}; it runs {', '.join(chip.precisions)}")
+    trace_bpe = trace_bytes_per_element(workload)
+    scale = BYTES_PER_ELEMENT[precision] / trace_bpe
+    ctx = chip_context(chip, precision)
+    resident = weights_stay_on_chip(workload, chip, scale)
+    try:
+        estimates = tuple(estimate_subgraph(sg, chip, precision, params, trace_bpe, resident, ctx)
+                          for sg in workload.subgraphs)
+    except UnsupportedPrecision as exc:
+        return unsupported(workload, chip, precision, str(exc))
+    sched = schedule(estimates, workload.stages, workload.critical_path)
+    latency = sched.latency_s
+    mem = memory_profile(workload, scale)
+
+    flop = float(sum(e.flop for e in estimates))
+    dram = sum(e.dram_bytes for e in estimates)
+    busy = sum(e.busy_s for e in estimates)
+    unit_time = sum(e.utilization * e.busy_s for e in estimates)
+    utilization = min(1.0, unit_time / latency) if latency > 0 else 0.0
+    units = round(sum(e.units_allocated * e.busy_s for e in estimates) / busy) if busy > 0 else 0
+    compute_j = sum(e.compute_energy_j for e in estimates)
+    memory_j = sum(e.memory_energy_j for e in estimates)
+    static_j = ctx.static_w * latency
+    energy = compute_j + memory_j + static_j
+    attained = flop / latency if latency > 0 else 0.0
+    return Prediction(
+        model=workload.model, chip=chip_label(chip), kind=chip.kind, batch=workload.batch,
+        precision=precision, status=STATUS_OK, latency_s=latency,
+        serial_latency_s=sched.serial_latency_s, critical_path_latency_s=sched.critical_path_latency_s,
+        throughput_per_s=workload.batch / latency if latency > 0 else math.inf,
+        energy_j=energy, energy_per_sample_j=energy / workload.batch,
+        avg_power_w=energy / latency if latency > 0 else NAN, tdp_w=chip.tdp_w,
+        peak_memory_bytes=mem.peak_bytes, weight_bytes=mem.weight_bytes,
+        peak_activation_bytes=mem.peak_activation_bytes, memory_capacity_bytes=chip.memory.capacity_bytes,
+        flop=flop, dram_bytes=dram, attained_flop_per_s=attained, peak_flop_per_s=ctx.peak_flop_per_s,
+        bandwidth_bytes_per_s=ctx.bandwidth_bytes_per_s,
+        compute_utilization=utilization,
+        compute_efficiency=attained / ctx.peak_flop_per_s if ctx.peak_flop_per_s else NAN,
+        bandwidth_utilization=dram / latency / ctx.bandwidth_bytes_per_s if latency > 0 else 0.0,
+        arithmetic_intensity=flop / dram if dram > 0 else math.inf,
+        units_allocated=units, units_total=estimates[0].units_total if estimates else 0,
+        unit_name=estimates[0].unit_name if estimates else "",
+        bottleneck=_bottleneck(estimates), compute_energy_j=compute_j, memory_energy_j=memory_j,
+        static_energy_j=static_j, wasted_energy_j=ctx.static_w * latency * (1.0 - utilization),
+        weights_on_chip=resident, params_source=params.source, subgraphs=estimates, stages=sched.stages, memory=mem,
+    )

@@ -1,0 +1,203 @@
+"""Per-subgraph roofline: latency, bottleneck, attained FLOP/s, energy — a pure function.
+
+    compute_time = FLOP / (peak_engine × utilization × lane_fill × efficiency[op_class] × size)
+    size         = W / (W + h) for MAC work (pipeline ramp of GEMM-like kernels), 1 for non-MAC work,
+                   W = FLOP / lane_fill: the work the busy lanes execute, padding included
+    memory_time  = DRAM bytes / (spec bandwidth × bandwidth_efficiency)
+    latency      = max(compute_time, memory_time) + overhead_s[op_class]
+    bottleneck   = overhead if overhead ≥ max(compute, memory), else the larger of the two
+
+(h = half_efficiency_flop; utilization, lane fill, engine and DRAM bytes come from the mapper;
+efficiency, overhead, h and bandwidth_efficiency from `FamilyParams`.) With W counted as executed
+work, compute_time = (FLOP/lane_fill + h) / (peak × utilization × efficiency): the ramp costs h FLOP
+of the busy units' time whatever the padding. The size curve is applied to MAC work only: for an
+elementwise kernel on a slow vector path h / rate would dwarf its real cost — that fixed cost is
+overhead_s's job. A subgraph
+that moves no bytes and does no arithmetic (a view) launches no kernel and costs nothing.
+
+    energy = MACs × E_MAC(node, engine circuit, precision)                        (compute)
+           + non-MAC FLOP × E_MAC(node, vector circuit, precision) / 2
+           + DRAM bytes × E_DRAM(memory type) + on-chip bytes × E_SRAM(node, level) (memory)
+           + P_static × latency                                                    (static)
+    wasted = P_static × (overhead + (latency − overhead) × (1 − utilization))      (idle units)
+
+`estimate_subgraph` is what calibration fits against: change `params`, call it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chipcal.model import tdp, technology
+from chipcal.model.chip import Chip
+from chipcal.model.mapping import map_subgraph
+from chipcal.model.mapping.base import Allocation, is_mac_work, vector_engine
+from chipcal.model.mapping.params import FamilyParams
+from chipcal.model.precision import BYTES_PER_ELEMENT, FLOP_PER_MAC
+
+# On-chip level whose access energy on-chip traffic is charged at: the last-level SRAM a subgraph's
+# operands pass through (a CPU's multi-MB L3; a GPU's L2; a TPU's/KPU's MB-class SRAM).
+ONCHIP_LEVEL = {"cpu": "l3", "gpu": "l2", "tpu": "l2", "kpu": "l2"}
+
+
+@dataclass(frozen=True)
+class ChipContext:
+    """Per (chip, precision) constants every subgraph estimate needs, computed once."""
+
+    chip: Chip
+    precision: str
+    peak_flop_per_s: float
+    bandwidth_bytes_per_s: float
+    static_w: float
+    dram_j_per_byte: float
+    onchip_j_per_byte: float
+    vector_j_per_flop: float | None
+
+
+def chip_context(chip: Chip, precision: str) -> ChipContext:
+    vec = vector_engine(chip, precision)
+    vec_j = (technology.energy_per_mac_j(chip.process_nm, vec[0].circuit, vec[1]) / FLOP_PER_MAC
+             if vec is not None else None)
+    return ChipContext(
+        chip=chip, precision=precision,
+        peak_flop_per_s=chip.peak_flop_per_s(precision) or 0.0,
+        bandwidth_bytes_per_s=chip.memory.bandwidth_bytes_per_s,
+        static_w=tdp.static_power_w(chip),
+        dram_j_per_byte=technology.dram_energy_per_byte_j(chip.memory.type),
+        onchip_j_per_byte=technology.sram_energy_per_byte_j(chip.process_nm, ONCHIP_LEVEL[chip.kind]),
+        vector_j_per_flop=vec_j,
+    )
+
+
+@dataclass(frozen=True)
+class SubgraphEstimate:
+    """One fused subgraph on one chip: timing, roofline position, energy, and why."""
+
+    index: int
+    name: str
+    pattern: str
+    op_class: str
+    stage: int
+    macs: int
+    flop: int
+    engine: str
+    compute_precision: str
+    unit_name: str
+    units_allocated: int
+    units_total: int
+    waves: int
+    utilization: float          # time-averaged fraction of units with work
+    lane_fill: float            # fraction of a busy unit's lanes holding real data
+    occupancy: float | None     # GPU only
+    class_efficiency: float     # efficiency[op_class] (× W/(W+h) for MAC work)
+    compute_time_s: float
+    memory_time_s: float
+    overhead_s: float
+    latency_s: float
+    bottleneck: str             # compute | memory | overhead | none (no kernel)
+    dram_bytes: float
+    onchip_bytes: float
+    activations_on_chip: bool
+    attained_flop_per_s: float
+    compute_efficiency: float   # attained ÷ chip peak at the run precision
+    bandwidth_utilization: float  # DRAM bytes / latency ÷ spec bandwidth
+    arithmetic_intensity: float   # FLOP per DRAM byte (inf when no DRAM traffic)
+    compute_energy_j: float
+    dram_energy_j: float
+    onchip_energy_j: float
+    static_energy_j: float
+    wasted_energy_j: float
+    mapping: str
+    explanation: str
+
+    @property
+    def busy_s(self) -> float:
+        """Time the kernel executes (latency without the fixed overhead)."""
+        return self.latency_s - self.overhead_s
+
+    @property
+    def memory_energy_j(self) -> float:
+        return self.dram_energy_j + self.onchip_energy_j
+
+    @property
+    def energy_j(self) -> float:
+        return self.compute_energy_j + self.memory_energy_j + self.static_energy_j
+
+
+def _us(t: float) -> str:
+    return f"{t * 1e6:.2f} us"
+
+
+def _explain(sg, alloc: Allocation, compute: float, memory: float, overhead: float,
+             bottleneck: str, attained: float, eff: float) -> str:
+    if bottleneck == "none":
+        return f"{sg.name}: no data movement and no arithmetic (a view): no kernel"
+    why = {
+        "compute": f"compute-bound: {_us(compute)} compute vs {_us(memory)} memory",
+        "memory": f"memory-bound: {_us(memory)} memory vs {_us(compute)} compute",
+        "overhead": f"overhead-bound: {_us(overhead)} fixed cost vs {_us(max(compute, memory))} work",
+    }[bottleneck]
+    return (f"{sg.name} ({sg.op_class}): {alloc.detail}; utilization {alloc.utilization:.0%}, "
+            f"lane fill {alloc.lane_fill:.0%}, class efficiency {eff:.0%}; {why}"
+            f" (+{_us(overhead)} overhead); attains {attained / 1e12:.3g} TFLOP/s")
+
+
+def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams,
+                      trace_bytes_per_element: float = 4.0, weights_on_chip: bool = False,
+                      context: ChipContext | None = None) -> SubgraphEstimate:
+    """Roofline estimate of one fused subgraph (module docstring has the formulas).
+
+    `trace_bytes_per_element` is the element size the workload was traced in (fp32: 4); byte
+    counts are rescaled by BYTES_PER_ELEMENT[precision] / trace_bytes_per_element.
+    `weights_on_chip`: the model's weights stay on chip between inferences (no DRAM weight reads).
+    Raises mapping.UnsupportedPrecision if no engine of `chip` runs `precision`.
+    """
+    ctx = context if context is not None else chip_context(chip, precision)
+    scale = BYTES_PER_ELEMENT[precision] / trace_bytes_per_element
+    alloc = map_subgraph(subgraph, chip, precision, scale, weights_on_chip)
+    flop = float(subgraph.flop)
+    eff = params.efficiency[subgraph.op_class]
+    if is_mac_work(subgraph) and alloc.lane_fill > 0:
+        eff *= params.size_factor(flop / alloc.lane_fill)
+    available = alloc.available_flop_per_s * eff
+    compute = flop / available if flop > 0 else 0.0
+    memory = alloc.dram_bytes / (ctx.bandwidth_bytes_per_s * params.bandwidth_efficiency)
+    kernel = flop > 0 or alloc.onchip_bytes > 0
+    overhead = params.overhead_s[subgraph.op_class] if kernel else 0.0
+    work = max(compute, memory)
+    latency = work + overhead
+    if not kernel:
+        bottleneck = "none"
+    elif overhead >= work:
+        bottleneck = "overhead"
+    else:
+        bottleneck = "compute" if compute >= memory else "memory"
+    attained = flop / latency if latency > 0 else 0.0
+
+    macs = float(subgraph.macs)
+    mac_j = technology.energy_per_mac_j(chip.process_nm, alloc.circuit, alloc.compute_precision)
+    other_flop = max(0.0, flop - FLOP_PER_MAC * macs)
+    vec_j = ctx.vector_j_per_flop if ctx.vector_j_per_flop is not None else mac_j / FLOP_PER_MAC
+    compute_j = macs * mac_j + other_flop * vec_j
+    dram_j = alloc.dram_bytes * ctx.dram_j_per_byte
+    onchip_j = alloc.onchip_bytes * ctx.onchip_j_per_byte
+    static_j = ctx.static_w * latency
+    wasted_j = ctx.static_w * (overhead + work * (1.0 - alloc.utilization))
+
+    return SubgraphEstimate(
+        index=subgraph.index, name=subgraph.name, pattern=subgraph.pattern, op_class=subgraph.op_class,
+        stage=subgraph.stage, macs=subgraph.macs, flop=subgraph.flop, engine=alloc.engine,
+        compute_precision=alloc.compute_precision, unit_name=alloc.unit_name,
+        units_allocated=alloc.units_allocated, units_total=alloc.units_total, waves=alloc.waves,
+        utilization=alloc.utilization, lane_fill=alloc.lane_fill, occupancy=alloc.occupancy,
+        class_efficiency=eff, compute_time_s=compute, memory_time_s=memory, overhead_s=overhead,
+        latency_s=latency, bottleneck=bottleneck, dram_bytes=alloc.dram_bytes,
+        onchip_bytes=alloc.onchip_bytes, activations_on_chip=alloc.activations_on_chip,
+        attained_flop_per_s=attained,
+        compute_efficiency=attained / ctx.peak_flop_per_s if ctx.peak_flop_per_s else 0.0,
+        bandwidth_utilization=(alloc.dram_bytes / latency / ctx.bandwidth_bytes_per_s) if latency > 0 else 0.0,
+        arithmetic_intensity=flop / alloc.dram_bytes if alloc.dram_bytes > 0 else float("inf"),
+        compute_energy_j=compute_j, dram_energy_j=dram_j, onchip_energy_j=onchip_j,
+        static_energy_j=static_j, wasted_energy_j=wasted_j, mapping=alloc.detail,
+        explanation=_explain(subgraph, alloc, compute, memory, overhead, bottleneck, attained, eff),
+    )

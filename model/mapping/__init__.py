@@ -1,0 +1,41 @@
+"""Hardware mappers: a fused subgraph + a `Chip` → an `Allocation` (units, waves, fill, traffic).
+
+One mapper per architecture family (cpu, gpu, tpu, kpu); `map_subgraph` dispatches on
+`chip.kind`. Parameters geometry cannot supply live in `params` (calibration replaces them).
+"""
+
+from __future__ import annotations
+
+from chipcal.model.chip import Chip
+from chipcal.model.mapping import cpu, gpu, kpu, tpu
+from chipcal.model.mapping.base import MAC_CLASSES, Allocation, UnsupportedPrecision
+from chipcal.model.mapping.params import (
+    CalibrationError,
+    CalibrationParams,
+    FamilyParams,
+    default_params,
+    load_calibration,
+    params_for,
+)
+
+MAPPERS = {"cpu": cpu, "gpu": gpu, "tpu": tpu, "kpu": kpu}
+
+
+def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
+                 weights_on_chip: bool = False) -> Allocation:
+    """Allocate `subgraph` on `chip` at `precision`; `bytes_scale` rescales the traced byte counts
+    (BYTES_PER_ELEMENT[precision] / bytes per element of the traced dtype); `weights_on_chip`
+    says the model's weights stay in on-chip memory between inferences (no DRAM weight reads)."""
+    return MAPPERS[chip.kind].map_subgraph(subgraph, chip, precision, bytes_scale, weights_on_chip)
+
+
+def onchip_capacity(chip: Chip) -> float:
+    """Bytes of on-chip memory that can hold tensors between kernels (L2, L3+L2s, SRAM, scratchpads)."""
+    return MAPPERS[chip.kind].onchip_capacity(chip)
+
+
+__all__ = [
+    "MAC_CLASSES", "MAPPERS", "Allocation", "CalibrationError", "CalibrationParams", "FamilyParams",
+    "UnsupportedPrecision", "default_params", "load_calibration", "map_subgraph", "onchip_capacity",
+    "params_for",
+]

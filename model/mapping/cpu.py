@@ -1,0 +1,119 @@
+"""CPU mapper: work split over cores, SIMD lane fill, matrix engines (AMX), cache fit.
+
+* SIMD GEMM (conv as implicit GEMM, linear, matmul, attention): BLAS/oneDNN micro-kernels keep
+  an MR × NR block of C in vector registers, MR = 8 rows × NR = 2 vectors; cores take micro-tiles
+  (items = ceil(M/8) · ceil(N/NR) · count). Vectorized along N: lane fill = N / round_up(N, lanes),
+  lanes = simd_bits / 32 accumulators (64 for fp64; bf16/int8 dot-product instructions accumulate
+  into 32-bit lanes).
+* Matrix engine (an engine with circuit systolic_mac on a CPU, i.e. Intel AMX TMUL): 16 × 16 tiles
+  of 32-bit accumulators, K consumed 64 bytes at a time (Intel Optimization Reference Manual, AMX);
+  fill = M/round_up(M,16) · N/round_up(N,16) · K/round_up(K, 64/b).
+* Everything else (elementwise, norm, pool, copies, depthwise): PyTorch's at::parallel_for does
+  not split below GRAIN_SIZE = 32768 elements per thread (aten/src/ATen/Parallel.h), so
+  cores used = min(cores, ceil(outputs / 32768)); lane fill from the vectorizable dimension.
+  Depthwise conv (oneDNN vectorizes over channels) takes one SIMD vector of outputs per item.
+* Cache fit: activations stay on chip when input + output fit in L3 + the cores' L2s.
+
+Cores are the units; SMT threads share a core's FMA pipes and add none.
+"""
+
+from __future__ import annotations
+
+from chipcal.model.chip import Chip, Engine
+from chipcal.model.mapping.base import (
+    Allocation,
+    best,
+    bytes_per_element,
+    ceil_div,
+    engine_peak_flop_per_s,
+    is_mac_work,
+    mac_engines,
+    round_up,
+    traffic,
+    vector_engine,
+    wave_schedule,
+)
+
+MICRO_ROWS = 8           # MR of the SIMD micro-kernel
+GRAIN_SIZE = 32768       # at::internal::GRAIN_SIZE
+AMX_TILE = 16            # AMX tile rows / 32-bit accumulator columns
+AMX_K_BYTES = 64         # AMX tile row width in bytes
+
+
+def accumulator_lanes(chip: Chip, precision: str) -> int:
+    return max(1, int(chip.microarch["simd_bits"]) // (64 if precision == "fp64" else 32))
+
+
+def storage_lanes(chip: Chip, precision: str) -> int:
+    return max(1, int(int(chip.microarch["simd_bits"]) / (8 * bytes_per_element(precision))))
+
+
+def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, dram: tuple,
+           what: str) -> Allocation:
+    cores = int(chip.microarch["cores"])
+    waves, busy, util = wave_schedule(items, cores, 1)
+    detail = (f"{what} on {engine.name} ({precision}): {items} work items over {cores} cores → "
+              f"{busy} busy, {waves} round(s); lane fill {fill:.0%}")
+    return Allocation(
+        family="cpu", engine=engine.name, circuit=engine.circuit, compute_precision=precision,
+        peak_flop_per_s=engine_peak_flop_per_s(engine, precision), unit_name="core", units_total=cores,
+        units_allocated=busy, waves=waves, utilization=util, lane_fill=fill, occupancy=None,
+        dram_bytes=dram[0], onchip_bytes=dram[1], activations_on_chip=dram[2], detail=detail)
+
+
+def _simd_gemm(subgraph, chip: Chip, engine: Engine, precision: str, dram: tuple) -> Allocation:
+    g = subgraph.gemm
+    lanes = accumulator_lanes(chip, precision)
+    nr = 2 * lanes
+    items = ceil_div(g.m, MICRO_ROWS) * ceil_div(g.n, nr) * g.count
+    fill = g.n / round_up(g.n, lanes)
+    return _alloc(chip, engine, precision, items, fill, dram,
+                  f"SIMD GEMM {MICRO_ROWS}x{nr} micro-tiles, N={g.n} over {lanes} lanes")
+
+
+def _amx_gemm(subgraph, chip: Chip, engine: Engine, precision: str, dram: tuple) -> Allocation:
+    g = subgraph.gemm
+    k_step = max(1, int(AMX_K_BYTES / bytes_per_element(precision)))
+    items = ceil_div(g.m, AMX_TILE) * ceil_div(g.n, AMX_TILE) * g.count
+    fill = (g.m / round_up(g.m, AMX_TILE)) * (g.n / round_up(g.n, AMX_TILE)) * (g.k / round_up(g.k, k_step))
+    return _alloc(chip, engine, precision, items, fill, dram,
+                  f"matrix-engine {AMX_TILE}x{AMX_TILE} tiles, K step {k_step}")
+
+
+def _vector(subgraph, chip: Chip, engine: Engine, precision: str, dram: tuple, grain: int) -> Allocation:
+    lanes = storage_lanes(chip, precision)
+    threads = int(subgraph.threads)
+    items = ceil_div(threads, grain)
+    vd = max(1, int(subgraph.parallelism.vector_dim))
+    fill = vd / round_up(vd, lanes)
+    return _alloc(chip, engine, precision, items, fill, dram,
+                  f"{threads} outputs in chunks of {grain}, vector dim {vd} over {lanes} lanes")
+
+
+def onchip_capacity(chip: Chip) -> float:
+    """L3 + every core's L2 (bytes): what can hold activations/weights between kernels."""
+    ma = chip.microarch
+    return float(ma["l3_bytes"]) + int(ma["cores"]) * float(ma["l2_bytes_per_core"])
+
+
+def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
+                 weights_on_chip: bool = False) -> Allocation:
+    on_chip = onchip_capacity(chip)
+    dram = traffic(subgraph, bytes_scale, on_chip, on_chip, precision, weights_on_chip)
+    if not is_mac_work(subgraph):
+        found = vector_engine(chip, precision) or mac_engines(chip, precision)[0]
+        return _vector(subgraph, chip, found[0], found[1], dram, GRAIN_SIZE)
+    dense = subgraph.gemm is not None and subgraph.op_class != "depthwise"
+    candidates = []
+    for engine, p in mac_engines(chip, precision):
+        if engine.circuit == "systolic_mac":
+            if dense:
+                candidates.append(_amx_gemm(subgraph, chip, engine, p, dram))
+        elif dense:
+            candidates.append(_simd_gemm(subgraph, chip, engine, p, dram))
+        else:
+            candidates.append(_vector(subgraph, chip, engine, p, dram, accumulator_lanes(chip, p)))
+    if not candidates:  # depthwise at a precision only the matrix engine runs
+        engine, p = mac_engines(chip, precision)[0]
+        candidates.append(_vector(subgraph, chip, engine, p, dram, accumulator_lanes(chip, p)))
+    return best(candidates)

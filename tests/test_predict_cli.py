@@ -1,0 +1,149 @@
+"""`chipcal predict`: bad input exits 2 with the valid names, unsupported rows, outputs, real models."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from test_mapping import custom_params, mlp
+
+from chipcal.cli import predict as predict_cli
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(predict_cli.CACHE_ENV, str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def hand_mlp(monkeypatch):
+    """'mlp1024' resolves to the hand-built seed MLP at any batch (no torch characterization)."""
+    original = predict_cli.WorkloadSource.get
+
+    def get(self, model, batch):
+        return mlp(batch) if model == "mlp1024" else original(self, model, batch)
+
+    monkeypatch.setattr(predict_cli.WorkloadSource, "get", get)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--model", "mlp1024", "--hardware", "h100-sxm6"], "valid: a100-pcie-80gb"),
+    (["--model", "mlp1024", "--hardware", "h100-sxm5", "--precision", "fp12"], "valid: fp64"),
+    (["--model", "mlp1024", "--hardware", "h100-sxm5", "--batch", "0"], "must be a positive integer"),
+    (["--model", "mlp1024", "--hardware", "h100-sxm5", "--batch", "8,-1"], "must be a positive integer"),
+    (["--model", "mlp1024", "--hardware", "all,h100-sxm5"], "'all' cannot be combined"),
+    (["--model", "mlp1024", "--hardware", "jetson-agx-orin-64gb@20W"], "valid: 15W, 30W, 50W, MAXN"),
+    (["--model", "mlp1024", "--hardware", "h100-sxm5", "--calibration", "/nonexistent"], "no calibration.json"),
+    (["--hardware", "h100-sxm5"], "--model"),
+])
+def test_usage_errors_exit_2_with_one_line(cli, hand_mlp, argv, says):
+    rc, out, err = cli(predict_main, argv)
+    assert rc == 2
+    assert says in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def predict_main(argv):
+    return predict_cli.main(argv, prog="chipcal predict")
+
+
+def test_unknown_model_names_the_valid_ones(cli):
+    rc, _, err = cli(predict_main, ["--model", "resnet51", "--hardware", "h100-sxm5"])
+    assert rc == 2
+    assert "unknown model 'resnet51'" in err and "resnet50" in err and "valid:" in err
+
+
+def test_fp8_on_v100_is_an_unsupported_row(cli, hand_mlp):
+    rc, out, _ = cli(predict_main, ["--model", "mlp1024", "--hardware", "v100-sxm2", "--precision", "fp8,fp16",
+                                    "--batch", "16", "--json"])
+    assert rc == 0
+    rows = json.loads(out)
+    by_precision = {r["precision"]: r for r in rows}
+    assert by_precision["fp8"]["status"] == "unsupported"
+    assert by_precision["fp8"]["latency_s"] is None and "fp8" in by_precision["fp8"]["reason"]
+    assert by_precision["fp16"]["status"] == "ok" and by_precision["fp16"]["latency_s"] > 0
+    rc, out, _ = cli(predict_main, ["--model", "mlp1024", "--hardware", "v100-sxm2", "--precision", "fp8"])
+    assert rc == 0 and "unsupported" in out and "v100-sxm2 has no engine for fp8" in out
+
+
+REQUIRED = ("latency_s", "throughput_per_s", "energy_j", "avg_power_w", "peak_memory_bytes",
+            "attained_flop_per_s", "compute_utilization", "bandwidth_utilization", "arithmetic_intensity",
+            "units_allocated", "units_total", "bottleneck")
+
+
+def test_json_rows_sweep_batch_and_precision_and_are_deterministic(cli, hand_mlp):
+    argv = ["--model", "mlp1024", "--hardware", "h100-sxm5,kpu-t256,jetson-agx-orin-64gb-cpu",
+            "--batch", "1,16", "--precision", "fp32,int8", "--json"]
+    rc, out, _ = cli(predict_main, argv)
+    assert rc == 0
+    rows = json.loads(out)
+    assert len(rows) == 3 * 2 * 2
+    assert all(k in r for r in rows for k in REQUIRED)
+    assert cli(predict_main, argv)[1] == out
+    h100 = {(r["batch"], r["precision"]): r for r in rows if r["chip"] == "h100-sxm5"}
+    # batch 16 keeps more SMs busy than batch 1
+    assert h100[(16, "int8")]["compute_utilization"] > h100[(1, "int8")]["compute_utilization"]
+    assert h100[(16, "int8")]["throughput_per_s"] == pytest.approx(16 / h100[(16, "int8")]["latency_s"])
+
+
+def test_text_comparison_layers_explain_csv_and_plot(cli, hand_mlp, tmp_path):
+    csv, png = tmp_path / "rows.csv", tmp_path / "roofline.png"
+    rc, out, err = cli(predict_main, ["--model", "mlp1024", "--hardware", "h100-sxm5,tpu-edge-pro,kpu-t256",
+                                      "--precision", "int8", "--batch", "16", "--by-layer", "--explain",
+                                      "--csv", str(csv), "--plot", str(png)])
+    assert rc == 0, err
+    assert "recommendations:" in out and "best latency (batch 16)" in out and "best energy" in out
+    assert "per subgraph" in out and "fc1" in out
+    assert "opportunity (batch)" in out and "opportunity (fusion)" not in out  # no ops in the hand MLP
+    assert "memory timeline" in out
+    assert png.stat().st_size > 10_000
+    header = csv.read_text().splitlines()[0].split(",")
+    assert "explanation" in header and "bottleneck" in header  # --by-layer writes per-subgraph records
+
+
+def test_calibration_flag_applies_to_its_chip(cli, hand_mlp, tmp_path):
+    fitted = custom_params("gpu", efficiency=0.1, overhead_s=1e-3, source="calibration: test")
+    (tmp_path / "calibration.json").write_text(json.dumps(
+        {"parameters": {"chip": "h100-sxm5", "family_params": fitted.to_dict()}}))
+    rc, out, _ = cli(predict_main, ["--model", "mlp1024", "--hardware", "h100-sxm5,a100-sxm4-80gb",
+                                    "--calibration", str(tmp_path), "--json"])
+    rows = {r["chip"]: r for r in json.loads(out)}
+    assert rows["h100-sxm5"]["params_source"] == "calibration: test"
+    assert rows["a100-sxm4-80gb"]["params_source"].startswith("default:")
+
+
+def test_resnet50_over_the_whole_registry(cli):
+    rc, out, err = cli(predict_main, ["--model", "resnet50", "--hardware", "all", "--json"])
+    assert rc == 0, err
+    rows = {r["chip"]: r for r in json.loads(out)}
+    from test_mapping import REGISTRY
+
+    assert set(rows) == set(REGISTRY.names)
+    assert rows["tpu-v4"]["status"] == "unsupported"      # bf16/int8 MXUs only
+    ok = [r for r in rows.values() if r["status"] == "ok"]
+    assert all(r["latency_s"] > 0 and math.isfinite(r["energy_j"]) for r in ok)
+    # resnet50: 4.1 GMAC = 8.2 GFLOP at batch 1 (torchvision's "4.09 GFLOPS" are MACs)
+    assert rows["h100-sxm5"]["flop"] == pytest.approx(8.2e9, rel=0.02)
+    assert rows["h100-sxm5"]["latency_s"] < rows["jetson-agx-orin-64gb-cpu"]["latency_s"]
+
+
+@pytest.mark.slow
+def test_resnet50_on_h100_utilization_grows_with_batch(cli):
+    rc, out, err = cli(predict_main, ["--model", "resnet50", "--hardware", "h100-sxm5", "--batch", "1,8,64",
+                                      "--precision", "fp16", "--json"])
+    assert rc == 0, err
+    util = {r["batch"]: r["compute_utilization"] for r in json.loads(out)}
+    assert util[1] < 0.5
+    assert util[1] < util[8] < util[64]
+
+
+def test_local_chip_with_explain_json(cli, hand_mlp):
+    rc, out, err = cli(predict_main, ["--model", "mlp1024", "--hardware", "local,kpu-t64", "--batch", "16",
+                                      "--explain", "--json"])
+    assert rc == 0, err
+    rows = {r["chip"]: r for r in json.loads(out)}
+    assert rows["local-cpu"]["kind"] == "cpu" and rows["local-cpu"]["status"] == "ok"
+    # opportunities flattened into the same flat record
+    assert rows["kpu-t64"]["opportunity_batch_batch"] >= 16
+    assert "opportunity_checkpointing_saved_bytes" in rows["kpu-t64"]
