@@ -152,7 +152,32 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def _chips(names: Sequence[str]) -> list[Chip]:
+def _local_chip(calibration_dir: str | None) -> Chip:
+    """This machine's CPU with its measured DRAM bandwidth and cache knee where known: from the
+    calibration being applied (so its parameters meet the chip they were fitted on), else from
+    the bandwidth probe's cache, else the documented assumptions."""
+    from chipcal.measure.system import local_chip
+    from chipcal.model.local import LOCAL_CHIP_NAME
+
+    if calibration_dir is not None:
+        import json
+        from pathlib import Path
+
+        try:
+            chip = json.loads((Path(calibration_dir) / "calibration.json").read_text()).get("chip", {})
+        except (OSError, ValueError):
+            chip = {}
+        if chip.get("name") == LOCAL_CHIP_NAME and chip.get("memory_bandwidth_bytes_per_s"):
+            return local_chip(chip["memory_bandwidth_bytes_per_s"], chip.get("l3_bytes"),
+                              f"calibration {calibration_dir}")
+    from chipcal.measure.peak import cached_bandwidth, local_overrides
+    from chipcal.measure.system import fingerprint
+
+    measured = cached_bandwidth("cpu", fingerprint())
+    return local_chip(**local_overrides(measured)) if measured is not None else local_chip()
+
+
+def _chips(names: Sequence[str], calibration_dir: str | None = None) -> list[Chip]:
     registry = load_registry_warn()
     chips: list[Chip] = []
     rest = [n for n in names if n != "local"]
@@ -161,9 +186,7 @@ def _chips(names: Sequence[str]) -> list[Chip]:
             raise UsageError("'all' cannot be combined with other hardware names")
         return resolve_chips(None, registry)
     if "local" in names:
-        from chipcal.measure.system import local_chip
-
-        chips.append(local_chip())
+        chips.append(_local_chip(calibration_dir))
     if rest:
         chips += resolve_chips(rest, registry)
     return chips
@@ -374,8 +397,8 @@ def predict_all(models: Sequence[str], chips: Sequence[Chip], batches: Sequence[
 
 
 def _body(args: argparse.Namespace) -> int:
-    chips = _chips(args.hardware)
     calibration = _calibration(args.calibration)
+    chips = _chips(args.hardware, args.calibration)
     if calibration is not None and not any(calibration.applies_to(c.name, c.active_mode) for c in chips):
         sys.stderr.write(f"warning: calibration is for {calibration.chip}, which is not among the chips "
                          "predicted; every chip keeps its family defaults\n")

@@ -1,0 +1,202 @@
+"""`measure_model_efficiency`: model latency, delivered FLOP/s and efficiency vs the peaks, energy.
+
+Per (model, batch, precision): FLOP from chipcal's workload counter (2 per MAC), the latency
+distribution (median, IQR, CI, n), delivered FLOP/s = FLOP / median latency, efficiency against the
+spec peak (registry), the measured GEMM peak (cached, measured on first use) and the physics peak,
+and energy per forward pass and average power where a power source exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import pandas as pd
+
+from chipcal.cli.common import (
+    Parser,
+    UsageError,
+    csv_choices,
+    positive_float,
+    positive_int_list,
+    print_json,
+    print_table,
+    run,
+)
+from chipcal.cli.measure_peak import (
+    EXIT_INTERRUPTED,
+    RowWriter,
+    check_device,
+    check_output_file,
+    device_arg,
+    progress,
+)
+from chipcal.measure.models import MODEL_PRECISIONS
+
+FIELDS = ("model", "batch", "precision", "device", "flop", "latency_s", "latency_iqr_s", "latency_ci_low_s",
+          "latency_ci_high_s", "n", "cv", "unstable", "delivered_flop_per_s", "spec_peak_flop_per_s",
+          "measured_peak_flop_per_s", "physics_peak_flop_per_s", "efficiency_vs_spec", "efficiency_vs_measured",
+          "efficiency_vs_physics", "efficiency", "peak", "energy_j", "energy_per_sample_j", "avg_power_w",
+          "idle_power_w", "power_source", "power_note", "chip", "fingerprint", "torch_version", "threads",
+          "other_cpus", "note")
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    p = Parser(prog=prog or "measure_model_efficiency", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="resnet50",
+                   help="comma-separated torchvision model names (default resnet50)")
+    p.add_argument("--device", type=device_arg, default="cpu", help="cpu (default), cuda or cuda:N")
+    p.add_argument("--batch", type=positive_int_list, default=[1], help="comma-separated batch sizes (default 1)")
+    p.add_argument("--precision", type=csv_choices("precision", MODEL_PRECISIONS), default=["fp32"],
+                   help="fp32 (default), bf16 or fp16; comma-separated for several")
+    p.add_argument("--peak", choices=("spec", "measured"), default="measured",
+                   help="peak for the 'efficiency' column; 'measured' runs the GEMM sweep if not cached")
+    p.add_argument("--max-time", type=positive_float, default=5.0, metavar="S",
+                   help="timing budget per row in seconds (default 5)")
+    p.add_argument("--no-power", action="store_true", help="skip the power measurement")
+    p.add_argument("--json", action="store_true", help="print an array of flat records")
+    p.add_argument("--csv", metavar="FILE", help="write the rows to FILE as each completes")
+    return p
+
+
+def _models(text: str) -> list[str]:
+    """Model names, each checked against the workload counter's list (UsageError otherwise)."""
+    from chipcal.model.workload import UnknownModelError, default_input_size
+
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise UsageError("--model: empty list; give torchvision model names, e.g. resnet50,vit_b_16")
+    for name in names:
+        try:
+            default_input_size(name)
+        except UnknownModelError as exc:
+            raise UsageError(f"--model: {exc.args[0] if exc.args else exc}") from None
+    return names
+
+
+def _ratio(value, reference):
+    return value / reference if value is not None and reference else None
+
+
+def record(m, ref, measured_peak, peak_kind: str, fp, other_cpus: float | None = None) -> dict:
+    """One flat row for a ModelMeasurement."""
+    spec, physics = ref.spec(m.precision), ref.physics(m.precision)
+    lat = m.latency
+    row = dict.fromkeys(FIELDS)
+    row.update(
+        model=m.model, batch=m.batch, precision=m.precision, device=m.device, flop=m.flop,
+        latency_s=lat.median_s, latency_iqr_s=lat.iqr_s, latency_ci_low_s=lat.ci_low_s,
+        latency_ci_high_s=lat.ci_high_s, n=lat.n, cv=lat.cv, unstable=lat.unstable,
+        delivered_flop_per_s=m.delivered_flop_per_s, spec_peak_flop_per_s=spec,
+        measured_peak_flop_per_s=measured_peak, physics_peak_flop_per_s=physics,
+        efficiency_vs_spec=_ratio(m.delivered_flop_per_s, spec),
+        efficiency_vs_measured=_ratio(m.delivered_flop_per_s, measured_peak),
+        efficiency_vs_physics=_ratio(m.delivered_flop_per_s, physics), peak=peak_kind,
+        energy_j=m.energy_j, energy_per_sample_j=m.energy_per_sample_j, avg_power_w=m.avg_power_w,
+        idle_power_w=m.power.idle_w if m.power else None, power_source=m.power_source,
+        power_note=m.power_note, chip=ref.chip, fingerprint=fp.slug, torch_version=fp.torch_version,
+        other_cpus=other_cpus,
+        threads=lat.threads, note="; ".join(lat.warnings + (m.power.warnings if m.power else ())) or None)
+    row["efficiency"] = row["efficiency_vs_spec" if peak_kind == "spec" else "efficiency_vs_measured"]
+    return row
+
+
+def unsupported_record(model: str, batch: int, precision: str, device: str, note: str, ref, fp) -> dict:
+    row = dict.fromkeys(FIELDS)
+    row.update(model=model, batch=batch, precision=precision, device=device, chip=ref.chip,
+               fingerprint=fp.slug, torch_version=fp.torch_version, note=note)
+    return row
+
+
+def _display(rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows)
+    return pd.DataFrame({
+        "model": frame["model"], "batch": frame["batch"], "prec": frame["precision"],
+        "GFLOP": frame["flop"].astype(float) / 1e9, "latency ms": frame["latency_s"].astype(float) * 1e3,
+        "IQR ms": frame["latency_iqr_s"].astype(float) * 1e3, "n": frame["n"],
+        "GFLOP/s": frame["delivered_flop_per_s"].astype(float) / 1e9,
+        "vs spec": frame["efficiency_vs_spec"], "vs measured": frame["efficiency_vs_measured"],
+        "vs physics": frame["efficiency_vs_physics"],
+        "J/pass": frame["energy_j"], "W": frame["avg_power_w"],
+        "flag": ["unstable" if r["unstable"] else ("unsupported" if r["flop"] is None else "") for r in rows],
+    })
+
+
+def _measured_peaks(args, precisions: list[str], fp, bar_desc) -> dict[str, float | None]:
+    """Measured GEMM peak per precision: from the cache, or measured now when --peak measured."""
+    from chipcal.measure.peak import cached_peak_flop_per_s, measure_gemm_peak
+
+    peaks: dict[str, float | None] = {}
+    for precision in precisions:
+        cached = cached_peak_flop_per_s(args.device, precision, fp)
+        if cached is None and args.peak == "measured":
+            bar_desc(f"GEMM peak {precision} (cached afterwards)")
+            cached = measure_gemm_peak(args.device, [precision], fp=fp).peak_flop_per_s(precision)
+        peaks[precision] = cached
+    return peaks
+
+
+def _body(args: argparse.Namespace) -> int:
+    check_device(args.device)
+    check_output_file("--csv", args.csv)
+    models = _models(args.model)
+    from chipcal.measure.models import UnsupportedPrecision, measure_model
+    from chipcal.measure.power import UnavailableSource, open_power_source
+    from chipcal.measure.reference import reference_peaks
+    from chipcal.measure.system import OtherLoad, busy_note, fingerprint
+
+    fp = fingerprint(int(args.device.partition(":")[2] or 0))
+    ref = reference_peaks(fp, args.device)
+    power = UnavailableSource("--no-power given") if args.no_power else open_power_source(args.device)
+    writer = RowWriter(args.csv, FIELDS)
+    jobs = [(m, b, p) for m in models for b in args.batch for p in args.precision]
+    rows: list[dict] = []
+    interrupted = False
+    bar = progress(len(jobs), "measure_model_efficiency")
+    try:
+        measured = _measured_peaks(args, args.precision, fp, bar.set_description)
+        for name, batch, precision in jobs:
+            bar.set_description(f"{name} b{batch} {precision}")
+            try:
+                with OtherLoad() as other:
+                    m = measure_model(name, batch, precision, args.device, power=power, max_time_s=args.max_time)
+                row = record(m, ref, measured[precision], args.peak, fp, other.cpus)
+            except UnsupportedPrecision as exc:
+                row = unsupported_record(name, batch, precision, args.device, str(exc), ref, fp)
+            rows.append(row)
+            writer.write(row)
+            bar.update()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        bar.close()
+
+    if args.json:
+        print_json(rows)
+    elif rows:
+        print_table(_display(rows), {"GFLOP": ".2f", "latency ms": ".2f", "IQR ms": ".2f", "n": ".0f",
+                                     "GFLOP/s": ".1f", "vs spec": ".1%", "vs measured": ".1%",
+                                     "vs physics": ".1%", "J/pass": ".3f", "W": ".1f"})
+        sys.stdout.write(f"chip: {ref.chip}; fingerprint {fp.slug}; torch {fp.torch_version}, "
+                         f"{fp.torch_threads} threads; efficiency column: vs {args.peak} peak\n")
+        sys.stdout.write(f"power: {power.name}" + (f" ({power.reason})" if not power.available else "") + "\n")
+        others = [r["other_cpus"] for r in rows if r["other_cpus"] is not None]
+        for note in (*ref.notes, busy_note(max(others, default=None), fp.logical_cores)):
+            if note:
+                sys.stdout.write(f"note: {note}\n")
+        for r in rows:
+            if r["note"]:
+                sys.stdout.write(f"{r['model']} b{r['batch']} {r['precision']}: {r['note']}\n")
+    if interrupted:
+        sys.stderr.write(f"measure_model_efficiency: interrupted; {len(rows)} row(s) kept\n")
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    return run(_body, build_parser(prog), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

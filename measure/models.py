@@ -1,0 +1,141 @@
+"""Whole-model inference: latency distribution, delivered FLOP/s and energy per forward pass.
+
+FLOP come from chipcal's workload counter (`chipcal.model.workload`, 2 FLOP per MAC), counted
+once per model and batch and independent of precision. Delivered FLOP/s = FLOP / median latency.
+A forward pass runs on a whole batch; `energy_j` is per forward pass and `energy_per_sample_j`
+divides it by the batch.
+
+Precision: the model and its input are cast to fp32/bf16/fp16. fp32 on CUDA runs with TF32 off
+(cuBLAS and cuDNN) so fp32 means fp32; cuDNN autotuning (`cudnn.benchmark`) is on, its search
+absorbed by the warm-up calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from chipcal.measure.power import PowerReading, PowerSource
+from chipcal.measure.timing import Measurement, budget_s, time_callable
+
+MODEL_PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+class UnsupportedPrecision(RuntimeError):
+    """The model cannot run at this precision on this device; the message says why."""
+
+
+@dataclass(frozen=True)
+class ModelMeasurement:
+    model: str
+    batch: int
+    precision: str
+    device: str
+    flop: int                         # per forward pass of the batch, 2 per MAC
+    latency: Measurement              # seconds per forward pass
+    delivered_flop_per_s: float       # flop / latency.median_s
+    power: PowerReading | None
+    power_source: str                 # "nvml", "rapl" or "unavailable"
+    power_note: str                   # why power is unavailable, or the reading's method
+
+    @property
+    def energy_j(self) -> float | None:
+        return None if self.power is None else self.power.energy_per_call_j
+
+    @property
+    def energy_per_sample_j(self) -> float | None:
+        return None if self.power is None else self.power.energy_per_call_j / self.batch
+
+    @property
+    def avg_power_w(self) -> float | None:
+        return None if self.power is None else self.power.avg_power_w
+
+
+def _dtype(precision: str):
+    import torch
+
+    try:
+        return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    except KeyError:
+        raise ValueError(f"unknown model precision {precision!r}; valid: {', '.join(MODEL_PRECISIONS)}") from None
+
+
+@contextlib.contextmanager
+def numerics(precision: str, device: str) -> Iterator[None]:
+    """fp32 without TF32 (matmul and cuDNN); cuDNN autotuning on CUDA. Restored after."""
+    import torch
+
+    prior = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = device.startswith("cuda")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(prior[0])
+        torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = prior[1], prior[2]
+
+
+def measure_module(module, example_input, flop: int, *, name: str, batch: int, precision: str = "fp32",
+                   device: str = "cpu", power: PowerSource | None = None, max_time_s: float = 5.0,
+                   min_samples: int = 10, threads: int | None = None,
+                   clock_probe=None) -> ModelMeasurement:
+    """Time `module(example_input)` at `precision` on `device`; energy when `power` is available.
+
+    The timing budget is `max_time_s`, stretched up to 4× for slow passes so that at least 6
+    samples (the fewest with a 95% CI of the median) fit.
+
+    `flop` is the work of one forward pass (2 per MAC). Raises UnsupportedPrecision when the
+    first forward pass fails at this precision on this device.
+    """
+    import torch
+
+    dtype = _dtype(precision)
+    model = module.to(device=device, dtype=dtype).eval()
+    x = example_input.to(device=device, dtype=dtype)
+
+    def forward():
+        return model(x)
+
+    with numerics(precision, device):
+        try:
+            with torch.inference_mode():
+                forward()
+        except (RuntimeError, NotImplementedError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UnsupportedPrecision(f"unsupported: {name} at {precision} on {device}: {first}") from None
+        budget = budget_s(forward, device, max_time_s, min(min_samples, 6))
+        latency = time_callable(forward, device=device, min_samples=min_samples, max_time_s=budget, warmup=0,
+                                threads=threads, clock_probe=clock_probe)
+        reading = None
+        if power is not None and power.available:
+            def timed_forward():
+                with torch.inference_mode():
+                    forward()
+            reading = power.measure(timed_forward, call_time_s=latency.median_s)
+    if power is None:
+        source, note = "unavailable", "power not requested"
+    elif power.available:
+        source, note = power.name, reading.method
+    else:
+        source, note = "unavailable", power.reason
+    return ModelMeasurement(model=name, batch=batch, precision=precision, device=device, flop=int(flop),
+                            latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,
+                            power_source=source, power_note=note)
+
+
+def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: str = "cpu", *,
+                  power: PowerSource | None = None, max_time_s: float = 5.0, min_samples: int = 10,
+                  threads: int | None = None, clock_probe=None) -> ModelMeasurement:
+    """Build torchvision model `name` (weights=None), count its FLOP, and measure it at `batch`."""
+    import torch
+
+    from chipcal.model.workload import build_model, characterize_model, default_input_size
+
+    workload = characterize_model(name, batch=batch)
+    module = build_model(name)
+    x = torch.randn((batch, *default_input_size(name)), generator=torch.Generator().manual_seed(0))
+    return measure_module(module, x, workload.flop, name=name, batch=batch, precision=precision, device=device,
+                          power=power, max_time_s=max_time_s, min_samples=min_samples, threads=threads,
+                          clock_probe=clock_probe)

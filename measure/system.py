@@ -1,0 +1,501 @@
+"""Environment fingerprint: what a measurement ran on, a stable machine slug, the registry match.
+
+`detect_cpu` and `local_chip` read /proc and /sys only (no torch import) so physics-only tools
+can use them. `fingerprint` adds torch's view (threads, CUDA device) and NVML's (clocks, power
+limit). Anything unreadable is None, with the reason in `Fingerprint.notes`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import platform
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from chipcal.measure.nvml import NvmlUnavailable, cuda_uuid, device_handle, open_nvml, text
+from chipcal.model.chip import Chip
+from chipcal.model.local import CpuSpec, chip_from_cpu, cpu_class
+from chipcal.model.registry import Registry
+
+# Feature flags worth recording (x86 /proc/cpuinfo "flags", Arm "Features").
+FEATURE_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni",
+                 "amx_tile", "amx_bf16", "amx_int8", "asimd", "asimdhp", "asimddp", "bf16", "sve", "sve2")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _cpuinfo(proc: Path) -> list[dict[str, str]]:
+    """/proc/cpuinfo as one dict per processor block."""
+    blocks, current = [], {}
+    for line in (_read(proc / "cpuinfo") or "").splitlines():
+        if not line.strip():
+            if current:
+                blocks.append(current)
+            current = {}
+            continue
+        key, _, value = line.partition(":")
+        current[key.strip()] = value.strip()
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def _size_bytes(text_: str) -> int:
+    """sysfs cache size '48K' / '2048K' / '32M' -> bytes."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)\s*", text_ or "")
+    if not m:
+        return 0
+    return int(m.group(1)) * {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}[m.group(2)]
+
+
+def _cpu_dirs(sys: Path) -> list[Path]:
+    base = sys / "devices/system/cpu"
+    dirs = sorted((p for p in base.glob("cpu[0-9]*") if p.name[3:].isdigit()), key=lambda p: int(p.name[3:]))
+    online = []
+    for d in dirs:
+        flag = _read(d / "online")
+        if flag is None or flag.strip() == "1":
+            online.append(d)
+    return online
+
+
+def _topology(sys: Path) -> tuple[int, int]:
+    """(physical cores, logical CPUs) from sysfs topology; psutil when sysfs has none."""
+    cores: set[tuple[str, str]] = set()
+    dirs = _cpu_dirs(sys)
+    for d in dirs:
+        pkg = _read(d / "topology/physical_package_id")
+        core = _read(d / "topology/core_id")
+        if pkg is not None and core is not None:
+            cores.add((pkg.strip(), core.strip()))
+    if cores:
+        return len(cores), len(dirs)
+    import psutil
+
+    logical = psutil.cpu_count(logical=True) or 1
+    return psutil.cpu_count(logical=False) or logical, logical
+
+
+def _caches(sys: Path) -> tuple[int, int, int]:
+    """(L1d bytes per core, L2 bytes per core, total L3 bytes) from sysfs cache indexes."""
+    l1d = l2 = 0
+    l3_instances: dict[str, int] = {}
+    for n, d in enumerate(_cpu_dirs(sys)):
+        for idx in sorted((d / "cache").glob("index*")):
+            level = (_read(idx / "level") or "").strip()
+            kind = (_read(idx / "type") or "").strip()
+            size = _size_bytes((_read(idx / "size") or "").strip())
+            shared = (_read(idx / "shared_cpu_list") or str(n)).strip()
+            if n == 0 and level == "1" and kind in ("Data", "Unified"):
+                l1d = size
+            elif n == 0 and level == "2":
+                l2 = size
+            elif level == "3":
+                l3_instances[shared] = size
+    return l1d, l2, sum(l3_instances.values())
+
+
+def _mhz(value: str | None) -> float | None:
+    try:
+        return float(value) * 1e6 if value else None
+    except ValueError:
+        return None
+
+
+def cpu_clocks(proc: Path = Path("/proc"), sys: Path = Path("/sys")) -> dict[str, tuple[float | None, str]]:
+    """Current and maximum CPU clock in Hz, each with where it was read.
+
+    Order of preference — max: cpufreq cpuinfo_max_freq, then the '@ x.xxGHz' in the model name;
+    current: cpufreq scaling_cur_freq (mean over CPUs), then /proc/cpuinfo 'cpu MHz'. Under a
+    hypervisor without cpufreq, 'cpu MHz' is the TSC rate the host exposes, not the running clock.
+    """
+    cpufreq = sys / "devices/system/cpu/cpu0/cpufreq"
+    max_khz = _read(cpufreq / "cpuinfo_max_freq")
+    blocks = _cpuinfo(proc)
+    model = blocks[0].get("model name", "") if blocks else ""
+    if max_khz and max_khz.strip().isdigit():
+        maximum = (int(max_khz) * 1e3, "sysfs cpufreq/cpuinfo_max_freq")
+    elif m := re.search(r"@\s*([\d.]+)\s*GHz", model):
+        maximum = (float(m.group(1)) * 1e9, "model name '@ GHz' (nominal base clock)")
+    else:
+        maximum = (None, "not readable: no cpufreq and no clock in the model name")
+
+    cur = [_read(d / "cpufreq/scaling_cur_freq") for d in _cpu_dirs(sys)]
+    cur_khz = [int(c) for c in cur if c and c.strip().isdigit()]
+    mhz = [v for v in (_mhz(b.get("cpu MHz")) for b in blocks) if v]
+    if cur_khz:
+        current = (sum(cur_khz) / len(cur_khz) * 1e3, "sysfs cpufreq/scaling_cur_freq (mean over CPUs)")
+    elif mhz:
+        hyper = "hypervisor" in (blocks[0].get("flags", "") if blocks else "")
+        current = (sum(mhz) / len(mhz), "/proc/cpuinfo 'cpu MHz'" +
+                   (" (under a hypervisor: the TSC rate, not the running clock)" if hyper else ""))
+    else:
+        current = (None, "not readable: no cpufreq and no 'cpu MHz'")
+    return {"current": current, "max": maximum}
+
+
+def _flags(blocks: list[dict[str, str]]) -> set[str]:
+    if not blocks:
+        return set()
+    return set((blocks[0].get("flags") or blocks[0].get("Features") or "").split())
+
+
+def detect_cpu(proc: Path | str = "/proc", sys: Path | str = "/sys", arch: str | None = None) -> CpuSpec:
+    """The local CPU as a CpuSpec, read from /proc and /sys (roots injectable for tests)."""
+    proc, sys = Path(proc), Path(sys)
+    arch = arch or platform.machine()
+    blocks = _cpuinfo(proc)
+    first = blocks[0] if blocks else {}
+    flags = _flags(blocks)
+    vendor = first.get("vendor_id", "")
+    model = (first.get("model name") or first.get("Hardware") or
+             (f"Arm implementer {first['CPU implementer']} part {first.get('CPU part', '?')}"
+              if "CPU implementer" in first else platform.processor() or "unknown CPU"))
+    cores, logical = _topology(sys)
+    l1d, l2, l3 = _caches(sys)
+
+    is_x86 = arch.lower().startswith(("x86", "amd64", "i686"))
+    if is_x86:
+        simd = 512 if "avx512f" in flags else 256 if "avx2" in flags else 128
+        bf16, fp16 = "avx512_bf16" in flags, "avx512_fp16" in flags
+        vnni = "avx512_vnni" in flags or "avx_vnni" in flags
+    else:
+        simd = 128
+        if "sve" in flags:
+            sve_bytes = _read(proc / "sys/abi/sve_default_vector_length")
+            if sve_bytes and sve_bytes.strip().isdigit():
+                simd = max(simd, int(sve_bytes) * 8)
+        bf16, fp16, vnni = "bf16" in flags, "asimdhp" in flags, "asimddp" in flags
+    amx = {"amx_tile", "amx_bf16", "amx_int8"} <= flags
+
+    clocks = cpu_clocks(proc, sys)
+    clock_hz, clock_source = clocks["max"]
+    if clock_hz is None:
+        clock_hz, clock_source = clocks["current"]
+    if clock_hz is None:
+        clock_hz, clock_source = 2.0e9, "assumed: 2.0 GHz, no clock readable"
+
+    cls = cpu_class(vendor, arch, simd, amx)
+    mem_kb = re.search(r"MemTotal:\s*(\d+)\s*kB", _read(proc / "meminfo") or "")
+    if mem_kb:
+        memory = int(mem_kb.group(1)) * 1024
+    else:
+        import psutil
+
+        memory = int(psutil.virtual_memory().total)
+    return CpuSpec(
+        model_name=model,
+        cores=cores,
+        threads_per_core=max(1, logical // cores),
+        clock_hz=clock_hz,
+        clock_source=clock_source,
+        simd_bits=simd,
+        fma_units_per_core=cls.fma_units_per_core,
+        has_avx512_bf16=bf16,
+        has_vnni=vnni,
+        has_amx=amx,
+        l1d_bytes_per_core=l1d,
+        l2_bytes_per_core=l2,
+        l3_bytes=l3,
+        memory_bytes=memory,
+        vendor=vendor,
+        arch=arch,
+        has_avx512_fp16=fp16,
+        fma_source=(f"assumed: {cls.fma_units_per_core} FMA units per core — the OS cannot report "
+                    f"FMA ports; value of the '{cls.description}' reference ({cls.source})"),
+    )
+
+
+def local_chip(memory_bandwidth_bytes_per_s: float | None = None, llc_bytes: int | None = None,
+               measured_by: str = "") -> Chip:
+    """The local CPU as a Chip (physics peaks; no vendor spec).
+
+    Measured figures replace assumptions when given: the sustained DRAM bandwidth replaces the
+    assumed per-core share, and a cache knee (`llc_bytes`) caps the last-level cache (in a VM
+    the OS reports the host's whole L3, not the slice this guest's working sets keep).
+    `measured_by` names the measurement for the chip's source strings.
+    """
+    spec = detect_cpu()
+    if memory_bandwidth_bytes_per_s:
+        spec = dataclasses.replace(spec, memory_bandwidth_bytes_per_s=memory_bandwidth_bytes_per_s,
+                                   memory_bandwidth_source=f"measured: sustained bandwidth ({measured_by})")
+    if llc_bytes and (not spec.l3_bytes or llc_bytes < spec.l3_bytes):
+        spec = dataclasses.replace(spec, l3_bytes=int(llc_bytes), l3_source=(
+            f"measured: cache knee at {llc_bytes / 2**20:.0f} MiB working set ({measured_by}); "
+            f"the OS reports {spec.l3_bytes / 2**20:.0f} MiB"))
+    return chip_from_cpu(spec)
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a measurement ran on. GPU fields are None without a CUDA device; `notes` says why."""
+
+    cpu_model: str
+    cpu_vendor: str
+    arch: str
+    physical_cores: int
+    logical_cores: int
+    torch_threads: int | None
+    cpu_features: tuple[str, ...]
+    cpu_clock_hz: float | None
+    cpu_clock_source: str
+    cpu_max_clock_hz: float | None
+    cpu_max_clock_source: str
+    memory_bytes: int
+    l3_bytes: int
+    gpu_count: int
+    gpu_index: int | None
+    gpu_name: str | None
+    gpu_sm_count: int | None
+    gpu_memory_bytes: int | None
+    gpu_compute_capability: str | None
+    gpu_sm_clock_hz: float | None
+    gpu_mem_clock_hz: float | None
+    gpu_max_sm_clock_hz: float | None
+    gpu_power_limit_w: float | None
+    gpu_default_power_limit_w: float | None
+    driver_version: str | None
+    cuda_driver_version: str | None
+    cuda_runtime_version: str | None
+    torch_version: str | None
+    torchvision_version: str | None
+    python_version: str
+    slug: str
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+
+    def cache_key(self, device: str) -> dict:
+        """Fields that, when changed, make a cached peak/bandwidth measurement stale."""
+        key = {"slug": self.slug, "device": device, "torch_version": self.torch_version,
+               "torch_threads": self.torch_threads}
+        if device.startswith("cuda"):
+            key |= {"gpu_index": self.gpu_index, "driver_version": self.driver_version,
+                    "cuda_runtime_version": self.cuda_runtime_version,
+                    "gpu_power_limit_w": self.gpu_power_limit_w}
+        return key
+
+
+def _slugify(value: str, limit: int = 32) -> str:
+    value = re.sub(r"\((r|tm|c)\)|\bcpu\b|@.*$", " ", value.lower())
+    return re.sub(r"[^a-z0-9]+", "-", value).strip("-")[:limit].strip("-") or "unknown"
+
+
+def machine_slug(cpu_model: str, cores: int, logical: int, memory_bytes: int, features: tuple[str, ...],
+                 gpu_name: str | None = None, gpu_memory_bytes: int | None = None,
+                 gpu_sm_count: int | None = None) -> str:
+    """A stable, path-safe machine name: readable part plus a hash of the hardware identity.
+
+    Software versions and clocks are not in it: they go into the cache key instead.
+    """
+    identity = [cpu_model, cores, logical, round(memory_bytes / 2**30), sorted(features),
+                gpu_name, None if gpu_memory_bytes is None else round(gpu_memory_bytes / 2**30), gpu_sm_count]
+    digest = hashlib.sha1(json.dumps(identity).encode()).hexdigest()[:8]
+    parts = [_slugify(cpu_model), f"{cores}c"]
+    if gpu_name:
+        parts.append(_slugify(gpu_name))
+    return "-".join([*parts, digest])
+
+
+def _gpu_fields(index: int, notes: list[str]) -> dict:
+    """GPU fields of the fingerprint from torch (name, SMs, capability) and NVML (clocks, power)."""
+    import torch
+
+    fields: dict = {"gpu_count": 0, "gpu_index": None, "gpu_name": None, "gpu_sm_count": None,
+                    "gpu_memory_bytes": None, "gpu_compute_capability": None, "gpu_sm_clock_hz": None,
+                    "gpu_mem_clock_hz": None, "gpu_max_sm_clock_hz": None, "gpu_power_limit_w": None,
+                    "gpu_default_power_limit_w": None, "driver_version": None, "cuda_driver_version": None,
+                    "cuda_runtime_version": torch.version.cuda}
+    if not torch.cuda.is_available():
+        notes.append("no CUDA device visible to torch" +
+                     ("" if torch.version.cuda else " (torch is a CPU-only build)"))
+        return fields
+    fields["gpu_count"] = torch.cuda.device_count()
+    props = torch.cuda.get_device_properties(index)
+    fields |= {"gpu_index": index, "gpu_name": props.name, "gpu_sm_count": props.multi_processor_count,
+               "gpu_memory_bytes": int(props.total_memory),
+               "gpu_compute_capability": f"{props.major}.{props.minor}"}
+    try:
+        nv = open_nvml()
+        handle = device_handle(nv, index, cuda_uuid(index))
+    except NvmlUnavailable as exc:
+        notes.append(f"NVML: {exc}")
+        return fields
+
+    def query(name: str, call):
+        try:
+            return call()
+        except Exception as exc:  # NVMLError_NotSupported, NoPermission, ...
+            notes.append(f"NVML {name}: {exc}")
+            return None
+
+    fields["gpu_name"] = query("name", lambda: text(nv.nvmlDeviceGetName(handle))) or fields["gpu_name"]
+    mem = query("memory", lambda: nv.nvmlDeviceGetMemoryInfo(handle).total)
+    fields["gpu_memory_bytes"] = int(mem) if mem else fields["gpu_memory_bytes"]
+    fields["driver_version"] = query("driver version", lambda: text(nv.nvmlSystemGetDriverVersion()))
+    cuda_drv = query("CUDA driver version", nv.nvmlSystemGetCudaDriverVersion)
+    fields["cuda_driver_version"] = None if cuda_drv is None else f"{cuda_drv // 1000}.{cuda_drv % 1000 // 10}"
+    for field, getter, clock in (("gpu_sm_clock_hz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_SM"),
+                                 ("gpu_mem_clock_hz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_MEM"),
+                                 ("gpu_max_sm_clock_hz", "nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_SM")):
+        mhz = query(field, lambda g=getter, c=clock: getattr(nv, g)(handle, getattr(nv, c)))
+        fields[field] = None if mhz is None else float(mhz) * 1e6
+    for field, getter in (("gpu_power_limit_w", "nvmlDeviceGetEnforcedPowerLimit"),
+                          ("gpu_default_power_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit")):
+        mw = query(field, lambda g=getter: getattr(nv, g)(handle))
+        fields[field] = None if mw is None else float(mw) / 1e3
+    return fields
+
+
+def fingerprint(gpu_index: int = 0) -> Fingerprint:
+    """Fingerprint of this machine (GPU fields for CUDA device `gpu_index` when there is one)."""
+    import torch
+    import torchvision
+
+    notes: list[str] = []
+    spec = detect_cpu()
+    blocks = _cpuinfo(Path("/proc"))
+    features = tuple(sorted(f for f in _flags(blocks) if f in FEATURE_FLAGS))
+    clocks = cpu_clocks()
+    gpu = _gpu_fields(gpu_index, notes)
+    logical = spec.cores * spec.threads_per_core
+    slug = machine_slug(spec.model_name, spec.cores, logical, spec.memory_bytes, features,
+                        gpu["gpu_name"], gpu["gpu_memory_bytes"], gpu["gpu_sm_count"])
+    return Fingerprint(
+        cpu_model=spec.model_name, cpu_vendor=spec.vendor, arch=spec.arch,
+        physical_cores=spec.cores, logical_cores=logical, torch_threads=torch.get_num_threads(),
+        cpu_features=features,
+        cpu_clock_hz=clocks["current"][0], cpu_clock_source=clocks["current"][1],
+        cpu_max_clock_hz=clocks["max"][0], cpu_max_clock_source=clocks["max"][1],
+        memory_bytes=spec.memory_bytes, l3_bytes=spec.l3_bytes,
+        torch_version=torch.__version__, torchvision_version=torchvision.__version__,
+        python_version=platform.python_version(), slug=slug, notes=tuple(notes), **gpu,
+    )
+
+
+class OtherLoad:
+    """CPUs used by other processes, plus hypervisor steal, on average while the block ran.
+
+        with OtherLoad() as load: ...
+        load.cpus   # e.g. 0.9: other work kept almost one CPU busy during the measurement
+
+    From psutil: Δ(system busy time, steal included) − Δ(this process's CPU time), over wall time.
+    The 1-min load average cannot tell this: it counts this process's own threads.
+    """
+
+    def __enter__(self) -> OtherLoad:
+        import psutil
+
+        self._process = psutil.Process()
+        self._start = (time.monotonic(), self._system_busy(), self._own())
+        self.cpus: float | None = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        t0, busy0, own0 = self._start
+        wall = time.monotonic() - t0
+        if wall > 0:
+            self.cpus = max(0.0, (self._system_busy() - busy0 - (self._own() - own0)) / wall)
+
+    @staticmethod
+    def _system_busy() -> float:
+        import psutil
+
+        t = psutil.cpu_times()
+        # guest time is already inside user/nice on Linux; idle and iowait are not busy
+        not_busy = ("idle", "iowait", "guest", "guest_nice")
+        return sum(getattr(t, f) for f in t._fields if f not in not_busy)
+
+    def _own(self) -> float:
+        t = self._process.cpu_times()
+        return t.user + t.system
+
+
+def busy_note(other_cpus: float | None, logical_cores: int) -> str | None:
+    """A warning when other work used ≥ 1/4 of the CPUs during a measurement."""
+    if other_cpus is None or other_cpus < 0.25 * logical_cores:
+        return None
+    return (f"machine busy while measuring: other processes (and hypervisor steal) used {other_cpus:.1f} of "
+            f"{logical_cores} CPUs on average; timings include their interference")
+
+
+# --- registry matching -----------------------------------------------------------------------
+
+def _capacity_distance(measured_bytes: float, stated_bytes: float) -> float:
+    """|log ratio| of a reported memory size to a datasheet capacity.
+
+    Datasheet "80 GB" is read both as 80e9 and as 80 GiB: NVML reports 81559 MiB (79.6 GiB) for
+    an H100 80GB and 143771 MiB (140.4 GiB) for an H200 141GB.
+    """
+    return min(abs(math.log(measured_bytes / stated_bytes)),
+               abs(math.log(measured_bytes / (stated_bytes / 1e9 * 2**30))))
+
+
+def _match_gpu(fp: Fingerprint, registry: Registry, tolerance: float = 0.10) -> Chip | None:
+    """Match on SM count (exact), memory size (within `tolerance`) and default power limit.
+
+    The name only picks the vendor: an H100 SXM5 (132 SMs, 80 GB, 700 W), H100 PCIe (114 SMs,
+    80 GB, 350 W) and H200 (132 SMs, 141 GB, 700 W) differ in those three numbers.
+    """
+    if fp.gpu_name is None or fp.gpu_memory_bytes is None:
+        return None
+    candidates = []
+    for chip in registry.chips.values():
+        if chip.kind != "gpu" or chip.vendor.lower() not in fp.gpu_name.lower():
+            continue
+        sm = chip.microarch.get("sm_count")
+        if fp.gpu_sm_count is not None and sm is not None and int(sm) != fp.gpu_sm_count:
+            continue
+        mem_gap = _capacity_distance(fp.gpu_memory_bytes, chip.memory.capacity_bytes)
+        if mem_gap > tolerance:
+            continue
+        limit = fp.gpu_default_power_limit_w or fp.gpu_power_limit_w
+        power_gap = abs(math.log(limit / chip.tdp_w)) if limit else 0.0
+        candidates.append((power_gap, mem_gap, chip.name, chip))
+    if not candidates:
+        return None
+    candidates.sort(key=lambda c: c[:3])
+    best = candidates[0]
+    # A power limit far from every TDP (e.g. a 300 W card vs 700 W parts) is not a match.
+    return best[3] if best[0] <= math.log(1.5) else None
+
+
+def _normalize_model(name: str) -> str:
+    name = re.sub(r"\((r|tm)\)|\b(cpu|processor)\b|@.*$", " ", name.lower())
+    return " ".join(re.sub(r"[^a-z0-9]+", " ", name).split())
+
+
+def _match_cpu(fp: Fingerprint, registry: Registry) -> Chip | None:
+    """A registry CPU whose model name (microarch.model_name or display_name) is the local one.
+
+    The vendor word and every token with a digit (the SKU) must appear in the local name, so a
+    VM's masked "Intel(R) Xeon(R) Processor" matches nothing rather than every Xeon.
+    """
+    local = _normalize_model(fp.cpu_model).split()
+    for chip in registry.chips.values():
+        if chip.kind != "cpu":
+            continue
+        for name in filter(None, (str(chip.microarch.get("model_name", "")), chip.display_name)):
+            tokens = _normalize_model(name).split()
+            sku = [t for t in tokens if re.search(r"\d", t)]
+            if sku and tokens[0] in local and all(t in local for t in sku):
+                return chip
+    return None
+
+
+def match_registry_chip(fp: Fingerprint, registry: Registry, device: str | None = None) -> Chip | None:
+    """The registry chip this machine's `device` is (GPU when None and a GPU is present), or None."""
+    if device is None:
+        device = "cuda" if fp.gpu_name else "cpu"
+    return _match_gpu(fp, registry) if device.startswith("cuda") else _match_cpu(fp, registry)

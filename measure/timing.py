@@ -1,0 +1,296 @@
+"""Timing with a distribution: samples, median, IQR, a 95% CI of the median, instability flags.
+
+CPU: `torch.utils.benchmark.Timer.blocked_autorange` in bounded rounds — each round picks a block
+size whose timer overhead is < 0.01% (torch's rule), and rounds continue until the CI of the
+median is within `target_rel_ci` of it (and `min_samples` are in) or `max_time_s` is spent; never
+the unbounded `adaptive_autorange`. GPU: CUDA events around blocks of calls (block ≥ 1 ms, so the
+~0.5 µs event resolution is < 0.1%), synchronized once per block.
+
+Every run is under `torch.inference_mode()` with a fixed torch thread count, after warm-up calls.
+A sample is the mean per-call time of one block; with blocks of several calls the spread is that of
+block means (as in torch.utils.benchmark), narrower than the per-call spread.
+
+CI of the median: distribution-free, from order statistics — [x_(l), x_(n+1-l)] with l the largest
+rank where P(Bin(n, ½) ≤ l−1) ≤ 0.025, coverage ≥ 95% (Conover, Practical Nonparametric
+Statistics, §3.2). With n < 6 no such l exists; the CI is then [min, max] and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.stats import binom
+
+from chipcal.measure.system import OtherLoad, cpu_clocks
+
+CV_THRESHOLD = 0.10        # coefficient of variation above which a measurement is unstable (pyperf warns at 10%)
+CLOCK_DRIFT = 0.05         # relative clock change between rounds that marks a measurement unstable
+CONTENTION = 0.25          # share of the CPUs other processes may use before a timing is unstable
+MIN_CUDA_BLOCK_S = 1e-3
+
+
+def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int] | None:
+    """1-based ranks (l, u) of the order-statistic CI of the median, or None when n is too small."""
+    alpha = (1.0 - confidence) / 2
+    best = None
+    for rank in range(1, n // 2 + 1):
+        if binom.cdf(rank - 1, n, 0.5) <= alpha:
+            best = rank
+        else:
+            break
+    return None if best is None else (best, n + 1 - best)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A timing distribution (seconds per call). Build with `from_samples`."""
+
+    samples_s: tuple[float, ...]
+    n: int
+    median_s: float
+    q1_s: float
+    q3_s: float
+    iqr_s: float
+    ci_low_s: float
+    ci_high_s: float
+    mean_s: float
+    cv: float
+    unstable: bool
+    warnings: tuple[str, ...] = ()
+    method: str = ""
+    calls_per_sample: int = 1
+    threads: int | None = None
+    clocks_hz: tuple[float, ...] = field(default=())
+    other_cpus: float | None = None      # CPUs other processes (and steal) used during the timing
+
+    @property
+    def rel_ci(self) -> float:
+        """Half-width of the median's CI relative to the median."""
+        return (self.ci_high_s - self.ci_low_s) / 2 / self.median_s if self.median_s > 0 else math.inf
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[float], *, method: str = "", warnings: Sequence[str] = (),
+                     calls_per_sample: int = 1, threads: int | None = None,
+                     clocks_hz: Sequence[float] = (), cv_threshold: float = CV_THRESHOLD,
+                     clock_drift: float = CLOCK_DRIFT, other_cpus: float | None = None,
+                     cpu_count: int | None = None) -> Measurement:
+        """Statistics of per-call times; flags instability (CV, clock drift, contention) in `warnings`.
+
+        Contention: other processes used ≥ CONTENTION × `cpu_count` CPUs while timing (on a
+        shared machine a multithreaded op can then wait milliseconds at every barrier).
+        """
+        x = np.asarray(samples, dtype=float)
+        if x.size == 0 or not np.all(np.isfinite(x)) or np.any(x <= 0):
+            raise ValueError("a Measurement needs at least one positive, finite sample")
+        notes = list(warnings)
+        xs = np.sort(x)
+        n = int(x.size)
+        q1, median, q3 = np.percentile(x, [25, 50, 75])
+        ranks = median_ci_ranks(n)
+        if ranks is None:
+            lo, hi = float(xs[0]), float(xs[-1])
+            notes.append(f"only {n} samples: the CI of the median is [min, max], coverage < 95%")
+        else:
+            lo, hi = float(xs[ranks[0] - 1]), float(xs[ranks[1] - 1])
+        mean = float(x.mean())
+        cv = float(x.std(ddof=1) / mean) if n > 1 else 0.0
+        unstable = False
+        if cv > cv_threshold:
+            unstable = True
+            notes.append(f"unstable: coefficient of variation {cv:.1%} > {cv_threshold:.0%}")
+        clocks = [c for c in clocks_hz if c]
+        if len(clocks) > 1 and max(clocks) / min(clocks) - 1 > clock_drift:
+            unstable = True
+            notes.append(f"unstable: clock changed between {min(clocks) / 1e6:.0f} and "
+                         f"{max(clocks) / 1e6:.0f} MHz during the measurement")
+        cpus = cpu_count or _usable_cpus()
+        if other_cpus is not None and other_cpus >= CONTENTION * cpus:
+            unstable = True
+            notes.append(f"unstable: other processes used {other_cpus:.1f} of {cpus} CPUs during the timing")
+        return cls(samples_s=tuple(float(v) for v in x), n=n, median_s=float(median), q1_s=float(q1),
+                   q3_s=float(q3), iqr_s=float(q3 - q1), ci_low_s=lo, ci_high_s=hi, mean_s=mean, cv=cv,
+                   unstable=unstable, warnings=tuple(notes), method=method,
+                   calls_per_sample=calls_per_sample, threads=threads, clocks_hz=tuple(clocks),
+                   other_cpus=other_cpus)
+
+    def to_dict(self) -> dict:
+        """What `from_dict` needs to rebuild it (the statistics are recomputed from the samples)."""
+        return {"samples_s": list(self.samples_s), "method": self.method, "calls_per_sample": self.calls_per_sample,
+                "threads": self.threads, "clocks_hz": list(self.clocks_hz), "other_cpus": self.other_cpus,
+                "warnings": [w for w in self.warnings if not w.startswith(("unstable:", "only "))]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Measurement:
+        return cls.from_samples(data["samples_s"], method=data.get("method", ""),
+                                warnings=data.get("warnings", ()), calls_per_sample=data.get("calls_per_sample", 1),
+                                threads=data.get("threads"), clocks_hz=data.get("clocks_hz", ()),
+                                other_cpus=data.get("other_cpus"))
+
+
+def _usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def fixed_threads(n: int) -> Iterator[None]:
+    """torch's intra-op thread count fixed to `n` inside the block, restored after."""
+    import torch
+
+    prior = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prior)
+
+
+def cpu_clock_probe() -> float | None:
+    """Mean current CPU clock in Hz (cpufreq or /proc/cpuinfo), None where unreadable."""
+    return cpu_clocks()["current"][0]
+
+
+def _done(samples: list[float], min_samples: int, target_rel_ci: float) -> bool:
+    if len(samples) < min_samples:
+        return False
+    m = Measurement.from_samples(samples)
+    return m.rel_ci <= target_rel_ci and median_ci_ranks(len(samples)) is not None
+
+
+def _next_round_s(samples: list[float], block_s: float, min_samples: int, target_rel_ci: float,
+                  left_s: float) -> float:
+    """Time for the next round: enough blocks to reach min_samples and, by √n scaling, the target CI."""
+    n = len(samples)
+    need = max(min_samples - n, 1)
+    if n >= 2:
+        rel = Measurement.from_samples(samples).rel_ci
+        if rel > target_rel_ci:
+            need = max(need, math.ceil(n * (rel / target_rel_ci) ** 2) - n)
+    return max(min(need * block_s, left_s), 0.0)
+
+
+def _time_cpu(fn: Callable[[], object], *, min_samples: int, max_time_s: float, target_rel_ci: float,
+              threads: int, clock_probe: Callable[[], float | None] | None) -> tuple[list[float], int, list, str]:
+    from torch.utils.benchmark import Timer
+
+    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
+    samples: list[float] = []
+    clocks: list[float | None] = [clock_probe() if clock_probe else None]
+    start = time.perf_counter()
+    round_s = max_time_s / 4
+    rounds, number = 0, 1
+    while True:
+        result = timer.blocked_autorange(min_run_time=max(round_s, 1e-3))
+        rounds += 1
+        number = result.number_per_run
+        samples.extend(result.times)
+        clocks.append(clock_probe() if clock_probe else None)
+        left = max_time_s - (time.perf_counter() - start)
+        if _done(samples, min_samples, target_rel_ci) or left <= 0:
+            break
+        block_s = float(np.median(result.times)) * number
+        round_s = _next_round_s(samples, block_s, min_samples, target_rel_ci, left)
+        if round_s <= 0:
+            break
+    method = (f"torch.utils.benchmark.Timer.blocked_autorange × {rounds} rounds, {number} calls per sample, "
+              f"{threads} threads, inference_mode")
+    return samples, number, clocks, method
+
+
+def _time_cuda(fn: Callable[[], object], *, min_samples: int, max_time_s: float, target_rel_ci: float,
+               clock_probe: Callable[[], float | None] | None) -> tuple[list[float], int, list, str]:
+    import torch
+
+    def block(number: int) -> float:
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(number):
+            fn()
+        end.record()
+        end.synchronize()
+        return begin.elapsed_time(end) / 1e3  # elapsed_time is in ms
+
+    torch.cuda.synchronize()
+    one = block(1)
+    number = max(1, math.ceil(MIN_CUDA_BLOCK_S / max(one, 1e-9)))
+    samples: list[float] = []
+    clocks: list[float | None] = [clock_probe() if clock_probe else None]
+    start = time.perf_counter()
+    while True:
+        samples.append(block(number) / number)
+        if len(samples) % max(min_samples, 1) == 0:
+            clocks.append(clock_probe() if clock_probe else None)
+        if _done(samples, min_samples, target_rel_ci) or time.perf_counter() - start >= max_time_s:
+            break
+    clocks.append(clock_probe() if clock_probe else None)
+    return samples, number, clocks, f"CUDA events, {number} calls per sample, inference_mode"
+
+
+def budget_s(fn: Callable[[], object], device: str, max_time_s: float, samples: int) -> float:
+    """A time budget with room for `samples` calls of a slow `fn`, at most 4 × max_time_s.
+
+    One synchronized call after a warm-up call gives the per-call time t;
+    budget = min(max(max_time_s, 1.5 · samples · t), 4 · max_time_s). The two calls also serve as
+    the warm-up of the measurement that follows.
+    """
+    import torch
+
+    cuda = device.startswith("cuda")
+    with torch.inference_mode():
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+        call_s = time.perf_counter() - start
+    return min(max(max_time_s, 1.5 * samples * call_s), 4 * max_time_s)
+
+
+def time_callable(fn: Callable[[], object], *, device: str = "cpu", min_samples: int = 10,
+                  max_time_s: float = 2.0, target_rel_ci: float = 0.05, warmup: int = 2,
+                  threads: int | None = None, clock_probe: Callable[[], float | None] | None = None,
+                  cv_threshold: float = CV_THRESHOLD) -> Measurement:
+    """Time `fn()` (seconds per call) until the median's 95% CI is within ±target_rel_ci.
+
+    Bounded: stops after `max_time_s` of measuring even if the target is not met (the Measurement
+    then says so). `clock_probe` returns the current clock in Hz; it is read between rounds to
+    detect clock changes (default: the CPU clock on CPU, none on CUDA — pass the NVML SM clock).
+    """
+    import torch
+
+    if min_samples < 1 or max_time_s <= 0 or target_rel_ci <= 0:
+        raise ValueError("min_samples, max_time_s and target_rel_ci must be positive")
+    cuda = device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        raise RuntimeError(f"device {device!r} requested but no CUDA device is available")
+    threads = threads or torch.get_num_threads()
+    if clock_probe is None and not cuda:
+        clock_probe = cpu_clock_probe
+    with fixed_threads(threads), torch.inference_mode(), OtherLoad() as other:
+        for _ in range(warmup):
+            fn()
+        if cuda:
+            samples, number, clocks, method = _time_cuda(
+                fn, min_samples=min_samples, max_time_s=max_time_s, target_rel_ci=target_rel_ci,
+                clock_probe=clock_probe)
+        else:
+            samples, number, clocks, method = _time_cpu(
+                fn, min_samples=min_samples, max_time_s=max_time_s, target_rel_ci=target_rel_ci,
+                threads=threads, clock_probe=clock_probe)
+    notes = []
+    if len(samples) < min_samples:
+        notes.append(f"time limit {max_time_s:.3g} s reached with {len(samples)} < {min_samples} samples")
+    m = Measurement.from_samples(samples)
+    if m.rel_ci > target_rel_ci:
+        notes.append(f"CI of the median ±{m.rel_ci:.1%} is wider than the ±{target_rel_ci:.0%} target "
+                     f"after {max_time_s:.3g} s")
+    return Measurement.from_samples(samples, method=method, warnings=notes, calls_per_sample=number,
+                                    threads=threads, clocks_hz=[c for c in clocks if c],
+                                    cv_threshold=cv_threshold, other_cpus=other.cpus)

@@ -1,0 +1,164 @@
+"""GEMM FLOP convention, unsupported precisions, cache round trip / corruption / staleness, knee."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from chipcal.measure import cache, peak
+from chipcal.measure.peak import cache_knee, measure_bandwidth, measure_gemm_peak, memory_figure
+from chipcal.measure.system import fingerprint
+
+TINY = [(64, 32, 16), (96, 64, 32)]
+
+
+@pytest.fixture
+def user_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "chipcal"
+
+
+@pytest.fixture(scope="module")
+def fp():
+    return fingerprint()
+
+
+def quick(**kw):
+    return dict(max_time_s=0.05, min_samples=3, **kw)
+
+
+def test_flop_is_two_per_mac(user_cache, fp):
+    result = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, use_cache=False, **quick())
+    first = result.curve("fp32")[0]
+    assert (first.m, first.n, first.k) == (64, 32, 16)
+    assert first.flop == 65536                       # 2 × 64 × 32 × 16 MACs
+    assert first.flop_per_s == pytest.approx(first.flop / first.measurement.median_s)
+    assert result.best("fp32") in result.curve("fp32")
+
+
+def test_gemm_operands_are_random_and_nonzero():
+    # the int8 op returns int32 products of ±1..127 operands: compare with an int64 reference
+    torch.manual_seed(0)
+    fn = peak.gemm_callable("int8", 32, 32, 32, "cpu")
+    out = fn()
+    assert out.dtype == torch.int32 and (out != 0).any()
+    a = peak._nonzero((1000,), "cpu", torch.Generator().manual_seed(1))
+    assert (a.abs() >= 0.25).all() and (a.abs() < 1).all() and (a > 0).any() and (a < 0).any()
+
+
+def test_unsupported_precisions_are_rows_not_errors(user_cache, fp):
+    result = measure_gemm_peak("cpu", ["tf32", "int4", "fp8"], TINY, fp=fp, use_cache=False, **quick())
+    assert result.points == ()
+    assert set(result.unsupported) == {"tf32", "int4", "fp8"}
+    assert all(r.startswith("unsupported:") for r in result.unsupported.values())
+
+
+def test_cache_round_trip_in_user_dir(user_cache, fp):
+    first = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
+    files = list(user_cache.glob("peak-cpu-*.json"))
+    assert len(files) == 1 and fp.slug in files[0].name
+    again = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
+    assert not first.from_cache and again.from_cache
+    assert [p.measurement.samples_s for p in again.points] == [p.measurement.samples_s for p in first.points]
+    assert again.peak_flop_per_s("fp32") == first.peak_flop_per_s("fp32")
+    assert peak.cached_peak_flop_per_s("cpu", "fp32", fp) == first.peak_flop_per_s("fp32")
+    fresh = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, remeasure=True, **quick())
+    assert not fresh.from_cache
+
+
+def test_other_shapes_are_not_served_from_cache(user_cache, fp):
+    measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
+    other = measure_gemm_peak("cpu", ["fp32"], TINY[:1], fp=fp, **quick())
+    assert not other.from_cache and len(other.points) == 1
+
+
+def test_corrupt_cache_is_ignored_with_warning(user_cache, fp):
+    path = cache.cache_path("peak", "cpu", fp.slug)
+    path.parent.mkdir(parents=True)
+    path.write_text("{ not json")
+    with pytest.warns(cache.CacheWarning, match="corrupt"):
+        result = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
+    assert not result.from_cache and any("corrupt" in w for w in result.warnings)
+    assert json.loads(path.read_text())["schema"] == cache.SCHEMA      # rewritten whole
+
+
+def test_corrupt_entry_is_remeasured(user_cache, fp):
+    measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
+    path = cache.cache_path("peak", "cpu", fp.slug)
+    doc = json.loads(path.read_text())
+    doc["payload"]["gemm"]["fp32"]["points"][0]["measurement"]["samples_s"] = []
+    path.write_text(json.dumps(doc))
+    with pytest.warns(cache.CacheWarning, match="corrupt fp32 entry"):
+        result = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
+    assert not result.from_cache and len(result.points) == len(TINY)
+
+
+def test_stale_cache_is_ignored_with_warning(user_cache, fp):
+    measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
+    path = cache.cache_path("peak", "cpu", fp.slug)
+    doc = json.loads(path.read_text())
+    doc["key"]["torch_version"] = "1.0.0"
+    path.write_text(json.dumps(doc))
+    with pytest.warns(cache.CacheWarning, match="stale.*torch_version"):
+        result = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
+    assert not result.from_cache
+
+
+def test_cache_knee_by_hand():
+    mib = 2**20
+    sizes = [s * mib for s in (1, 2, 4, 8, 16, 32, 64)]
+    bw = [100, 100, 100, 90, 20, 20, 20]
+    # memory figure: median of the largest third (2 sizes) = 20; threshold 1.5 × 20 = 30;
+    # the largest size still above it is 8 MiB
+    assert memory_figure(bw) == 20
+    assert cache_knee(sizes, bw) == 8 * mib
+    # L2 (120) -> L3 (50) -> DRAM (24): the knee is the end of the L3 plateau (50 >= 36), not the L2 step
+    assert cache_knee(sizes, [120, 120, 50, 50, 24, 24, 25]) == 8 * mib
+    assert cache_knee(sizes, [50, 50, 48, 49, 50, 47, 49]) is None      # flat: no knee
+
+
+def test_bandwidth_bytes_counting(user_cache, fp):
+    sizes = [64 * 1024, 256 * 1024]
+    bw = measure_bandwidth("cpu", sizes, fp=fp, use_cache=False, **quick())
+    for p in bw.points:
+        arrays = {"copy": 2, "triad": 3}[p.kernel]
+        assert p.bytes_moved == arrays * p.size_bytes          # STREAM: copy 2·S, triad 3·S
+        assert p.bytes_per_s == pytest.approx(p.bytes_moved / p.measurement.median_s)
+    assert set(bw.sustained_bytes_per_s) == {"copy", "triad"}
+    assert any("last-level cache" in w for w in bw.warnings)   # 256 KiB is far inside any LLC
+
+
+def test_bandwidth_cache_round_trip(user_cache, fp):
+    sizes = [64 * 1024]
+    first = measure_bandwidth("cpu", sizes, fp=fp, **quick())
+    again = measure_bandwidth("cpu", sizes, fp=fp, **quick())
+    assert not first.from_cache and again.from_cache
+    assert again.sustained_bytes_per_s == first.sustained_bytes_per_s
+
+
+def test_cuda_without_device_raises(fp, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        measure_gemm_peak("cuda", ["fp16"], TINY, fp=fp)
+
+
+@pytest.mark.gpu
+def test_gpu_gemm_precisions(user_cache):
+    result = measure_gemm_peak("cuda", ["fp32", "tf32", "bf16", "fp16", "fp8", "int8"],
+                               [(1024, 1024, 1024), (2048, 2048, 2048)], use_cache=False, max_time_s=0.3)
+    assert result.peak_flop_per_s("bf16") > result.peak_flop_per_s("fp32")
+    assert result.peak_flop_per_s("tf32") > result.peak_flop_per_s("fp32")
+
+
+def test_best_prefers_stable_points():
+    from chipcal.measure.timing import Measurement
+
+    steady = Measurement.from_samples([1.0] * 8)
+    noisy = Measurement.from_samples([0.5, 0.9, 0.4, 1.0, 0.45, 0.95, 0.5, 0.3])   # cv > 10%
+    assert noisy.unstable and not steady.unstable
+    points = (peak.GemmPoint("fp32", 1, 1, 1, 2, steady, 2.0),
+              peak.GemmPoint("fp32", 2, 2, 2, 16, noisy, 16 / noisy.median_s))
+    assert peak.GemmPeak("cpu", "s", points).best("fp32").m == 1
+    assert peak.GemmPeak("cpu", "s", points[1:]).best("fp32").m == 2     # only unstable ones: still a peak

@@ -1,0 +1,162 @@
+"""Timing statistics: hand-computed order statistics, ratio of known-duration workloads, bounds."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from chipcal.measure import timing
+from chipcal.measure.timing import Measurement, median_ci_ranks, time_callable
+
+
+def busy(seconds: float):
+    """A CPU-bound wait of at least `seconds` of wall time (preemption can only lengthen it)."""
+
+    def run():
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    return run
+
+
+def test_median_ci_ranks_match_binomial_tables():
+    # Conover Table A3 / binomial: n=10 -> ranks 2 and 9 (P(B<=1) = 11/1024 = 0.0107 <= 0.025,
+    # P(B<=2) = 56/1024 = 0.0547 > 0.025); n=20 -> 6 and 15; n=6 -> 1 and 6 (1/64 = 0.0156);
+    # n=5 -> none (P(B<=0) = 1/32 = 0.031 > 0.025).
+    assert median_ci_ranks(10) == (2, 9)
+    assert median_ci_ranks(20) == (6, 15)
+    assert median_ci_ranks(6) == (1, 6)
+    assert median_ci_ranks(5) is None
+
+
+def test_from_samples_statistics_by_hand():
+    m = Measurement.from_samples([float(v) for v in range(1, 11)])  # 1..10
+    # numpy linear percentiles: q1 = 1 + 0.25*9 = 3.25, median 5.5, q3 = 1 + 0.75*9 = 7.75
+    assert (m.n, m.median_s, m.q1_s, m.q3_s, m.iqr_s) == (10, 5.5, 3.25, 7.75, 4.5)
+    assert (m.ci_low_s, m.ci_high_s) == (2.0, 9.0)       # ranks 2 and 9
+    assert m.mean_s == 5.5
+    # sample std of 1..10 = sqrt(55/6) = 3.0277; cv = 3.0277 / 5.5 = 0.5505
+    assert m.cv == pytest.approx(0.5505, abs=1e-4)
+    assert m.unstable and any("coefficient of variation" in w for w in m.warnings)
+
+
+def test_few_samples_say_ci_is_min_max():
+    m = Measurement.from_samples([1.0, 1.0, 1.01])
+    assert (m.ci_low_s, m.ci_high_s) == (1.0, 1.01)
+    assert any("only 3 samples" in w for w in m.warnings)
+    assert not m.unstable
+
+
+def test_clock_drift_marks_unstable():
+    steady = [1.0] * 10
+    assert not Measurement.from_samples(steady, clocks_hz=[2.6e9, 2.61e9]).unstable
+    drift = Measurement.from_samples(steady, clocks_hz=[2.6e9, 2.0e9])
+    assert drift.unstable and any("clock changed" in w for w in drift.warnings)
+
+
+def test_rejects_empty_or_nonpositive_samples():
+    with pytest.raises(ValueError):
+        Measurement.from_samples([])
+    with pytest.raises(ValueError):
+        Measurement.from_samples([1.0, 0.0])
+
+
+def test_round_trip_through_dict():
+    m = Measurement.from_samples([0.2, 0.21, 0.19, 0.2, 0.2, 0.22], method="x", calls_per_sample=3, threads=2)
+    again = Measurement.from_dict(m.to_dict())
+    assert again == m
+
+
+def test_known_durations_ratio_and_ci():
+    short = time_callable(busy(0.002), max_time_s=0.6, min_samples=8)
+    long = time_callable(busy(0.004), max_time_s=0.6, min_samples=8)
+    # 4 ms / 2 ms = 2; the loop overhead is µs, noise only lengthens both
+    assert long.median_s / short.median_s == pytest.approx(2.0, rel=0.15)
+    for m in (short, long):
+        assert m.ci_low_s <= m.median_s <= m.ci_high_s
+        assert m.q1_s <= m.median_s <= m.q3_s
+        assert m.n == len(m.samples_s) >= 2
+        assert "blocked_autorange" in m.method and "inference_mode" in m.method
+
+
+def test_runs_under_inference_mode_with_fixed_threads():
+    seen = []
+    prior = torch.get_num_threads()
+
+    def fn():
+        seen.append((torch.is_inference_mode_enabled(), torch.get_num_threads()))
+
+    time_callable(fn, max_time_s=0.05, min_samples=1, threads=1)
+    assert seen and all(s == (True, 1) for s in seen)
+    assert torch.get_num_threads() == prior
+
+
+def test_time_budget_is_bounded():
+    calls = []
+
+    def fn():
+        calls.append(1)
+        time.sleep(0.02)
+
+    m = time_callable(fn, max_time_s=0.2, min_samples=1000, target_rel_ci=1e-6, warmup=1)
+    # each call sleeps >= 20 ms: 0.2 s budget + one round's overshoot + block-size estimation + warm-up
+    # stay far below 1000 calls; the result says the target was not reached
+    assert len(calls) <= 40
+    assert any("time limit" in w for w in m.warnings)
+
+
+class FakeEvent:
+    """torch.cuda.Event stand-in: wall-clock timestamps, elapsed_time in ms."""
+
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, other):
+        return (other.t - self.t) * 1e3
+
+
+def test_cuda_path_with_fake_events(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    short = time_callable(busy(0.002), device="cuda", max_time_s=0.3, min_samples=6)
+    long = time_callable(busy(0.004), device="cuda", max_time_s=0.3, min_samples=6)
+    assert "CUDA events" in short.method
+    assert long.median_s / short.median_s == pytest.approx(2.0, rel=0.15)
+
+
+def test_cuda_without_device_is_an_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        time_callable(lambda: None, device="cuda")
+
+
+def test_clock_probe_read_between_rounds(monkeypatch):
+    clocks = iter([2.6e9, 1.5e9] + [1.5e9] * 100)
+    m = time_callable(busy(0.001), max_time_s=0.2, min_samples=4, clock_probe=lambda: next(clocks))
+    assert m.unstable and any("clock changed" in w for w in m.warnings)
+    assert timing.CLOCK_DRIFT < 2.6 / 1.5 - 1
+
+
+@pytest.mark.gpu
+def test_cuda_timing_on_device():
+    a = torch.randn(2048, 2048, device="cuda")
+    m = time_callable(lambda: a @ a, device="cuda", max_time_s=1.0)
+    assert m.n >= 5 and m.median_s > 0 and "CUDA events" in m.method
+
+
+def test_contention_marks_unstable():
+    steady = [1.0] * 10
+    assert not Measurement.from_samples(steady, other_cpus=0.2, cpu_count=2).unstable
+    busy_run = Measurement.from_samples(steady, other_cpus=1.0, cpu_count=2)
+    assert busy_run.unstable and any("other processes used 1.0 of 2 CPUs" in w for w in busy_run.warnings)
+    assert Measurement.from_dict(busy_run.to_dict()).other_cpus == 1.0
