@@ -118,13 +118,22 @@ def fit_power(power_w: Sequence[float], flop_per_s: Sequence[float], bytes_per_s
 def fit_log_latency(names: Sequence[str], x0: Sequence[float],
                     predict: Callable[[dict[str, float]], np.ndarray],
                     measured_s: Sequence[float], name: str, model: str,
-                    lower: Sequence[float] | None = None, upper: Sequence[float] | None = None) -> FitResult:
+                    lower: Sequence[float] | None = None, upper: Sequence[float] | None = None,
+                    prior_sigma: float | None = None,
+                    data_sigma: float | Sequence[float] = 1.0) -> FitResult:
     """Fit positive parameters so that predict(params) matches measured latencies.
 
     Parameters are optimised as logarithms (so they stay positive); residuals are
     log(predicted/measured), i.e. relative errors, so a 20 µs op and a 20 ms op weigh alike.
+    `data_sigma` is each measurement's uncertainty in the same log units (scalar or per
+    observation): data residuals are divided by it. With `prior_sigma`, each parameter also gets
+    a residual (log p − log x0) / prior_sigma: a log-normal prior centred on x0 (maximum a
+    posteriori). It keeps parameters the data cannot
+    separate near their documented starting values instead of letting them run to a bound,
+    and barely moves those the data pin down.
     Standard errors come from the Jacobian (delta method: se(p) = p · se(log p)); a parameter
-    the data cannot move (zero Jacobian column) gets stderr nan.
+    the data cannot move (zero Jacobian column) gets stderr nan. Residuals and R² are the
+    data's only.
     """
     measured = np.asarray(measured_s, dtype=float)
     if np.any(measured <= 0):
@@ -132,23 +141,30 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
     names = list(names)
     lo = np.log(lower) if lower is not None else np.full(len(names), -np.inf)
     hi = np.log(upper) if upper is not None else np.full(len(names), np.inf)
-    start = np.clip(np.log(np.asarray(x0, dtype=float)), lo + 1e-9, hi - 1e-9)
+    centre = np.log(np.asarray(x0, dtype=float))
+    start = np.clip(centre, lo + 1e-9, hi - 1e-9)
+    n_data = len(measured)
+    sigma = np.broadcast_to(np.asarray(data_sigma, dtype=float), measured.shape)
 
     def residual(x: np.ndarray) -> np.ndarray:
         params = dict(zip(names, np.exp(x), strict=True))
-        return np.log(np.asarray(predict(params), dtype=float)) - np.log(measured)
+        data = (np.log(np.asarray(predict(params), dtype=float)) - np.log(measured)) / sigma
+        if prior_sigma is None:
+            return data
+        return np.concatenate([data, (x - centre) / prior_sigma])
 
     sol = optimize.least_squares(residual, start, bounds=(lo, hi), method="trf", x_scale="jac")
     values = np.exp(sol.x)
     cov = _covariance(sol.jac, sol.fun)
     se_log = np.sqrt(np.clip(np.diag(cov), 0, None))
-    dead = np.all(np.abs(sol.jac) < 1e-12, axis=0)
+    dead = np.all(np.abs(sol.jac[:n_data]) < 1e-12, axis=0)
     stderr = np.where(dead, np.nan, values * se_log)
     fitted = np.asarray(predict(dict(zip(names, values, strict=True))), dtype=float)
+    model_text = model if prior_sigma is None else f"{model}; log-normal prior sigma={prior_sigma:g} around the defaults"
     return FitResult(
-        name=name, model=model,
+        name=name, model=model_text,
         parameters=dict(zip(names, map(float, values), strict=True)),
         stderr=dict(zip(names, map(float, stderr), strict=True)),
-        residuals=tuple(map(float, sol.fun)), residual_space="log(predicted/measured latency)",
+        residuals=tuple(map(float, sol.fun[:n_data] * sigma)), residual_space="log(predicted/measured latency)",
         r2=_r2(np.log(measured), np.log(fitted)), n=len(measured),
     )

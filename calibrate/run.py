@@ -1,0 +1,356 @@
+"""The calibration run: measure this machine, fit the model, validate on held-out models, flag.
+
+Order (fit data first, validation last, never mixed):
+1. fingerprint and the chip model (registry match, else the locally built chip);
+2. GEMM peak sweep per precision  -> saturating efficiency fit per precision;
+3. bandwidth probe                -> bandwidth_efficiency = measured / model bandwidth;
+4. timed micro-layers             -> per-op-class efficiency and overhead (log-latency fit);
+5. power (where a source exists)  -> P = idle + e_flop·FLOP/s + e_byte·byte/s;
+6. whole torchvision models       -> predicted (calibrated and default) vs measured latency;
+7. gap flags.
+The result is one JSON-able document (see docs/calibration.md for its fields).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from chipcal.calibrate import flags as gap
+from chipcal.calibrate.fits import FitResult, fit_log_latency, fit_power, fit_saturating_efficiency
+from chipcal.calibrate.store import SCHEMA
+
+DEFAULT_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "densenet121",
+                  "mobilenet_v3_large", "vit_b_16")
+QUICK_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "mobilenet_v3_large", "vit_b_16")
+DEFAULT_BATCHES = (1, 8)
+UNSTABLE_CV = 0.10
+MODEL_MIN_SAMPLES = 5
+MODEL_SIGMA_FLOOR = 0.05   # per-layer log uncertainty floor: timing spread, else model misfit
+PRIOR_SIGMA = 1.0     # log-space width of the prior around the family defaults (a factor of e)
+EFFICIENCY_MAX = 2.0   # measured may exceed an *assumed* local peak (clock above the nominal one)
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    device: str = "cpu"
+    quick: bool = False
+    models: tuple[str, ...] = DEFAULT_MODELS
+    batches: tuple[int, ...] = DEFAULT_BATCHES
+    precision: str = "fp32"          # precision of the layer and model measurements
+    remeasure: bool = False          # ignore cached peak/bandwidth results
+    command: str = "chipcal calibrate"
+
+    @property
+    def layer_time_s(self) -> float:
+        return 0.5 if self.quick else 1.5
+
+    @property
+    def model_time_s(self) -> float:
+        return 2.0 if self.quick else 6.0
+
+    def steps(self, n_layers: int) -> int:
+        """Progress-bar length: peaks, bandwidth, each layer, the fits, each model x batch, power."""
+        return 1 + 1 + n_layers + 1 + len(self.models) * len(self.batches) + 1
+
+
+def _chip_for(fp, device: str):
+    """(chip, origin): the registry chip this machine is, else (CPU) the locally built chip."""
+    from chipcal.measure.system import local_chip, match_registry_chip
+    from chipcal.model.registry import load_registry
+
+    match = match_registry_chip(fp, load_registry(), device)
+    if match is not None:
+        return match, f"registry match for {fp.gpu_name if device.startswith('cuda') else fp.cpu_model}"
+    if device.startswith("cuda"):
+        raise LookupError(f"GPU {fp.gpu_name!r} matches no registry chip; add it to model/hardware/")
+    return local_chip(), "built from this CPU's detected cores, SIMD width and clock (no registry match)"
+
+
+def _measurement_row(m) -> dict:
+    return {"median_s": m.median_s, "iqr_s": m.iqr_s, "ci_low_s": m.ci_low_s, "ci_high_s": m.ci_high_s,
+            "n": m.n, "cv": m.cv, "unstable": m.unstable, "method": m.method}
+
+
+def _environment_summary(fp) -> dict:
+    summary = {
+        "CPU": f"{fp.cpu_model} ({fp.physical_cores} physical / {fp.logical_cores} logical cores, "
+               f"{fp.torch_threads} torch threads)",
+        "CPU clock": (f"{fp.cpu_clock_hz / 1e9:.2f} GHz ({fp.cpu_clock_source})" if fp.cpu_clock_hz else "unreadable"),
+        "CPU features": ", ".join(f for f in fp.cpu_features if f.startswith(("avx", "amx", "fma", "neon", "sve"))),
+        "memory": f"{fp.memory_bytes / 2**30:.1f} GiB",
+        "torch / torchvision": f"{fp.torch_version} / {fp.torchvision_version}",
+        "python": fp.python_version,
+    }
+    if fp.gpu_name:
+        summary["GPU"] = (f"{fp.gpu_name}, {fp.gpu_sm_count} SMs, {(fp.gpu_memory_bytes or 0) / 2**30:.0f} GiB, "
+                          f"power limit {fp.gpu_power_limit_w} W")
+        summary["driver / CUDA"] = f"{fp.driver_version} / {fp.cuda_runtime_version}"
+    return summary
+
+
+# --- fits ----------------------------------------------------------------------------------------
+
+def gemm_fits(gemm, chip) -> dict[str, FitResult]:
+    """Saturating efficiency curve per precision, efficiency relative to the physics peak."""
+    fits = {}
+    for p in gemm.precisions:
+        physics = chip.peak_flop_per_s(p)
+        curve = gemm.curve(p)
+        if physics and len(curve) >= 3:
+            fits[f"gemm_efficiency_{p}"] = fit_saturating_efficiency(
+                [pt.flop for pt in curve], [pt.flop_per_s / physics for pt in curve], name=f"gemm_efficiency_{p}")
+    return fits
+
+
+def fit_layer_params(observations: Sequence, chip, precision: str, base):
+    """Fit efficiency[c] and overhead_s[c] for every op class the micro-layers exercise, and the
+    size curve's half_efficiency_flop, through the predictor itself.
+
+    Prediction of a micro-layer = chipcal.model.estimate.predict(its workload, chip, params), so
+    the mapper's own utilization and lane-fill penalties are not counted twice (the raw GEMM
+    sweep fit only seeds half_efficiency_flop). bandwidth_efficiency stays as given in `base`
+    (from the bandwidth probe). Returns (FamilyParams, FitResult).
+    """
+    from chipcal.model.estimate.prediction import predict
+
+    classes = sorted({sg.op_class for o in observations for sg in o.workload.subgraphs
+                      if sg.flop > 0 or sg.bytes_written > 0})
+    names = ([f"efficiency.{c}" for c in classes] + [f"overhead_s.{c}" for c in classes]
+             + ["half_efficiency_flop"])
+    x0 = ([min(base.efficiency[c], 1.0) for c in classes] + [max(base.overhead_s[c], 1e-7) for c in classes]
+          + [max(base.half_efficiency_flop, 1.0)])
+    lower = [1e-3] * len(classes) + [1e-8] * len(classes) + [1.0]
+    upper = [EFFICIENCY_MAX] * len(classes) + [1e-2] * len(classes) + [1e12]
+    measured = [o.measurement.median_s for o in observations]
+
+    def params_from(values: dict[str, float]):
+        eff = dict(base.efficiency)
+        over = dict(base.overhead_s)
+        for c in classes:
+            eff[c] = values[f"efficiency.{c}"]
+            over[c] = values[f"overhead_s.{c}"]
+        return dataclasses.replace(base, efficiency=eff, overhead_s=over,
+                                   half_efficiency_flop=values["half_efficiency_flop"])
+
+    def predict_all(values: dict[str, float]) -> np.ndarray:
+        params = params_from(values)
+        return np.array([predict(o.workload, chip, precision, params=params).latency_s for o in observations])
+
+    fit = fit_log_latency(names, x0, predict_all, measured, name="op_class_latency",
+                          model="t(layer) = Σ_subgraphs max(FLOP/(peak·util·efficiency[c]·W/(W+W_half)), "
+                                "bytes/(BW·bw_eff)) + overhead_s[c]",
+                          lower=lower, upper=upper, prior_sigma=PRIOR_SIGMA,
+                          data_sigma=[max(MODEL_SIGMA_FLOOR, o.measurement.iqr_s / 1.349 / o.measurement.median_s)
+                                      for o in observations])
+    return params_from(fit.parameters), fit
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
+                    set_total: Callable[[int], None] | None = None) -> dict:
+    """Measure, fit, validate and flag; returns the calibration document."""
+    from chipcal.measure.layers import default_cases, measure_layers
+    from chipcal.measure.models import measure_model
+    from chipcal.measure.peak import local_overrides, measure_bandwidth, measure_gemm_peak
+    from chipcal.measure.power import open_power_source
+    from chipcal.measure.system import fingerprint, local_chip
+    from chipcal.model.estimate.prediction import predict
+    from chipcal.model.local import LOCAL_CHIP_NAME
+    from chipcal.model.mapping.params import default_params
+    from chipcal.model.tdp import compare_chip
+    from chipcal.model.workload import characterize_model
+
+    step = progress or (lambda _label: None)
+    fp = fingerprint()
+    chip, origin = _chip_for(fp, config.device)
+    cases = default_cases(quick=config.quick)
+    if set_total:
+        set_total(config.steps(len(cases)))
+    flags: list[gap.Flag] = []
+
+    # 2. GEMM peak sweep
+    step("GEMM peak sweep")
+    gemm = measure_gemm_peak(config.device, remeasure=config.remeasure)
+    fits: dict[str, dict | None] = {}
+    gemm_fit = gemm_fits(gemm, chip)
+    peaks, gemm_rows = [], []
+    for p in gemm.precisions:
+        best = gemm.best(p)
+        physics = chip.peak_flop_per_s(p)
+        spec = chip.stated_peak_flop_per_s.get(p)
+        peaks.append({"precision": p, "measured_flop_per_s": best.flop_per_s, "physics_flop_per_s": physics,
+                      "fraction_of_physics": best.flop_per_s / physics if physics else None,
+                      "spec_flop_per_s": spec, "fraction_of_spec": best.flop_per_s / spec if spec else None,
+                      "best_shape": [best.m, best.n, best.k], "n": best.measurement.n, "cv": best.measurement.cv})
+        gemm_rows += [{"precision": p, "m": pt.m, "n": pt.n, "k": pt.k, "flop": pt.flop, "flop_per_s": pt.flop_per_s,
+                       **_measurement_row(pt.measurement)} for pt in gemm.curve(p)]
+        flags += [f for f in (gap.measured_below_spec(p, best.flop_per_s, spec),
+                              gap.measured_below_physics(p, best.flop_per_s, physics),
+                              gap.sag(f"{p} GEMM clock", best.measurement.clocks_hz, "Hz"),
+                              gap.unstable_timing(f"{p} GEMM peak", best.measurement.cv, UNSTABLE_CV)) if f]
+    for p, reason in gemm.unsupported.items():
+        peaks.append({"precision": p, "measured_flop_per_s": None, "physics_flop_per_s": chip.peak_flop_per_s(p),
+                      "fraction_of_physics": None, "spec_flop_per_s": chip.stated_peak_flop_per_s.get(p),
+                      "fraction_of_spec": None, "best_shape": None, "n": 0, "cv": None, "unsupported": reason})
+    fits.update({k: v.to_dict() for k, v in gemm_fit.items()})
+
+    # 3. bandwidth
+    step("memory bandwidth")
+    bw = measure_bandwidth(config.device, remeasure=config.remeasure)
+    measured_bw = max(bw.sustained_bytes_per_s.values())
+    assumed_bw = chip.memory.bandwidth_bytes_per_s
+    if chip.name == LOCAL_CHIP_NAME:
+        # a locally built chip takes measured figures where it only had assumptions
+        chip = local_chip(**local_overrides(bw))
+        origin += "; DRAM bandwidth and last-level cache from the bandwidth probe"
+    model_bw = chip.memory.bandwidth_bytes_per_s
+    base = default_params(chip.kind)
+    precision_fit = gemm_fit.get(f"gemm_efficiency_{config.precision}")
+    base = dataclasses.replace(
+        base,
+        # seed only: the layer fit refits it through the predictor
+        half_efficiency_flop=(precision_fit.parameters["w_half_flop"] if precision_fit else base.half_efficiency_flop),
+        bandwidth_efficiency=measured_bw / model_bw,
+        source="calibration",
+    )
+
+    # 4. micro-layers
+    observations = measure_layers(cases, device=config.device, max_time_s=config.layer_time_s, progress=step)
+    step("fitting op-class efficiency and overhead")
+    defaults = default_params(chip.kind)
+    params, layer_fit = fit_layer_params(observations, chip, config.precision, base)
+    fits["op_class_latency"] = layer_fit.to_dict()
+    layer_rows = []
+    for o in observations:
+        layer_rows.append({"case": o.case, "op_class": o.op_class, "flop": o.workload.flop,
+                           "bytes": o.workload.bytes_read + o.workload.bytes_written,
+                           "predicted_default_s": predict(o.workload, chip, config.precision, params=defaults).latency_s,
+                           "predicted_s": predict(o.workload, chip, config.precision, params=params).latency_s,
+                           **_measurement_row(o.measurement)})
+
+    # 5. power
+    step("power")
+    source = open_power_source(config.device)
+    power_doc = {"source": source.name, "available": source.available, "reason": source.reason}
+    power_rows: list[dict] = []
+    if source.available:
+        from chipcal.measure.power_curve import power_curve
+
+        power_rows = power_curve(source, config.device, config.precision)
+        power_fit = fit_power([r["avg_power_w"] for r in power_rows], [r["flop_per_s"] for r in power_rows],
+                              [r["bytes_per_s"] for r in power_rows])
+        fits["power"] = power_fit.to_dict()
+        power_doc["idle_w"] = power_fit.parameters["idle_w"]
+        power_doc["j_per_flop"] = power_fit.parameters["j_per_flop"]
+        power_doc["j_per_byte"] = power_fit.parameters["j_per_byte"]
+        engine = chip.engine_for(config.precision)
+        from chipcal.model import technology
+
+        power_doc["physics_j_per_flop"] = technology.energy_per_mac_j(
+            chip.process_nm, engine.circuit, config.precision) / 2
+        power_doc["physics_j_per_byte"] = technology.dram_energy_per_byte_j(chip.memory.type)
+        spec = chip.stated_peak_flop_per_s.get(config.precision)
+        flag = gap.energy_exceeds_tdp(power_fit.parameters["j_per_flop"], spec, chip.tdp_w,
+                                      power_fit.parameters["idle_w"])
+        flags += [flag] if flag else []
+        flags += [f for f in (gap.sag("power during sustained GEMM",
+                                      [r["avg_power_w"] for r in power_rows if r["kind"] == "sustained"], "W"),) if f]
+    else:
+        fits["power"] = None
+
+    # 6. validation on whole models (never used in the fit)
+    model_rows = []
+    for name in config.models:
+        for batch in config.batches:
+            step(f"{name} batch {batch}")
+            workload = characterize_model(name, batch=batch)
+            predicted = predict(workload, chip, config.precision, params=params)
+            predicted_default = predict(workload, chip, config.precision, params=defaults)
+            # budget: at least MODEL_MIN_SAMPLES calls at (1.5x) the calibrated prediction
+            budget = max(config.model_time_s, MODEL_MIN_SAMPLES * 1.5 * predicted.latency_s)
+            mm = measure_model(name, batch=batch, precision=config.precision, device=config.device,
+                               max_time_s=budget, min_samples=MODEL_MIN_SAMPLES)
+            m = mm.latency
+            model_rows.append({"model": name, "batch": batch, "flop": workload.flop,
+                               "bytes": workload.bytes_read + workload.bytes_written,
+                               "delivered_flop_per_s": workload.flop / m.median_s,
+                               "predicted_s": predicted.latency_s, "predicted_serial_s": predicted.serial_latency_s,
+                               "predicted_default_s": predicted_default.latency_s,
+                               "error": predicted.latency_s / m.median_s - 1,
+                               "default_error": predicted_default.latency_s / m.median_s - 1,
+                               **_measurement_row(m)})
+            if m.cv > UNSTABLE_CV:
+                flags.append(gap.unstable_timing(f"{name} batch {batch}", m.cv, UNSTABLE_CV))
+
+    errors = np.abs([r["error"] for r in model_rows])
+    default_errors = np.abs([r["default_error"] for r in model_rows])
+    validation = {
+        "fit_data": (f"Fit data: the GEMM sweep ({len(gemm_rows)} shapes), the bandwidth probe and "
+                     f"{len(observations)} micro-layers ({', '.join(sorted({o.op_class for o in observations}))})."),
+        "validation_data": (f"Validation only: {len(config.models)} whole torchvision models "
+                            f"({', '.join(config.models)}) at batch {', '.join(map(str, config.batches))}, "
+                            f"{config.precision}, weights=None, measured in the same run."),
+        "n": len(model_rows),
+        "median_abs_error": float(np.median(errors)), "p90_abs_error": float(np.percentile(errors, 90)),
+        "max_abs_error": float(np.max(errors)),
+        "default_median_abs_error": float(np.median(default_errors)),
+        "default_p90_abs_error": float(np.percentile(default_errors, 90)),
+    }
+
+    # 7. flags from the spec side
+    if chip.stated_peak_flop_per_s:
+        flag = gap.spec_unsustainable(compare_chip(chip))
+        flags += [flag] if flag else []
+    if model_bw and measured_bw < gap.MEASURED_VS_SPEC_MIN * model_bw and chip.name != LOCAL_CHIP_NAME:
+        flags.append(gap.Flag("bandwidth_below_spec", "warning",
+                              f"measured {measured_bw / 1e9:.1f} GB/s is {measured_bw / model_bw:.0%} of the "
+                              f"spec {model_bw / 1e9:.1f} GB/s", {"measured": measured_bw, "spec": model_bw}))
+
+    params = dataclasses.replace(params, source=f"calibration: {fp.slug} {config.device} {_now()}")
+    return {
+        "schema": SCHEMA,
+        "created_utc": _now(),
+        "command": config.command,
+        "machine_slug": fp.slug,
+        "device": config.device,
+        "quick": config.quick,
+        "precision": config.precision,
+        "fingerprint": fp.to_dict(),
+        "environment_summary": _environment_summary(fp),
+        "chip": {"name": chip.name, "display_name": chip.display_name, "kind": chip.kind, "origin": origin,
+                 "process_nm": chip.process_nm, "tdp_w": chip.tdp_w,
+                 "physics_peak_flop_per_s": {p: chip.peak_flop_per_s(p) for p in chip.precisions},
+                 "spec_peak_flop_per_s": dict(chip.stated_peak_flop_per_s),
+                 "memory_bandwidth_bytes_per_s": model_bw, "memory_source": chip.memory.source,
+                 "assumed_memory_bandwidth_bytes_per_s": assumed_bw,
+                 "l3_bytes": chip.microarch.get("l3_bytes"), "microarch_source": chip.microarch.get("source")},
+        "peaks": peaks,
+        "bandwidth": {"measured_bytes_per_s": measured_bw, "spec_bytes_per_s": model_bw,
+                      "fraction": measured_bw / model_bw, "spec_source": chip.memory.source,
+                      "knee_bytes": dict(bw.knee_bytes), "sustained_bytes_per_s": dict(bw.sustained_bytes_per_s)},
+        "observations": {
+            "gemm": gemm_rows,
+            "bandwidth": [{"kernel": pt.kernel, "working_set_bytes": pt.working_set_bytes,
+                           "bytes_per_s": pt.bytes_per_s, **_measurement_row(pt.measurement)} for pt in bw.points],
+            "layers": layer_rows,
+            "models": model_rows,
+            "power": power_rows,
+        },
+        "fits": fits,
+        "parameters": {"chip": chip.name, "family_params": params.to_dict()},
+        "validation": validation,
+        "power": power_doc,
+        "flags": [f.to_dict() for f in flags],
+    }
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,118 @@
+"""`chipcal calibrate`: measure this machine, fit the physics model, validate, write a report.
+
+Writes results/<machine-slug>/<timestamp>/ (calibration.json, report.md, PNG plots) atomically:
+an interrupted run leaves nothing half-written, and a rerun never overwrites an earlier one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from chipcal.cli.common import (
+    Parser,
+    UsageError,
+    choice_error,
+    csv_list,
+    positive_int_list,
+    print_json,
+    run,
+)
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    from chipcal.calibrate.run import DEFAULT_BATCHES, DEFAULT_MODELS, QUICK_MODELS
+
+    p = Parser(prog=prog or "chipcal calibrate", description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu", type=str.lower, help="cpu (default) or cuda[:N]")
+    p.add_argument("--quick", action="store_true",
+                   help=f"fewer micro-layers, shorter timing budgets, models {','.join(QUICK_MODELS)}")
+    p.add_argument("--models", type=csv_list, metavar="A,B,…",
+                   help=f"validation models (default {','.join(DEFAULT_MODELS)})")
+    p.add_argument("--batch", type=positive_int_list, metavar="1,8", default=list(DEFAULT_BATCHES),
+                   help="validation batch sizes (default 1,8)")
+    p.add_argument("--out", default="results", metavar="DIR", help="results directory (default results/)")
+    p.add_argument("--remeasure", action="store_true", help="ignore cached GEMM peak and bandwidth results")
+    p.add_argument("--json", action="store_true", help="print the run's summary as an array of flat records")
+    return p
+
+
+def _check_models(names: list[str]) -> None:
+    import torchvision
+
+    valid = sorted(torchvision.models.list_models(module=torchvision.models))
+    for name in names:
+        if name not in valid:
+            raise choice_error("model", name, valid)
+
+
+def _body(args: argparse.Namespace) -> int:
+    if not (args.device == "cpu" or args.device == "cuda" or args.device.startswith("cuda:")):
+        raise UsageError(f"unknown device {args.device!r}; valid: cpu, cuda, cuda:N")
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available on this machine (use --device cpu)")
+    from tqdm import tqdm
+
+    from chipcal.calibrate import store
+    from chipcal.calibrate.report import plot_writers, render_markdown
+    from chipcal.calibrate.run import QUICK_MODELS, CalibrationConfig, run_calibration
+    from chipcal.cli.report import summary_record
+
+    models = args.models or (list(QUICK_MODELS) if args.quick else None)
+    if models:
+        _check_models(models)
+    config = CalibrationConfig(device=args.device, quick=args.quick, batches=tuple(args.batch),
+                               remeasure=args.remeasure,
+                               command=shlex.join(["chipcal", "calibrate", *sys.argv[1:]]) if sys.argv else "chipcal calibrate",
+                               **({"models": tuple(models)} if models else {}))
+    bar = tqdm(total=1, desc="calibrating", unit="step", file=sys.stderr, dynamic_ncols=True)
+
+    def step(label: str) -> None:
+        bar.set_description(label[:40])
+        bar.update(1)
+
+    def set_total(total: int) -> None:
+        bar.total = total
+        bar.refresh()
+
+    try:
+        doc = run_calibration(config, progress=step, set_total=set_total)
+        bar.set_description("writing report")
+        doc["plots"] = sorted(plot_writers(doc))
+        writers = {store.CALIBRATION_FILE: store.json_writer(doc), "report.md": store.text_writer(render_markdown(doc)),
+                   **plot_writers(doc)}
+        stamp = doc["created_utc"].replace("-", "").replace(":", "")
+        path = store.write_run(Path(args.out), doc["machine_slug"], stamp, writers)
+    except KeyboardInterrupt:
+        bar.close()
+        sys.stderr.write("interrupted: nothing was written\n")
+        return 130
+    bar.close()
+    val = doc["validation"]
+    if args.json:
+        print_json([summary_record(doc, path)])
+    else:
+        print(f"wrote {path}")
+        for p in doc["peaks"]:
+            if p["measured_flop_per_s"]:
+                frac = f"{p['fraction_of_physics']:.0%} of physics peak" if p["fraction_of_physics"] else ""
+                print(f"  {p['precision']:>5} GEMM peak {p['measured_flop_per_s'] / 1e9:8.1f} GFLOP/s  {frac}")
+        print(f"  bandwidth {doc['bandwidth']['measured_bytes_per_s'] / 1e9:.1f} GB/s")
+        print(f"  held-out models: median |error| {val['median_abs_error']:.1%}, p90 {val['p90_abs_error']:.1%} "
+              f"(defaults: {val['default_median_abs_error']:.1%}, {val['default_p90_abs_error']:.1%})")
+        for f in doc["flags"]:
+            print(f"  flag {f['code']}: {f['message']}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    return run(_body, build_parser(prog), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

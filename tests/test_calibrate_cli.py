@@ -1,0 +1,64 @@
+"""`chipcal calibrate` / `chipcal report`: bad input exits 2 in one line; report lists runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chipcal.calibrate import store
+from chipcal.cli import calibrate as calibrate_cli
+from chipcal.cli import report as report_cli
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--device", "tpu"], "valid: cpu, cuda"),
+    (["--device", "cuda"], "no CUDA device"),
+    (["--models", "resnet51"], "did you mean resnet50"),
+    (["--batch", "0"], "positive integer"),
+    (["--batch", "x"], "not an integer"),
+])
+def test_calibrate_bad_input(cli, argv, needle):
+    import torch
+
+    if argv == ["--device", "cuda"] and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    rc, _, err = cli(calibrate_cli.main, argv)
+    assert rc == 2 and needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def _doc(slug: str, created: str, median: float) -> dict:
+    return {
+        "schema": store.SCHEMA, "machine_slug": slug, "device": "cpu", "created_utc": created, "quick": False,
+        "chip": {"name": "local-cpu"},
+        "peaks": [{"precision": "fp32", "measured_flop_per_s": 2e11, "fraction_of_physics": 0.6,
+                   "fraction_of_spec": None}],
+        "bandwidth": {"measured_bytes_per_s": 2e10},
+        "validation": {"n": 14, "median_abs_error": median, "p90_abs_error": 0.2, "max_abs_error": 0.3},
+        "power": {"available": False, "source": "unavailable", "reason": "no powercap"},
+        "flags": [{"code": "measured_below_physics_peak"}],
+    }
+
+
+def test_report_lists_latest_run_per_machine(cli, tmp_path):
+    for slug, created, median in (("a", "2026-01-01T00:00:00Z", 0.5), ("a", "2026-02-01T00:00:00Z", 0.1),
+                                  ("b", "2026-01-05T00:00:00Z", 0.2)):
+        store.write_run(tmp_path, slug, created.replace(":", ""), {"calibration.json": store.json_writer(_doc(slug, created, median))})
+    rc, out, _ = cli(report_cli.main, [str(tmp_path), "--json"])
+    rows = json.loads(out)
+    assert rc == 0 and [(r["machine"], r["median_abs_error"]) for r in rows] == [("a", 0.1), ("b", 0.2)]
+    assert rows[0]["peak_flop_per_s_fp32"] == 2e11 and rows[0]["flags"] == "measured_below_physics_peak"
+    rc, out, _ = cli(report_cli.main, [str(tmp_path), "--all", "--json"])
+    assert len(json.loads(out)) == 3
+    rc, out, _ = cli(report_cli.main, [str(tmp_path)])
+    assert rc == 0 and "fp32 200 GFLOP/s (60% physics)" in out
+
+
+def test_report_skips_corrupt_runs_and_rejects_missing_dir(cli, tmp_path):
+    bad = tmp_path / "m" / "T"
+    bad.mkdir(parents=True)
+    (bad / "calibration.json").write_text("{not json")
+    rc, out, err = cli(report_cli.main, [str(tmp_path)])
+    assert rc == 0 and "skipped" in err
+    rc, _, err = cli(report_cli.main, [str(tmp_path / "nope")])
+    assert rc == 2 and "not a directory" in err

@@ -1,0 +1,153 @@
+"""The calibration pipeline end to end on a synthetic machine (measurements faked, known truth).
+
+The fakes generate every "measurement" from chosen true parameters through the same predictor,
+with multiplicative noise; the run must recover them, validate, flag, write an atomic report,
+and the written calibration must change `predict` for the calibrated chip only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from chipcal.calibrate import run as calrun
+from chipcal.calibrate import store
+from chipcal.calibrate.fits import saturating
+from chipcal.measure.timing import Measurement
+
+TRUE_GEMM = {"e_max": 0.55, "w_half_flop": 2e7}
+TRUE_BW = 18e9
+NOISE = 0.02
+MODELS = ("resnet18", "mobilenet_v2")
+
+
+def _m(seconds: float, rng) -> Measurement:
+    return Measurement.from_samples(seconds * np.exp(rng.normal(0, NOISE, 12)), method="synthetic")
+
+
+def _true_params(chip):
+    from chipcal.model.mapping.params import default_params
+
+    base = default_params(chip.kind)
+    eff = {c: v * 0.5 for c, v in base.efficiency.items()}       # a machine half as good as the defaults
+    over = {c: v * 3 + 20e-6 for c, v in base.overhead_s.items()}
+    return dataclasses.replace(base, efficiency=eff, overhead_s=over,
+                               half_efficiency_flop=TRUE_GEMM["w_half_flop"],
+                               bandwidth_efficiency=TRUE_BW / chip.memory.bandwidth_bytes_per_s,
+                               source="synthetic truth")
+
+
+@pytest.fixture
+def fake_machine(monkeypatch):
+    """Patch every measurement the run makes; returns (chip, true params)."""
+    from chipcal.measure import layers, models, peak, power
+    from chipcal.measure.system import local_chip
+    from chipcal.model.estimate.prediction import predict
+    from chipcal.model.workload import characterize
+
+    rng = np.random.default_rng(7)
+    chip = local_chip()
+    truth = _true_params(chip)
+
+    def gemm_peak(device, precisions=None, remeasure=False, **_):
+        points = []
+        for p in ("fp32", "bf16"):
+            physics = chip.peak_flop_per_s(p)
+            for n in (64, 128, 256, 512, 1024, 2048):
+                flop = 2 * n**3
+                rate = physics * saturating(flop, TRUE_GEMM["e_max"], TRUE_GEMM["w_half_flop"])
+                points.append(peak.GemmPoint(p, n, n, n, flop, _m(flop / rate, rng), rate))
+        return peak.GemmPeak(device=device, fingerprint_slug="synthetic", points=tuple(points))
+
+    def bandwidth(device, sizes=None, remeasure=False, **_):
+        pts = tuple(peak.BandwidthPoint("triad", s, 3 * s, 3 * s, _m(3 * s / TRUE_BW, rng), TRUE_BW)
+                    for s in (2**24, 2**26, 2**28))
+        return peak.Bandwidth(device=device, fingerprint_slug="synthetic", points=pts,
+                              knee_bytes={"triad": None}, sustained_bytes_per_s={"triad": TRUE_BW})
+
+    def measure_layers(cases, device="cpu", max_time_s=1.0, progress=None):
+        out = []
+        for case in cases:
+            if progress:
+                progress(case.label)
+            module, inputs = case.build()
+            w = characterize(module, inputs, model_name=case.label)
+            t = predict(w, chip, "fp32", params=truth).latency_s
+            out.append(layers.LayerObservation(case.label, case.op_class, w, _m(t, rng)))
+        return out
+
+    def measure_model(name, batch=1, precision="fp32", device="cpu", **_):
+        from chipcal.model.workload import characterize_model
+
+        w = characterize_model(name, batch=batch)
+        t = predict(w, chip, precision, params=truth).latency_s
+        m = _m(t, rng)
+        return models.ModelMeasurement(model=name, batch=batch, precision=precision, device=device, flop=w.flop,
+                                       latency=m, delivered_flop_per_s=w.flop / m.median_s, power=None,
+                                       power_source="unavailable", power_note="synthetic")
+
+    monkeypatch.setattr(peak, "measure_gemm_peak", gemm_peak)
+    monkeypatch.setattr(peak, "measure_bandwidth", bandwidth)
+    monkeypatch.setattr(layers, "measure_layers", measure_layers)
+    monkeypatch.setattr(models, "measure_model", measure_model)
+    monkeypatch.setattr(power, "open_power_source", lambda device: power.UnavailableSource("synthetic: none"))
+    return chip, truth
+
+
+@pytest.mark.slow
+def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
+    chip, truth = fake_machine
+    steps = []
+    doc = calrun.run_calibration(calrun.CalibrationConfig(quick=True, models=MODELS, batches=(1,)),
+                                 progress=steps.append)
+    # GEMM curve: the saturating fit recovers e_max and w_half
+    g = doc["fits"]["gemm_efficiency_fp32"]["parameters"]
+    assert g["e_max"] == pytest.approx(TRUE_GEMM["e_max"], rel=0.05)
+    assert g["w_half_flop"] == pytest.approx(TRUE_GEMM["w_half_flop"], rel=0.25)
+    # bandwidth efficiency = measured / model bandwidth
+    fam = doc["parameters"]["family_params"]
+    assert fam["bandwidth_efficiency"] == pytest.approx(truth.bandwidth_efficiency)
+    # layers: the calibrated predictor reproduces the (noisy) layer times to a few percent
+    layer_err = [abs(r["predicted_s"] / r["median_s"] - 1) for r in doc["observations"]["layers"]]
+    assert np.median(layer_err) < 0.05
+    # held-out models: generated by the same truth, so calibrated errors are small...
+    assert doc["validation"]["median_abs_error"] < 0.10
+    # ...and much smaller than with the defaults (a machine 2x slower than the defaults assume)
+    assert doc["validation"]["default_median_abs_error"] > 2 * doc["validation"]["median_abs_error"]
+    assert doc["validation"]["n"] == len(MODELS)
+    assert doc["power"]["available"] is False and "synthetic" in doc["power"]["reason"]
+    assert steps, "progress was reported"
+    # every fit says what it fitted, with uncertainties and R²
+    for fit in (f for f in doc["fits"].values() if f):
+        assert {"parameters", "stderr", "residuals", "r2", "n", "model"} <= set(fit)
+
+
+@pytest.mark.slow
+def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machine, tmp_path):
+    from chipcal.calibrate.report import plot_writers, render_markdown
+    from chipcal.model.estimate.prediction import predict
+    from chipcal.model.mapping.params import load_calibration
+    from chipcal.model.registry import load_registry
+    from chipcal.model.workload import characterize_model
+
+    chip, _ = fake_machine
+    doc = calrun.run_calibration(calrun.CalibrationConfig(quick=True, models=("resnet18",), batches=(1,)))
+    doc["plots"] = sorted(plot_writers(doc))
+    run_dir = store.write_run(tmp_path, doc["machine_slug"], "T",
+                              {store.CALIBRATION_FILE: store.json_writer(doc),
+                               "report.md": store.text_writer(render_markdown(doc)), **plot_writers(doc)})
+    assert json.loads((run_dir / "calibration.json").read_text()) == doc
+    for name in ("report.md", "gemm_efficiency.png", "predicted_vs_measured.png", "roofline.png"):
+        assert (run_dir / name).stat().st_size > 0
+    assert "Validation" in (run_dir / "report.md").read_text()
+
+    cal = load_calibration(run_dir)
+    w = characterize_model("resnet18", batch=1)
+    default_local = predict(w, chip, "fp32").latency_s
+    calibrated_local = predict(w, chip, "fp32", calibration=cal).latency_s
+    assert calibrated_local != pytest.approx(default_local, rel=0.05)
+    other = load_registry().get("a100-sxm4-80gb")
+    assert predict(w, other, "fp32", calibration=cal).latency_s == predict(w, other, "fp32").latency_s
