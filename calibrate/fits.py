@@ -120,7 +120,7 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
                     measured_s: Sequence[float], name: str, model: str,
                     lower: Sequence[float] | None = None, upper: Sequence[float] | None = None,
                     prior_sigma: float | None = None,
-                    data_sigma: float | Sequence[float] = 1.0) -> FitResult:
+                    data_sigma: float | Sequence[float] = 1.0, robust: bool = False) -> FitResult:
     """Fit positive parameters so that predict(params) matches measured latencies.
 
     Parameters are optimised as logarithms (so they stay positive); residuals are
@@ -131,6 +131,8 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
     posteriori). It keeps parameters the data cannot
     separate near their documented starting values instead of letting them run to a bound,
     and barely moves those the data pin down.
+    `robust` uses scipy's soft-L1 loss (quadratic within 2 sigma, linear beyond), so one
+    measurement spoiled by a transient slowdown cannot drag every parameter.
     Standard errors come from the Jacobian (delta method: se(p) = p · se(log p)); a parameter
     the data cannot move (zero Jacobian column) gets stderr nan. Residuals and R² are the
     data's only.
@@ -153,7 +155,8 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
             return data
         return np.concatenate([data, (x - centre) / prior_sigma])
 
-    sol = optimize.least_squares(residual, start, bounds=(lo, hi), method="trf", x_scale="jac")
+    sol = optimize.least_squares(residual, start, bounds=(lo, hi), method="trf", x_scale="jac",
+                                 loss="soft_l1" if robust else "linear", f_scale=2.0)
     values = np.exp(sol.x)
     cov = _covariance(sol.jac, sol.fun)
     se_log = np.sqrt(np.clip(np.diag(cov), 0, None))
@@ -161,6 +164,8 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
     stderr = np.where(dead, np.nan, values * se_log)
     fitted = np.asarray(predict(dict(zip(names, values, strict=True))), dtype=float)
     model_text = model if prior_sigma is None else f"{model}; log-normal prior sigma={prior_sigma:g} around the defaults"
+    if robust:
+        model_text += "; soft-L1 loss (f_scale 2 sigma)"
     return FitResult(
         name=name, model=model_text,
         parameters=dict(zip(names, map(float, values), strict=True)),

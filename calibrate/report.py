@@ -69,7 +69,8 @@ def render_markdown(doc: dict) -> str:
     lines += [
         f"Memory bandwidth (best of copy/triad beyond the last-level cache): "
         f"**{_si(bw['measured_bytes_per_s'], 'B/s')}** vs {_si(bw['spec_bytes_per_s'], 'B/s')} in the chip "
-        f"model ({_pct(bw['fraction'])}; {bw['spec_source']}).",
+        f"model ({_pct(bw['fraction'])}; {bw['spec_source']}). Last-level cache plateau: "
+        f"{_si(bw.get('onchip_bytes_per_s'), 'B/s')} (sets onchip_bandwidth_ratio).",
         "",
         "## Fitted parameters",
         "",
@@ -93,7 +94,8 @@ def render_markdown(doc: dict) -> str:
                [[c, f"{params['efficiency'][c]:.3f}", _si(params["overhead_s"][c], "s")] for c in params["efficiency"]]),
         "",
         f"half_efficiency_flop = {params['half_efficiency_flop']:.3g} FLOP, "
-        f"bandwidth_efficiency = {params['bandwidth_efficiency']:.3f}.",
+        f"bandwidth_efficiency = {params['bandwidth_efficiency']:.3f}, "
+        f"onchip_bandwidth_ratio = {params['onchip_bandwidth_ratio']:.2f}.",
         "",
         "## Micro-layers (fit data)",
         "",

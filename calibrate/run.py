@@ -23,12 +23,14 @@ import numpy as np
 from chipcal.calibrate import flags as gap
 from chipcal.calibrate.fits import FitResult, fit_log_latency, fit_power, fit_saturating_efficiency
 from chipcal.calibrate.store import SCHEMA
+from chipcal.measure.timing import Measurement
 
 DEFAULT_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "densenet121",
                   "mobilenet_v3_large", "vit_b_16")
 QUICK_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "mobilenet_v3_large", "vit_b_16")
 DEFAULT_BATCHES = (1, 8)
 UNSTABLE_CV = 0.10
+RUNTIME = "eager"    # layers and models are timed in PyTorch eager mode: one kernel per op
 MODEL_MIN_SAMPLES = 5
 MODEL_SIGMA_FLOOR = 0.05   # per-layer log uncertainty floor: timing spread, else model misfit
 PRIOR_SIGMA = 1.0     # log-space width of the prior around the family defaults (a factor of e)
@@ -48,8 +50,13 @@ class CalibrationConfig:
     command: str = "chipcal calibrate"
 
     @property
+    def rounds(self) -> int:
+        """Interleaved measurement rounds (a transient slowdown spoils one, not the median)."""
+        return 2 if self.quick else 3
+
+    @property
     def layer_time_s(self) -> float:
-        return 0.5 if self.quick else 1.5
+        return 0.8 if self.quick else 1.8
 
     @property
     def model_time_s(self) -> float:
@@ -93,6 +100,16 @@ def _environment_summary(fp) -> dict:
                           f"power limit {fp.gpu_power_limit_w} W")
         summary["driver / CUDA"] = f"{fp.driver_version} / {fp.cuda_runtime_version}"
     return summary
+
+
+def onchip_bandwidth(bw) -> float | None:
+    """Last-level-cache bandwidth from the probe: the median over working sets within 8x below
+    the cache knee (the plateau the knee ends), None when the probe found no knee."""
+    knee = max((k for k in bw.knee_bytes.values() if k), default=None)
+    if knee is None:
+        return None
+    plateau = [p.bytes_per_s for p in bw.points if knee / 8 <= p.working_set_bytes <= knee]
+    return float(np.median(plateau)) if plateau else None
 
 
 # --- fits ----------------------------------------------------------------------------------------
@@ -143,13 +160,46 @@ def fit_layer_params(observations: Sequence, chip, precision: str, base):
         params = params_from(values)
         return np.array([predict(o.workload, chip, precision, params=params).latency_s for o in observations])
 
+    sigma = [max(MODEL_SIGMA_FLOOR, o.measurement.iqr_s / 1.349 / o.measurement.median_s) for o in observations]
+    x0 = _coordinate_start(names, x0, lower, upper, predict_all, measured, sigma)
     fit = fit_log_latency(names, x0, predict_all, measured, name="op_class_latency",
                           model="t(layer) = Σ_subgraphs max(FLOP/(peak·util·efficiency[c]·W/(W+W_half)), "
                                 "bytes/(BW·bw_eff)) + overhead_s[c]",
-                          lower=lower, upper=upper, prior_sigma=PRIOR_SIGMA,
-                          data_sigma=[max(MODEL_SIGMA_FLOOR, o.measurement.iqr_s / 1.349 / o.measurement.median_s)
-                                      for o in observations])
+                          lower=lower, upper=upper, prior_sigma=PRIOR_SIGMA, data_sigma=sigma, robust=True)
     return params_from(fit.parameters), fit
+
+
+def _coordinate_start(names: list[str], x0: list[float], lower: list[float], upper: list[float],
+                      predict_all, measured: Sequence[float], sigma: Sequence[float]) -> list[float]:
+    """A starting point for the joint fit: two sweeps of per-class grid search.
+
+    The roofline's max(compute, memory) is flat in efficiency wherever a layer is memory-bound,
+    so a gradient method started there cannot see that a much lower efficiency fits (PyTorch's
+    CPU max-pool is ~15x slower than its bytes suggest). A coarse log grid over each class's
+    (efficiency, overhead) pair, others held, finds the right basin; the objective is the
+    joint fit's own (soft-L1 of the scaled log residuals plus the prior).
+    """
+    values = dict(zip(names, x0, strict=True))
+    centre = dict(values)
+    log_meas = np.log(np.asarray(measured, dtype=float))
+    sig = np.asarray(sigma, dtype=float)
+
+    def cost(trial: dict[str, float]) -> float:
+        r = (np.log(predict_all(trial)) - log_meas) / sig / 2.0        # soft-L1 with f_scale 2
+        prior = sum((np.log(trial[k] / centre[k]) / PRIOR_SIGMA) ** 2 for k in trial)
+        return float(np.sum(8.0 * (np.sqrt(1 + r * r) - 1)) + prior)
+
+    bounds = {n: (lo, hi) for n, lo, hi in zip(names, lower, upper, strict=True)}
+    classes = [n.split(".", 1)[1] for n in names if n.startswith("efficiency.")]
+    for _ in range(2):
+        for c in classes:
+            e, o = f"efficiency.{c}", f"overhead_s.{c}"
+            grid = [(ev, ov) for ev in np.geomspace(*bounds[e], 12) for ov in np.geomspace(*bounds[o], 9)]
+            best = min(grid + [(values[e], values[o])], key=lambda eo: cost({**values, e: eo[0], o: eo[1]}))
+            values[e], values[o] = best
+        h = "half_efficiency_flop"
+        values[h] = min([*np.geomspace(1e3, 1e10, 8), values[h]], key=lambda w: cost({**values, h: w}))
+    return [values[n] for n in names]
 
 
 # --- the run ---------------------------------------------------------------------------------------
@@ -214,16 +264,19 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     model_bw = chip.memory.bandwidth_bytes_per_s
     base = default_params(chip.kind)
     precision_fit = gemm_fit.get(f"gemm_efficiency_{config.precision}")
+    onchip_bw = onchip_bandwidth(bw)
     base = dataclasses.replace(
         base,
         # seed only: the layer fit refits it through the predictor
         half_efficiency_flop=(precision_fit.parameters["w_half_flop"] if precision_fit else base.half_efficiency_flop),
         bandwidth_efficiency=measured_bw / model_bw,
+        onchip_bandwidth_ratio=(onchip_bw / model_bw if onchip_bw else base.onchip_bandwidth_ratio),
         source="calibration",
     )
 
     # 4. micro-layers
-    observations = measure_layers(cases, device=config.device, max_time_s=config.layer_time_s, progress=step)
+    observations = measure_layers(cases, device=config.device, max_time_s=config.layer_time_s, progress=step,
+                                  rounds=config.rounds)
     step("fitting op-class efficiency and overhead")
     defaults = default_params(chip.kind)
     params, layer_fit = fit_layer_params(observations, chip, config.precision, base)
@@ -266,29 +319,37 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     else:
         fits["power"] = None
 
-    # 6. validation on whole models (never used in the fit)
-    model_rows = []
+    # 6. validation on whole models (never used in the fit), interleaved rounds as for the layers
+    plan = []
     for name in config.models:
         for batch in config.batches:
-            step(f"{name} batch {batch}")
-            workload = characterize_model(name, batch=batch)
+            workload = characterize_model(name, batch=batch, fuse=False)  # eager: one kernel per op
             predicted = predict(workload, chip, config.precision, params=params)
             predicted_default = predict(workload, chip, config.precision, params=defaults)
             # budget: at least MODEL_MIN_SAMPLES calls at (1.5x) the calibrated prediction
             budget = max(config.model_time_s, MODEL_MIN_SAMPLES * 1.5 * predicted.latency_s)
+            plan.append((name, batch, workload, predicted, predicted_default, budget, []))
+    for r in range(config.rounds):
+        for name, batch, _, _, _, budget, samples in plan:
+            if r == config.rounds - 1:
+                step(f"{name} batch {batch}")
             mm = measure_model(name, batch=batch, precision=config.precision, device=config.device,
-                               max_time_s=budget, min_samples=MODEL_MIN_SAMPLES)
-            m = mm.latency
-            model_rows.append({"model": name, "batch": batch, "flop": workload.flop,
-                               "bytes": workload.bytes_read + workload.bytes_written,
-                               "delivered_flop_per_s": workload.flop / m.median_s,
-                               "predicted_s": predicted.latency_s, "predicted_serial_s": predicted.serial_latency_s,
-                               "predicted_default_s": predicted_default.latency_s,
-                               "error": predicted.latency_s / m.median_s - 1,
-                               "default_error": predicted_default.latency_s / m.median_s - 1,
-                               **_measurement_row(m)})
-            if m.cv > UNSTABLE_CV:
-                flags.append(gap.unstable_timing(f"{name} batch {batch}", m.cv, UNSTABLE_CV))
+                               max_time_s=budget / config.rounds,
+                               min_samples=-(-MODEL_MIN_SAMPLES // config.rounds))
+            samples.extend(mm.latency.samples_s)
+    model_rows = []
+    for name, batch, workload, predicted, predicted_default, _, samples in plan:
+        m = Measurement.from_samples(samples, method=f"{mm.latency.method}; {config.rounds} interleaved rounds")
+        model_rows.append({"model": name, "batch": batch, "flop": workload.flop,
+                           "bytes": workload.bytes_read + workload.bytes_written,
+                           "delivered_flop_per_s": workload.flop / m.median_s,
+                           "predicted_s": predicted.latency_s, "predicted_serial_s": predicted.serial_latency_s,
+                           "predicted_default_s": predicted_default.latency_s,
+                           "error": predicted.latency_s / m.median_s - 1,
+                           "default_error": predicted_default.latency_s / m.median_s - 1,
+                           **_measurement_row(m)})
+        if m.cv > UNSTABLE_CV:
+            flags.append(gap.unstable_timing(f"{name} batch {batch}", m.cv, UNSTABLE_CV))
 
     errors = np.abs([r["error"] for r in model_rows])
     default_errors = np.abs([r["default_error"] for r in model_rows])
@@ -334,6 +395,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                  "l3_bytes": chip.microarch.get("l3_bytes"), "microarch_source": chip.microarch.get("source")},
         "peaks": peaks,
         "bandwidth": {"measured_bytes_per_s": measured_bw, "spec_bytes_per_s": model_bw,
+                      "onchip_bytes_per_s": onchip_bw,
                       "fraction": measured_bw / model_bw, "spec_source": chip.memory.source,
                       "knee_bytes": dict(bw.knee_bytes), "sustained_bytes_per_s": dict(bw.sustained_bytes_per_s)},
         "observations": {
@@ -345,7 +407,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
             "power": power_rows,
         },
         "fits": fits,
-        "parameters": {"chip": chip.name, "family_params": params.to_dict()},
+        "parameters": {"chip": chip.name, "runtime": RUNTIME, "family_params": params.to_dict()},
         "validation": validation,
         "power": power_doc,
         "flags": [f.to_dict() for f in flags],

@@ -42,6 +42,7 @@ from chipcal.model.chip import Chip
 from chipcal.model.estimate.opportunities import Opportunity, opportunities, top_consumers
 from chipcal.model.estimate.prediction import Prediction, predict
 from chipcal.model.mapping.params import (
+    RUNTIMES,
     CalibrationError,
     CalibrationParams,
     load_calibration,
@@ -80,40 +81,40 @@ class WorkloadSource:
 
     def __init__(self, use_cache: bool = True):
         self.use_cache = use_cache
-        self.memo: dict[tuple[str, int], object] = {}
+        self.memo: dict[tuple[str, int, bool], object] = {}
         self.key = _code_key() if use_cache else ""
 
-    def _path(self, model: str, batch: int) -> Path:
-        return cache_dir() / f"{model}-b{batch}-{self.key}.pkl"
+    def _path(self, model: str, batch: int, fuse: bool) -> Path:
+        return cache_dir() / f"{model}-b{batch}-{'fused' if fuse else 'eager'}-{self.key}.pkl"
 
-    def get(self, model: str, batch: int):
-        if (model, batch) in self.memo:
-            return self.memo[(model, batch)]
-        workload = self._load(model, batch) if self.use_cache else None
+    def get(self, model: str, batch: int, fuse: bool = True):
+        if (model, batch, fuse) in self.memo:
+            return self.memo[(model, batch, fuse)]
+        workload = self._load(model, batch, fuse) if self.use_cache else None
         if workload is None:
             from chipcal.model.workload import CaptureError, UnknownModelError, characterize_model
 
             sys.stderr.write(f"characterizing {model} at batch {batch} (torch, meta tensors)...\n")
             try:
-                workload = characterize_model(model, batch)
+                workload = characterize_model(model, batch, fuse=fuse)
             except UnknownModelError as exc:
                 raise choice_error("model", model, exc.valid) from None
             except CaptureError as exc:
                 raise UsageError(f"cannot characterize {model}: {exc}") from None
             if self.use_cache:
-                self._store(model, batch, workload)
-        self.memo[(model, batch)] = workload
+                self._store(model, batch, fuse, workload)
+        self.memo[(model, batch, fuse)] = workload
         return workload
 
-    def _load(self, model: str, batch: int):
+    def _load(self, model: str, batch: int, fuse: bool):
         try:
-            with open(self._path(model, batch), "rb") as f:
+            with open(self._path(model, batch, fuse), "rb") as f:
                 return pickle.load(f)
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
             return None
 
-    def _store(self, model: str, batch: int, workload) -> None:
-        path = self._path(model, batch)
+    def _store(self, model: str, batch: int, fuse: bool, workload) -> None:
+        path = self._path(model, batch, fuse)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -139,6 +140,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help=f"comma-separated precisions ({', '.join(PRECISIONS)}; default fp32)")
     p.add_argument("--calibration", metavar="DIR",
                    help="calibration directory written by `chipcal calibrate` (applies to its chip only)")
+    p.add_argument("--runtime", choices=RUNTIMES, default="fused",
+                   help="fused: one kernel per fused subgraph (TensorRT/XLA/torch.compile); eager: one per op "
+                        "(PyTorch eager). A calibrated chip uses its calibration's runtime. Default fused")
     p.add_argument("--by-layer", action="store_true", help="per-subgraph roofline table")
     p.add_argument("--explain", action="store_true",
                    help="energy breakdown, memory timeline and quantified opportunities per row "
@@ -383,14 +387,17 @@ def roofline_plot(preds: Sequence[Prediction], path: str) -> None:
 
 def predict_all(models: Sequence[str], chips: Sequence[Chip], batches: Sequence[int],
                 precisions: Sequence[str], calibration: CalibrationParams | None,
-                workload: Callable[[str, int], object]) -> list[tuple[Chip, Prediction]]:
+                workload: Callable[[str, int, bool], object], runtime: str = "fused") -> list[tuple[Chip, Prediction]]:
     """Every (model, batch, chip, precision) prediction with its chip; each model characterized
-    once per batch, not once per chip."""
+    once per batch and runtime, not once per chip. The calibrated chip is predicted under the
+    runtime its calibration was fitted on; every other chip under `runtime`."""
     out = []
     for model in models:
         for batch in batches:
-            w = workload(model, batch)
             for chip in chips:
+                calibrated = calibration is not None and calibration.applies_to(chip.name, chip.active_mode)
+                fuse = (calibration.runtime if calibrated else runtime) == "fused"
+                w = workload(model, batch, fuse)
                 for precision in precisions:
                     out.append((chip, predict(w, chip, precision, calibration=calibration)))
     return out
@@ -404,7 +411,7 @@ def _body(args: argparse.Namespace) -> int:
                          "predicted; every chip keeps its family defaults\n")
     source = WorkloadSource(use_cache=not args.no_cache)
     try:
-        pairs = predict_all(args.model, chips, args.batch, args.precision, calibration, source.get)
+        pairs = predict_all(args.model, chips, args.batch, args.precision, calibration, source.get, args.runtime)
     except CalibrationError as exc:
         raise UsageError(str(exc)) from None
     preds = [p for _, p in pairs]

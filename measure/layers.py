@@ -5,6 +5,8 @@ depthwise+bn+relu6, linear+gelu, attention, layer norm, residual add+relu, pooli
 taken from real networks. They span compute-bound (wide 3×3 convs, big GEMMs) and memory-bound
 (depthwise, norms, elementwise) regimes, so per-op-class efficiency and overhead can be fitted
 separately. Whole models are never used here: they are the held-out validation set.
+Run eagerly, each case is several kernels (conv, batch norm, activation): the norm and
+elementwise classes are fitted from those too.
 """
 
 from __future__ import annotations
@@ -107,6 +109,28 @@ def _add_relu(channels: int, hw: int, batch: int = 1):
     return build
 
 
+def _squeeze_excite(channels: int, hw: int, batch: int = 1):
+    """MobileNetV3/EfficientNet squeeze-excite: global pool, two tiny 1x1 convs, gate multiply."""
+    import torch
+    from torch import nn
+
+    class SqueezeExcite(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.fc1 = nn.Conv2d(channels, channels // 4, 1)
+            self.fc2 = nn.Conv2d(channels // 4, channels, 1)
+
+        def forward(self, x):
+            s = self.fc2(torch.relu(self.fc1(self.pool(x))))
+            return x * nn.functional.hardsigmoid(s)
+
+    def build():
+        return SqueezeExcite().eval(), (torch.randn(batch, channels, hw, hw),)
+
+    return build
+
+
 def _pool(kind: str, channels: int, hw: int, batch: int = 1):
     import torch
     from torch import nn
@@ -119,22 +143,30 @@ def _pool(kind: str, channels: int, hw: int, batch: int = 1):
 
 
 def default_cases(quick: bool = False) -> list[LayerCase]:
-    """The calibration suite. Shapes come from resnet/mobilenet/vit layers; `quick` keeps a
-    compute-bound and a memory-bound case of each class where the class has both."""
+    """The calibration suite. Shapes come from resnet/mobilenet/efficientnet/vit layers; `quick`
+    keeps, per class, a small and a large case (different work, so efficiency and per-kernel
+    overhead stay separable)."""
     cases = [
+        LayerCase("conv", "conv3x3 16->16 @56", _conv_bn_act(16, 16, 56, 3), quick=True),
         LayerCase("conv", "conv3x3 64->64 @56", _conv_bn_act(64, 64, 56, 3), quick=True),
         LayerCase("conv", "conv3x3 128->128 @28", _conv_bn_act(128, 128, 28, 3)),
         LayerCase("conv", "conv3x3 256->256 @14", _conv_bn_act(256, 256, 14, 3)),
-        LayerCase("conv", "conv3x3 512->512 @7", _conv_bn_act(512, 512, 7, 3), quick=True),
+        LayerCase("conv", "conv3x3 512->512 @7", _conv_bn_act(512, 512, 7, 3)),
+        LayerCase("conv", "conv3x3/2 3->32 @224", _conv_bn_act(3, 32, 224, 3, stride=2, act="relu6")),
         LayerCase("conv", "conv7x7/2 3->64 @224", _conv_bn_act(3, 64, 224, 7, stride=2)),
-        LayerCase("conv", "conv3x3 16->16 @56", _conv_bn_act(16, 16, 56, 3)),
-        LayerCase("conv1x1", "conv1x1 256->64 @56", _conv_bn_act(256, 64, 56, 1), quick=True),
+        LayerCase("conv1x1", "conv1x1 16->96 @112", _conv_bn_act(16, 96, 112, 1, act="relu6")),
+        LayerCase("conv1x1", "conv1x1 24->144 @56", _conv_bn_act(24, 144, 56, 1, act="relu6"), quick=True),
+        LayerCase("conv1x1", "conv1x1 144->24 @56", _conv_bn_act(144, 24, 56, 1, act="none")),
+        LayerCase("conv1x1", "conv1x1 256->64 @56", _conv_bn_act(256, 64, 56, 1)),
         LayerCase("conv1x1", "conv1x1 64->256 @56", _conv_bn_act(64, 256, 56, 1, act="none")),
         LayerCase("conv1x1", "conv1x1 1024->256 @14", _conv_bn_act(1024, 256, 14, 1)),
+        LayerCase("conv1x1", "conv1x1 960->160 @7", _conv_bn_act(960, 160, 7, 1, act="none")),
         LayerCase("conv1x1", "conv1x1 512->2048 @7", _conv_bn_act(512, 2048, 7, 1, act="none"), quick=True),
-        LayerCase("conv1x1", "conv1x1 24->144 @56", _conv_bn_act(24, 144, 56, 1, act="relu6")),
         LayerCase("depthwise", "dw3x3 32 @112", _conv_bn_act(32, 32, 112, 3, groups=32, act="relu6")),
+        LayerCase("depthwise", "dw3x3/2 96 @112", _conv_bn_act(96, 96, 112, 3, stride=2, groups=96, act="relu6"),
+                  quick=True),
         LayerCase("depthwise", "dw3x3 144 @56", _conv_bn_act(144, 144, 56, 3, groups=144, act="relu6"), quick=True),
+        LayerCase("depthwise", "dw5x5 240 @28", _conv_bn_act(240, 240, 28, 5, groups=240, act="relu6")),
         LayerCase("depthwise", "dw3x3 384 @14", _conv_bn_act(384, 384, 14, 3, groups=384, act="relu6")),
         LayerCase("depthwise", "dw3x3 960 @7", _conv_bn_act(960, 960, 7, 3, groups=960, act="relu6"), quick=True),
         LayerCase("matmul", "linear 768->3072+gelu x197", _linear_act(197, 768, 3072, act=True), quick=True),
@@ -147,28 +179,48 @@ def default_cases(quick: bool = False) -> list[LayerCase]:
         LayerCase("norm", "layernorm 256 x49", _layer_norm(49, 256)),
         LayerCase("elementwise", "add+relu 256 @56", _add_relu(256, 56), quick=True),
         LayerCase("elementwise", "add+relu 2048 @7", _add_relu(2048, 7)),
+        LayerCase("elementwise", "squeeze-excite 240 @28", _squeeze_excite(240, 28), quick=True),
+        LayerCase("elementwise", "squeeze-excite 960 @7", _squeeze_excite(960, 7)),
         LayerCase("pool", "maxpool3x3/2 64 @112", _pool("max", 64, 112), quick=True),
-        LayerCase("pool", "avgpool 2048 @7", _pool("avg", 2048, 7), quick=True),
+        LayerCase("pool", "maxpool3x3/2 192 @56", _pool("max", 192, 56)),
+        LayerCase("reduce", "avgpool 2048 @7", _pool("avg", 2048, 7), quick=True),
+        LayerCase("reduce", "avgpool 576 @7", _pool("avg", 576, 7)),
     ]
     return [c for c in cases if c.quick] if quick else cases
 
 def measure_layers(cases: Sequence[LayerCase], *, device: str = "cpu", max_time_s: float = 1.0,
-                   progress: Callable[[str], None] | None = None) -> list[LayerObservation]:
-    """Characterize (our counter) and time every case on `device`."""
+                   progress: Callable[[str], None] | None = None, fuse: bool = False,
+                   rounds: int = 3) -> list[LayerObservation]:
+    """Characterize (our counter) and time every case on `device`.
+
+    The modules run in PyTorch eager mode, one kernel per op, so by default they are
+    characterized unfused (`fuse=False`) to match what is timed. Timing is interleaved: `rounds`
+    passes over all cases, `max_time_s / rounds` each, samples pooled per case. A slowdown of
+    the shared host that lasts seconds then hits one round of a case, not all its samples, and
+    the pooled median stays put.
+    """
     import torch
 
     from chipcal.model.workload import characterize
 
-    observations = []
+    built = []
     for case in cases:
-        if progress:
-            progress(case.label)
         module, inputs = case.build()
-        workload = characterize(module, inputs, model_name=case.label)
-        module = module.to(device)
-        inputs = tuple(t.to(device) for t in inputs)
-        with torch.inference_mode():
-            m = time_callable(lambda module=module, inputs=inputs: module(*inputs), device=device,
-                              max_time_s=max_time_s, min_samples=10)
-        observations.append(LayerObservation(case.label, case.op_class, workload, m))
-    return observations
+        workload = characterize(module, inputs, model_name=case.label, fuse=fuse)
+        built.append((case, workload, module.to(device), tuple(t.to(device) for t in inputs)))
+    samples: list[list[float]] = [[] for _ in built]
+    last: list[Measurement | None] = [None] * len(built)
+    for r in range(rounds):
+        for i, (case, _, module, inputs) in enumerate(built):
+            if progress and r == rounds - 1:
+                progress(case.label)
+            with torch.inference_mode():
+                m = time_callable(lambda module=module, inputs=inputs: module(*inputs), device=device,
+                                  max_time_s=max_time_s / rounds, min_samples=max(3, 10 // rounds))
+            samples[i].extend(m.samples_s)
+            last[i] = m
+    return [LayerObservation(case.label, case.op_class, workload,
+                             Measurement.from_samples(samples[i], method=f"{last[i].method}; {rounds} interleaved rounds",
+                                                      calls_per_sample=last[i].calls_per_sample,
+                                                      threads=last[i].threads, clocks_hz=last[i].clocks_hz))
+            for i, (case, workload, _, _) in enumerate(built)]

@@ -72,10 +72,10 @@ def mlp(batch: int, features: int = 1024):
                     model="mlp1024", batch=batch)
 
 
-def custom_params(family, efficiency=0.8, overhead_s=1e-6, half=0.0, bw=1.0, source="test"):
+def custom_params(family, efficiency=0.8, overhead_s=1e-6, half=0.0, bw=1.0, source="test", onchip=4.0):
     return FamilyParams(family=family, efficiency=dict.fromkeys(OP_CLASSES, efficiency),
                         overhead_s=dict.fromkeys(OP_CLASSES, overhead_s), half_efficiency_flop=half,
-                        bandwidth_efficiency=bw, source=source)
+                        bandwidth_efficiency=bw, onchip_bandwidth_ratio=onchip, source=source)
 
 
 # --- shared rules ----------------------------------------------------------------------------------

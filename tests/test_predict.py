@@ -55,6 +55,18 @@ def test_memory_bound_elementwise_latency_is_bytes_over_bandwidth_plus_overhead(
     assert e.compute_efficiency < 0.005
 
 
+def test_cache_resident_elementwise_pays_onchip_bandwidth():
+    h100 = chip("h100-sxm5")
+    params = custom_params("gpu", efficiency=0.5, overhead_s=2e-6, bw=1.0, onchip=3.0)
+    n = 2**20  # c = a + b on 1,048,576 fp32 elements produced by an earlier kernel: 12 MiB < 50 MiB L2
+    sg = elementwise_subgraph(1, n, deps=(0,), inputs=2)
+    e = estimate_subgraph(sg, h100, "fp32", params)
+    assert e.dram_bytes == 0 and e.onchip_bytes == 12 * n
+    # on-chip time = 12,582,912 B / (3.35 TB/s × 3) = 1.252 us, not zero
+    assert e.memory_time_s == pytest.approx(12 * n / (H100_BW * 3.0))
+    assert e.latency_s == pytest.approx(max(12 * n / (H100_BW * 3.0), n / (H100_FP32_CUDA * 0.5)) + 2e-6)
+
+
 def test_large_gemm_latency_is_flop_over_peak_times_efficiency():
     h100 = chip("h100-sxm5")
     params = custom_params("gpu", efficiency=0.8, overhead_s=2e-6, half=0.0, bw=1.0)

@@ -21,7 +21,7 @@ def hand_mlp(monkeypatch):
     """'mlp1024' resolves to the hand-built seed MLP at any batch (no torch characterization)."""
     original = predict_cli.WorkloadSource.get
 
-    def get(self, model, batch):
+    def get(self, model, batch, fuse=True):
         return mlp(batch) if model == "mlp1024" else original(self, model, batch)
 
     monkeypatch.setattr(predict_cli.WorkloadSource, "get", get)

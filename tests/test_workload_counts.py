@@ -300,3 +300,17 @@ def test_cuda_resident_model_counts_like_cpu():
     rows = {r.family: r for r in crosscheck(model, x, workload=gpu)}
     assert rows["conv"].flopcounter_agrees and rows["conv"].fvcore_agrees
     assert rows["matmul"].flopcounter_agrees and rows["matmul"].fvcore_agrees
+
+
+def test_global_pooling_is_a_reduction_windowed_pooling_is_a_pool():
+    import torch
+    from torch import nn
+
+    from chipcal.model.workload import characterize
+
+    x = torch.randn(1, 4, 8, 8)
+    w = characterize(nn.Sequential(nn.MaxPool2d(2), nn.AdaptiveAvgPool2d(1)).eval(), (x,))
+    classes = [op.op_class for op in w.ops if op.flop]
+    # max pool 2x2 on 4x8x8: 4*4*4 outputs x 3 compares = 192; global average: 4*4*4 = 64 adds
+    assert classes == ["pool", "reduce"]
+    assert [op.flop for op in w.ops if op.flop] == [192, 64]

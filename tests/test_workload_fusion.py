@@ -155,3 +155,22 @@ def test_model_level_structure():
     # ViT-B/16: per encoder layer one attention core, linear+gelu, and two linear+residual kernels
     vit = [s.pattern for s in characterize_model("vit_b_16").subgraphs]
     assert (vit.count("attention"), vit.count("linear_gelu"), vit.count("linear_add")) == (12, 12, 24)
+
+
+def test_eager_partition_is_one_kernel_per_op():
+    import torch
+    from torch import nn
+
+    from chipcal.model.workload import characterize
+
+    module = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU()).eval()
+    x = torch.randn(1, 8, 10, 10)
+    fused = characterize(module, (x,), fuse=True)
+    eager = characterize(module, (x,), fuse=False)
+    assert len(fused.subgraphs) == 1 and fused.fused
+    assert [sg.op_class for sg in eager.subgraphs] == ["conv", "norm", "elementwise"] and not eager.fused
+    assert eager.macs == fused.macs == 16 * 10 * 10 * 8 * 9       # counts do not depend on the partition
+    # eager: every intermediate goes out and back in. conv out = BN in = 16*10*10*4 B = 6400 B,
+    # BN out = ReLU in = 6400 B: the fused kernel saves 4 x 6400 B of traffic
+    assert all(sg.bytes_saved_by_fusion == 0 for sg in eager.subgraphs)
+    assert fused.subgraphs[0].bytes_saved_by_fusion == 4 * 6400

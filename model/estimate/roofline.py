@@ -3,12 +3,15 @@
     compute_time = FLOP / (peak_engine × utilization × lane_fill × efficiency[op_class] × size)
     size         = W / (W + h) for MAC work (pipeline ramp of GEMM-like kernels), 1 for non-MAC work,
                    W = FLOP / lane_fill: the work the busy lanes execute, padding included
-    memory_time  = DRAM bytes / (spec bandwidth × bandwidth_efficiency)
+    memory_time  = max(DRAM bytes / (spec bandwidth × bandwidth_efficiency),
+                       on-chip bytes / (spec bandwidth × onchip_bandwidth_ratio))
     latency      = max(compute_time, memory_time) + overhead_s[op_class]
     bottleneck   = overhead if overhead ≥ max(compute, memory), else the larger of the two
 
 (h = half_efficiency_flop; utilization, lane fill, engine and DRAM bytes come from the mapper;
-efficiency, overhead, h and bandwidth_efficiency from `FamilyParams`.) With W counted as executed
+efficiency, overhead, h, bandwidth_efficiency and onchip_bandwidth_ratio from `FamilyParams`.)
+Every byte a kernel touches passes the last on-chip level once, so data resident in a cache still
+costs on-chip bandwidth time (a CPU's L3 is only ~2x its DRAM share). With W counted as executed
 work, compute_time = (FLOP/lane_fill + h) / (peak × utilization × efficiency): the ramp costs h FLOP
 of the busy units' time whatever the padding. The size curve is applied to MAC work only: for an
 elementwise kernel on a slow vector path h / rate would dwarf its real cost — that fixed cost is
@@ -161,7 +164,8 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
         eff *= params.size_factor(flop / alloc.lane_fill)
     available = alloc.available_flop_per_s * eff
     compute = flop / available if flop > 0 else 0.0
-    memory = alloc.dram_bytes / (ctx.bandwidth_bytes_per_s * params.bandwidth_efficiency)
+    memory = max(alloc.dram_bytes / (ctx.bandwidth_bytes_per_s * params.bandwidth_efficiency),
+                 alloc.onchip_bytes / (ctx.bandwidth_bytes_per_s * params.onchip_bandwidth_ratio))
     kernel = flop > 0 or alloc.onchip_bytes > 0
     overhead = params.overhead_s[subgraph.op_class] if kernel else 0.0
     work = max(compute, memory)

@@ -9,6 +9,8 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
     half_efficiency_flop   size curve for MAC work: eff(W) = efficiency[op_class] × W / (W + h),
                            W = the subgraph's FLOP ÷ lane fill (work executed, padding included)
     bandwidth_efficiency   achievable fraction of the spec DRAM bandwidth
+    onchip_bandwidth_ratio bandwidth of the last on-chip level (CPU L3, GPU L2, TPU/KPU SRAM) as a
+                           multiple of the spec DRAM bandwidth: cache-resident traffic is not free
 
 A calibration directory holds `calibration.json` with at least
 ``{"parameters": {"chip": NAME, "family_params": FamilyParams.to_dict()}}``; prediction applies
@@ -29,6 +31,9 @@ from chipcal.model.chip import KINDS
 from chipcal.model.workload.types import OP_CLASSES
 
 FAMILIES = KINDS
+# How a runtime launches a workload: "fused" = one kernel per fused subgraph (TensorRT, XLA,
+# torch.compile, dataflow compilers); "eager" = one kernel per op (PyTorch eager mode).
+RUNTIMES = ("fused", "eager")
 CALIBRATION_FILE = "calibration.json"
 
 
@@ -65,6 +70,7 @@ class FamilyParams:
     overhead_s: Mapping[str, float]
     half_efficiency_flop: float
     bandwidth_efficiency: float
+    onchip_bandwidth_ratio: float
     source: str
 
     def __post_init__(self) -> None:
@@ -80,6 +86,8 @@ class FamilyParams:
                            _number("half_efficiency_flop", self.half_efficiency_flop, allow_zero=True))
         object.__setattr__(self, "bandwidth_efficiency",
                            _number("bandwidth_efficiency", self.bandwidth_efficiency, allow_zero=False))
+        object.__setattr__(self, "onchip_bandwidth_ratio",
+                           _number("onchip_bandwidth_ratio", self.onchip_bandwidth_ratio, allow_zero=False))
 
     def size_factor(self, flop: float) -> float:
         """W / (W + half_efficiency_flop): 1 for large kernels, 1/2 at W = half_efficiency_flop."""
@@ -94,6 +102,7 @@ class FamilyParams:
             "overhead_s": dict(self.overhead_s),
             "half_efficiency_flop": self.half_efficiency_flop,
             "bandwidth_efficiency": self.bandwidth_efficiency,
+            "onchip_bandwidth_ratio": self.onchip_bandwidth_ratio,
             "source": self.source,
         }
 
@@ -101,7 +110,8 @@ class FamilyParams:
     def from_dict(cls, d: Mapping) -> FamilyParams:
         if not isinstance(d, Mapping):
             raise CalibrationError("family_params must be a table")
-        keys = ("family", "efficiency", "overhead_s", "half_efficiency_flop", "bandwidth_efficiency", "source")
+        keys = ("family", "efficiency", "overhead_s", "half_efficiency_flop", "bandwidth_efficiency",
+                "onchip_bandwidth_ratio", "source")
         missing = [k for k in keys if k not in d]
         if missing:
             raise CalibrationError(f"family_params is missing {', '.join(missing)}")
@@ -119,13 +129,15 @@ _DEFAULTS: dict[str, FamilyParams] = {
         family="gpu",
         efficiency=_per_class(
             {"conv": 0.70, "conv1x1": 0.75, "depthwise": 0.40, "matmul": 0.80, "attention": 0.60},
-            {"norm": 0.40, "elementwise": 0.50, "pool": 0.40, "data": 1.0}),
+            {"norm": 0.40, "elementwise": 0.50, "pool": 0.40, "reduce": 0.40, "data": 1.0}),
         overhead_s=_per_class(
             {"conv": 5e-6, "conv1x1": 5e-6, "depthwise": 5e-6, "matmul": 5e-6, "attention": 5e-6},
-            {"norm": 5e-6, "elementwise": 5e-6, "pool": 5e-6, "data": 5e-6}),
+            {"norm": 5e-6, "elementwise": 5e-6, "pool": 5e-6, "reduce": 5e-6, "data": 5e-6}),
         half_efficiency_flop=1e7,
         bandwidth_efficiency=0.85,
-        source=("default: cuBLAS/cuDNN large-GEMM and conv fractions of dense peak, FlashAttention-2 "
+        onchip_bandwidth_ratio=3.0,
+        source=("default: L2 at ~3x HBM bandwidth (order of published GPU microbenchmarks, assumed); "
+                "cuBLAS/cuDNN large-GEMM and conv fractions of dense peak, FlashAttention-2 "
                 "fraction, ~5 us kernel launch + dispatch per kernel, HBM/GDDR copy kernels at ~85% "
                 "of spec (docs/prediction.md)"),
     ),
@@ -133,13 +145,15 @@ _DEFAULTS: dict[str, FamilyParams] = {
         family="cpu",
         efficiency=_per_class(
             {"conv": 0.65, "conv1x1": 0.70, "depthwise": 0.25, "matmul": 0.80, "attention": 0.50},
-            {"norm": 0.30, "elementwise": 0.50, "pool": 0.30, "data": 1.0}),
+            {"norm": 0.30, "elementwise": 0.50, "pool": 0.30, "reduce": 0.30, "data": 1.0}),
         overhead_s=_per_class(
             {"conv": 1e-5, "conv1x1": 1e-5, "depthwise": 1e-5, "matmul": 5e-6, "attention": 1e-5},
-            {"norm": 3e-6, "elementwise": 3e-6, "pool": 3e-6, "data": 2e-6}),
+            {"norm": 3e-6, "elementwise": 3e-6, "pool": 3e-6, "reduce": 3e-6, "data": 2e-6}),
         half_efficiency_flop=4e6,
         bandwidth_efficiency=0.70,
-        source=("default: MKL/oneDNN GEMM and direct-conv fractions of SIMD peak, OpenMP fork/join + "
+        onchip_bandwidth_ratio=2.0,
+        source=("default: L3 at ~2x a core's DRAM bandwidth (this project's probe on a 2-core Xeon VM: "
+                "~50 vs ~27 GB/s); MKL/oneDNN GEMM and direct-conv fractions of SIMD peak, OpenMP fork/join + "
                 "primitive dispatch per op, STREAM triad at ~70% of theoretical DRAM bandwidth "
                 "(docs/prediction.md)"),
     ),
@@ -147,13 +161,15 @@ _DEFAULTS: dict[str, FamilyParams] = {
         family="tpu",
         efficiency=_per_class(
             {"conv": 0.75, "conv1x1": 0.80, "depthwise": 0.50, "matmul": 0.85, "attention": 0.60},
-            {"norm": 0.50, "elementwise": 0.60, "pool": 0.50, "data": 1.0}),
+            {"norm": 0.50, "elementwise": 0.60, "pool": 0.50, "reduce": 0.50, "data": 1.0}),
         overhead_s=_per_class(
             {"conv": 1e-6, "conv1x1": 1e-6, "depthwise": 1e-6, "matmul": 1e-6, "attention": 1e-6},
-            {"norm": 1e-6, "elementwise": 1e-6, "pool": 1e-6, "data": 1e-6}),
+            {"norm": 1e-6, "elementwise": 1e-6, "pool": 1e-6, "reduce": 1e-6, "data": 1e-6}),
         half_efficiency_flop=1e6,
         bandwidth_efficiency=0.85,
-        source=("default: XLA-compiled programs (one launch per graph, ~1 us sequencing per op), "
+        onchip_bandwidth_ratio=10.0,
+        source=("default: MB-class SRAM next to the arrays at ~10x HBM bandwidth (assumed); "
+                "XLA-compiled programs (one launch per graph, ~1 us sequencing per op), "
                 "MXU fractions of peak beyond the array fill the mapper already charges "
                 "(docs/prediction.md)"),
     ),
@@ -161,13 +177,15 @@ _DEFAULTS: dict[str, FamilyParams] = {
         family="kpu",
         efficiency=_per_class(
             {"conv": 0.80, "conv1x1": 0.80, "depthwise": 0.60, "matmul": 0.80, "attention": 0.70},
-            {"norm": 0.60, "elementwise": 0.60, "pool": 0.60, "data": 1.0}),
+            {"norm": 0.60, "elementwise": 0.60, "pool": 0.60, "reduce": 0.60, "data": 1.0}),
         overhead_s=_per_class(
             {"conv": 1e-6, "conv1x1": 1e-6, "depthwise": 1e-6, "matmul": 1e-6, "attention": 1e-6},
-            {"norm": 1e-6, "elementwise": 1e-6, "pool": 1e-6, "data": 1e-6}),
+            {"norm": 1e-6, "elementwise": 1e-6, "pool": 1e-6, "reduce": 1e-6, "data": 1e-6}),
         half_efficiency_flop=1e6,
         bandwidth_efficiency=0.85,
-        source=("default: hypothetical tile/dataflow design study; same order as a compiled systolic "
+        onchip_bandwidth_ratio=10.0,
+        source=("default: tile scratchpads at ~10x DRAM bandwidth (assumed); "
+                "hypothetical tile/dataflow design study; same order as a compiled systolic "
                 "design, ~1 us tile reconfiguration per operator (docs/prediction.md)"),
     ),
 }
@@ -187,6 +205,7 @@ class CalibrationParams:
     chip: str
     params: FamilyParams
     path: Path
+    runtime: str = "fused"     # the runtime the parameters were fitted under (RUNTIMES)
 
     def applies_to(self, chip_name: str, mode: str | None = None) -> bool:
         """True for the chip the calibration was fitted on (also as NAME@MODE for its power mode)."""
@@ -215,7 +234,10 @@ def load_calibration(directory: str | Path) -> CalibrationParams:
         params = FamilyParams.from_dict(parameters.get("family_params"))
     except CalibrationError as exc:
         raise CalibrationError(f"{path}: parameters.family_params: {exc}") from None
-    return CalibrationParams(chip=chip.strip().lower(), params=params, path=path)
+    runtime = parameters.get("runtime", "fused")
+    if runtime not in RUNTIMES:
+        raise CalibrationError(f"{path}: 'parameters.runtime' {runtime!r} is not one of {', '.join(RUNTIMES)}")
+    return CalibrationParams(chip=chip.strip().lower(), params=params, path=path, runtime=runtime)
 
 
 def params_for(chip_name: str, family: str, calibration: CalibrationParams | None = None,

@@ -230,9 +230,11 @@ def count_aten(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: obje
         per = (4 if affine else 3) if base == "_fused_rms_norm" else (8 if affine else 6)
         return [_part(target, base, "norm", "norm", "norm", 0, per * x.numel(), None, par, reads, writes)]
     if base in POOLS_MAX or base in POOLS_AVG or base in POOLS_ADAPTIVE:
-        return [_part(target, base, "pool", "pool", "pool", 0, _pool_flop(base, named, x, first_out), None,
-                      par, reads, writes)]
+        dims = int(next(ch for ch in base if ch.isdigit()))
+        is_global = base in POOLS_ADAPTIVE and math.prod(first_out.shape[-dims:]) == 1
+        return [_part(target, base, "pool", "reduce" if is_global else "pool", "pool", 0,
+                      _pool_flop(base, named, x, first_out), None, par, reads, writes)]
     if base in REDUCTION_FLOP:
-        return [_part(target, base, "pool", "pool", "pool", 0, REDUCTION_FLOP[base] * x.numel(), None,
+        return [_part(target, base, "pool", "reduce", "pool", 0, REDUCTION_FLOP[base] * x.numel(), None,
                       par, reads, writes)]
     return [_part(target, base, "other", "data", "data", 0, 0, None, par, reads, writes, classified=False)]

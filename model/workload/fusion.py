@@ -76,10 +76,13 @@ def _reaches(start: int, targets: set[int], producers: list[set[int]], floor: in
     return False
 
 
-def partition(ops: tuple[Op, ...], producers: list[set[int]], users: list[set[int]]) -> list[list[int]]:
+def partition(ops: tuple[Op, ...], producers: list[set[int]], users: list[set[int]],
+              fuse: bool = True) -> list[list[int]]:
     """Op indices per subgraph, subgraphs in a topological order (ties: earliest op first).
 
     `producers[i]`: ops whose data op i reads; `users[i]`: ops handed the tensors op i made.
+    With `fuse=False` every op is its own kernel (an eager runtime such as PyTorch eager mode);
+    views still join their producer, since they move no data.
     """
     group_of = [-1] * len(ops)
     groups: list[list[int]] = []
@@ -89,7 +92,7 @@ def partition(ops: tuple[Op, ...], producers: list[set[int]], users: list[set[in
         g = len(groups)
         members, tail = [start], start
         group_of[start] = g
-        while len(users[tail]) == 1:
+        while fuse and len(users[tail]) == 1:
             (nxt,) = users[tail]
             if group_of[nxt] >= 0 or not _allowed([ops[m] for m in members], ops[tail], ops[nxt]):
                 break

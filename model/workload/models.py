@@ -82,8 +82,10 @@ def _input_size(name: str, input_size) -> tuple[int, ...]:
     return size
 
 
-def characterize_model(name: str, batch: int = 1, input_size=None) -> Workload:
+def characterize_model(name: str, batch: int = 1, input_size=None, fuse: bool = True) -> Workload:
     """Characterize torchvision model `name` at `batch` × input_size (default: default_input_size).
+
+    `fuse=False` partitions for an eager runtime (one kernel per op), see `characterize`.
 
     The model is built on the meta device (no weights are allocated or initialized) unless its
     constructor needs real tensors (regnet computes its widths with tensors), then on the CPU.
@@ -96,4 +98,4 @@ def characterize_model(name: str, batch: int = 1, input_size=None) -> Workload:
     except (NotImplementedError, RuntimeError):
         model = build_model(name)
     example = torch.empty((batch, *size), device="meta")
-    return characterize(model, example, model_name=name)
+    return characterize(model, example, model_name=name, fuse=fuse)

@@ -21,10 +21,12 @@ OP_KINDS: tuple[str, ...] = ("conv", "linear", "matmul", "attention", "norm", "p
 #   attention scaled-dot-product / multi-head attention core (QK^T, softmax, AV)
 #   norm      batch/layer/group norm
 #   elementwise add/mul/activations/softmax outside attention
-#   pool      max/avg/adaptive pooling and other reductions (mean, sum, amax, vector norm)
+#   pool      windowed max/avg pooling (adaptive pooling to an output larger than 1x1)
+#   reduce    global pooling (adaptive to 1x1) and reductions (mean, sum, amax, vector norm):
+#             one output per channel, a different kernel from windowed pooling
 #   data      reshape/copy/cat/permute/flatten (0 FLOP, bytes only if it materializes)
 OP_CLASSES: tuple[str, ...] = ("conv", "conv1x1", "depthwise", "matmul", "attention", "norm",
-                               "elementwise", "pool", "data")
+                               "elementwise", "pool", "reduce", "data")
 
 # Families the reference counters (fvcore, FlopCounterMode) name their counts by.
 FAMILIES: tuple[str, ...] = ("conv", "matmul", "attention", "norm", "pool", "elementwise", "data")
@@ -152,6 +154,7 @@ class Workload:
     params: int
     execution: str = "meta"  # "meta": shapes propagated without arithmetic; "real": the model ran
     capture_notes: tuple[str, ...] = ()     # why earlier capture paths were not used
+    fused: bool = True                      # False: one subgraph per op (an eager runtime)
 
     @property
     def macs(self) -> int:
