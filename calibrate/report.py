@@ -95,7 +95,8 @@ def render_markdown(doc: dict) -> str:
         "",
         f"half_efficiency_flop = {params['half_efficiency_flop']:.3g} FLOP, "
         f"bandwidth_efficiency = {params['bandwidth_efficiency']:.3f}, "
-        f"onchip_bandwidth_ratio = {params['onchip_bandwidth_ratio']:.2f}.",
+        f"onchip_bandwidth_ratio = {params['onchip_bandwidth_ratio']:.2f}, "
+        f"switch_overhead_s = {_si(params.get('switch_overhead_s'), 's')} per kernel.",
         "",
         "## Micro-layers (fit data)",
         "",
@@ -103,6 +104,15 @@ def render_markdown(doc: dict) -> str:
                [[r["case"], r["op_class"], _si(r["flop"], "FLOP"), _si(r["median_s"], "s"), _si(r["iqr_s"], "s"),
                  str(r["n"]), _si(r["predicted_default_s"], "s"), _si(r["predicted_s"], "s")]
                 for r in doc["observations"]["layers"]]),
+        "",
+        "## Chains (fit data for switch_overhead_s)",
+        "",
+        "Hand-built small networks, timed whole; the gap to their kernels predicted as if timed alone is "
+        "the extra cost of running different kernels back to back.",
+        "",
+        _table(["chain", "kernels", "FLOP", "measured", "IQR", "n", "predicted (calibrated)"],
+               [[r["case"], str(r["kernels"]), _si(r["flop"], "FLOP"), _si(r["median_s"], "s"), _si(r["iqr_s"], "s"),
+                 str(r["n"]), _si(r["predicted_s"], "s")] for r in doc["observations"].get("chains", [])]),
         "",
         "## Validation: whole models (never used in the fit)",
         "",

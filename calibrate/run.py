@@ -30,6 +30,7 @@ DEFAULT_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "de
 QUICK_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "mobilenet_v3_large", "vit_b_16")
 DEFAULT_BATCHES = (1, 8)
 UNSTABLE_CV = 0.10
+N_CHAINS = 3         # measure.layers.default_chains()
 RUNTIME = "eager"    # layers and models are timed in PyTorch eager mode: one kernel per op
 MODEL_MIN_SAMPLES = 5
 MODEL_SIGMA_FLOOR = 0.05   # per-layer log uncertainty floor: timing spread, else model misfit
@@ -64,7 +65,7 @@ class CalibrationConfig:
 
     def steps(self, n_layers: int) -> int:
         """Progress-bar length: peaks, bandwidth, each layer, the fits, each model x batch, power."""
-        return 1 + 1 + n_layers + 1 + len(self.models) * len(self.batches) + 1
+        return 1 + 1 + n_layers + 1 + N_CHAINS + 1 + len(self.models) * len(self.batches) + 1
 
 
 def _chip_for(fp, device: str):
@@ -202,12 +203,37 @@ def _coordinate_start(names: list[str], x0: list[float], lower: list[float], upp
     return [values[n] for n in names]
 
 
+def fit_switch_overhead(chains: Sequence, chip, precision: str, params):
+    """Fit switch_overhead_s: t(chain) = prediction with kernels timed alone + switch · kernels.
+
+    `params` come from the isolated-layer fit (switch_overhead_s = 0). Returns
+    (params with the fitted switch_overhead_s, FitResult).
+    """
+    from chipcal.model.estimate.prediction import predict
+
+    alone = dataclasses.replace(params, switch_overhead_s=0.0)
+    base, kernels = [], []
+    for c in chains:
+        pred = predict(c.workload, chip, precision, params=alone)
+        base.append(pred.latency_s)
+        kernels.append(sum(1 for e in pred.subgraphs if e.overhead_s > 0))
+    base_a, kernels_a = np.asarray(base), np.asarray(kernels, dtype=float)
+    fit = fit_log_latency(["switch_overhead_s"], [1e-6],
+                          lambda v: base_a + v["switch_overhead_s"] * kernels_a,
+                          [c.measurement.median_s for c in chains], name="switch_overhead",
+                          model="t(chain) = Σ kernels as timed alone + switch_overhead_s × kernels",
+                          lower=[1e-9], upper=[1e-3],
+                          data_sigma=[max(MODEL_SIGMA_FLOOR, c.measurement.iqr_s / 1.349 / c.measurement.median_s)
+                                      for c in chains])
+    return dataclasses.replace(params, switch_overhead_s=fit.parameters["switch_overhead_s"]), fit
+
+
 # --- the run ---------------------------------------------------------------------------------------
 
 def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                     set_total: Callable[[int], None] | None = None) -> dict:
     """Measure, fit, validate and flag; returns the calibration document."""
-    from chipcal.measure.layers import default_cases, measure_layers
+    from chipcal.measure.layers import default_cases, default_chains, measure_layers
     from chipcal.measure.models import measure_model
     from chipcal.measure.peak import local_overrides, measure_bandwidth, measure_gemm_peak
     from chipcal.measure.power import open_power_source
@@ -281,13 +307,21 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     defaults = default_params(chip.kind)
     params, layer_fit = fit_layer_params(observations, chip, config.precision, base)
     fits["op_class_latency"] = layer_fit.to_dict()
-    layer_rows = []
-    for o in observations:
-        layer_rows.append({"case": o.case, "op_class": o.op_class, "flop": o.workload.flop,
-                           "bytes": o.workload.bytes_read + o.workload.bytes_written,
-                           "predicted_default_s": predict(o.workload, chip, config.precision, params=defaults).latency_s,
-                           "predicted_s": predict(o.workload, chip, config.precision, params=params).latency_s,
-                           **_measurement_row(o.measurement)})
+
+    def rows(obs, p):
+        return [{"case": o.case, "op_class": o.op_class, "flop": o.workload.flop,
+                 "bytes": o.workload.bytes_read + o.workload.bytes_written, "kernels": len(o.workload.subgraphs),
+                 "predicted_default_s": predict(o.workload, chip, config.precision, params=defaults).latency_s,
+                 "predicted_s": predict(o.workload, chip, config.precision, params=p).latency_s,
+                 **_measurement_row(o.measurement)} for o in obs]
+
+    layer_rows = rows(observations, params)
+    chains = measure_layers(default_chains(), device=config.device, max_time_s=2 * config.layer_time_s,
+                            progress=step, rounds=config.rounds)
+    step("fitting the in-network switch overhead")
+    params, switch_fit = fit_switch_overhead(chains, chip, config.precision, params)
+    fits["switch_overhead"] = switch_fit.to_dict()
+    chain_rows = rows(chains, params)
 
     # 5. power
     step("power")
@@ -354,8 +388,9 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     errors = np.abs([r["error"] for r in model_rows])
     default_errors = np.abs([r["default_error"] for r in model_rows])
     validation = {
-        "fit_data": (f"Fit data: the GEMM sweep ({len(gemm_rows)} shapes), the bandwidth probe and "
-                     f"{len(observations)} micro-layers ({', '.join(sorted({o.op_class for o in observations}))})."),
+        "fit_data": (f"Fit data: the GEMM sweep ({len(gemm_rows)} shapes), the bandwidth probe, "
+                     f"{len(observations)} micro-layers ({', '.join(sorted({o.op_class for o in observations}))}) "
+                     f"and {len(chains)} hand-built chains of layers (not torchvision models)."),
         "validation_data": (f"Validation only: {len(config.models)} whole torchvision models "
                             f"({', '.join(config.models)}) at batch {', '.join(map(str, config.batches))}, "
                             f"{config.precision}, weights=None, measured in the same run."),
@@ -403,6 +438,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
             "bandwidth": [{"kernel": pt.kernel, "working_set_bytes": pt.working_set_bytes,
                            "bytes_per_s": pt.bytes_per_s, **_measurement_row(pt.measurement)} for pt in bw.points],
             "layers": layer_rows,
+            "chains": chain_rows,
             "models": model_rows,
             "power": power_rows,
         },

@@ -142,6 +142,101 @@ def _pool(kind: str, channels: int, hw: int, batch: int = 1):
     return build
 
 
+def _mobile_chain():
+    """A small hand-built mobile network: stem, inverted residuals with squeeze-excite, head."""
+    import torch
+    from torch import nn
+
+    def cba(cin, cout, k=1, stride=1, groups=1, act=nn.ReLU6):
+        return [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout), act()]
+
+    class SE(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Conv2d(c, c // 4, 1), nn.Conv2d(c // 4, c, 1)
+
+        def forward(self, x):
+            return x * nn.functional.hardsigmoid(self.fc2(torch.relu(self.fc1(x.mean((2, 3), keepdim=True)))))
+
+    class Block(nn.Module):
+        def __init__(self, c, e, stride=1):
+            super().__init__()
+            self.body = nn.Sequential(*cba(c, c * e), *cba(c * e, c * e, 3, stride, c * e), SE(c * e),
+                                      nn.Conv2d(c * e, c, 1, bias=False), nn.BatchNorm2d(c))
+            self.res = stride == 1
+
+        def forward(self, x):
+            y = self.body(x)
+            return x + y if self.res else y
+
+    def build():
+        net = nn.Sequential(*cba(3, 16, 3, 2, act=nn.Hardswish), Block(16, 4), Block(16, 4, 2), Block(16, 6),
+                            *cba(16, 40, act=nn.Hardswish), Block(40, 3, 2), Block(40, 3),
+                            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(40, 100))
+        return net.eval(), (torch.randn(1, 3, 160, 160),)
+
+    return build
+
+
+def _residual_chain():
+    """A small hand-built residual network: stem, max-pool, basic blocks, head."""
+    import torch
+    from torch import nn
+
+    class Basic(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.a = nn.Sequential(nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU())
+            self.b = nn.Sequential(nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c))
+
+        def forward(self, x):
+            return torch.relu(x + self.b(self.a(x)))
+
+    def build():
+        net = nn.Sequential(nn.Conv2d(3, 32, 5, 2, 2, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                            nn.MaxPool2d(3, 2, 1), Basic(32), Basic(32),
+                            nn.Conv2d(32, 96, 3, 2, 1, bias=False), nn.BatchNorm2d(96), nn.ReLU(), Basic(96),
+                            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(96, 100))
+        return net.eval(), (torch.randn(1, 3, 160, 160),)
+
+    return build
+
+
+def _transformer_chain():
+    """Two hand-built pre-norm transformer encoder blocks on 64 tokens of width 384."""
+    import torch
+    from torch import nn
+
+    class Encoder(nn.Module):
+        def __init__(self, d=384, heads=6):
+            super().__init__()
+            self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+            self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+        def forward(self, x):
+            h = self.n1(x)
+            x = x + self.attn(h, h, h, need_weights=False)[0]
+            return x + self.mlp(self.n2(x))
+
+    def build():
+        return nn.Sequential(Encoder(), Encoder(), nn.LayerNorm(384)).eval(), (torch.randn(1, 64, 384),)
+
+    return build
+
+
+CHAIN_CLASS = "chain"
+
+
+def default_chains() -> list[LayerCase]:
+    """Hand-built small networks (not torchvision models) whose whole-network time, against
+    the sum of their kernels timed alone, measures the cost of running different kernels back
+    to back (calibrate: switch_overhead_s)."""
+    return [LayerCase(CHAIN_CLASS, "chain: mobile blocks @160", _mobile_chain(), quick=True),
+            LayerCase(CHAIN_CLASS, "chain: residual blocks @160", _residual_chain(), quick=True),
+            LayerCase(CHAIN_CLASS, "chain: 2 encoder blocks x64", _transformer_chain(), quick=True)]
+
+
 def default_cases(quick: bool = False) -> list[LayerCase]:
     """The calibration suite. Shapes come from resnet/mobilenet/efficientnet/vit layers; `quick`
     keeps, per class, a small and a large case (different work, so efficiency and per-kernel

@@ -5,7 +5,7 @@
                    W = FLOP / lane_fill: the work the busy lanes execute, padding included
     memory_time  = max(DRAM bytes / (spec bandwidth × bandwidth_efficiency),
                        on-chip bytes / (spec bandwidth × onchip_bandwidth_ratio))
-    latency      = max(compute_time, memory_time) + overhead_s[op_class]
+    latency      = max(compute_time, memory_time) + overhead_s[op_class] + switch_overhead_s
     bottleneck   = overhead if overhead ≥ max(compute, memory), else the larger of the two
 
 (h = half_efficiency_flop; utilization, lane fill, engine and DRAM bytes come from the mapper;
@@ -167,7 +167,7 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     memory = max(alloc.dram_bytes / (ctx.bandwidth_bytes_per_s * params.bandwidth_efficiency),
                  alloc.onchip_bytes / (ctx.bandwidth_bytes_per_s * params.onchip_bandwidth_ratio))
     kernel = flop > 0 or alloc.onchip_bytes > 0
-    overhead = params.overhead_s[subgraph.op_class] if kernel else 0.0
+    overhead = params.overhead_s[subgraph.op_class] + params.switch_overhead_s if kernel else 0.0
     work = max(compute, memory)
     latency = work + overhead
     if not kernel:

@@ -9,6 +9,9 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
     half_efficiency_flop   size curve for MAC work: eff(W) = efficiency[op_class] × W / (W + h),
                            W = the subgraph's FLOP ÷ lane fill (work executed, padding included)
     bandwidth_efficiency   achievable fraction of the spec DRAM bandwidth
+    switch_overhead_s      extra cost of every kernel inside a network over the same kernel timed alone
+                           (cold instruction caches and dispatch paths, threads re-waking); 0 by
+                           default, calibrated from timed chains of different layers
     onchip_bandwidth_ratio bandwidth of the last on-chip level (CPU L3, GPU L2, TPU/KPU SRAM) as a
                            multiple of the spec DRAM bandwidth: cache-resident traffic is not free
 
@@ -72,6 +75,7 @@ class FamilyParams:
     bandwidth_efficiency: float
     onchip_bandwidth_ratio: float
     source: str
+    switch_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         # Fractions may exceed 1 after calibration: a locally built chip's peak and bandwidth are
@@ -88,6 +92,8 @@ class FamilyParams:
                            _number("bandwidth_efficiency", self.bandwidth_efficiency, allow_zero=False))
         object.__setattr__(self, "onchip_bandwidth_ratio",
                            _number("onchip_bandwidth_ratio", self.onchip_bandwidth_ratio, allow_zero=False))
+        object.__setattr__(self, "switch_overhead_s",
+                           _number("switch_overhead_s", self.switch_overhead_s, allow_zero=True))
 
     def size_factor(self, flop: float) -> float:
         """W / (W + half_efficiency_flop): 1 for large kernels, 1/2 at W = half_efficiency_flop."""
@@ -103,6 +109,7 @@ class FamilyParams:
             "half_efficiency_flop": self.half_efficiency_flop,
             "bandwidth_efficiency": self.bandwidth_efficiency,
             "onchip_bandwidth_ratio": self.onchip_bandwidth_ratio,
+            "switch_overhead_s": self.switch_overhead_s,
             "source": self.source,
         }
 
@@ -115,7 +122,8 @@ class FamilyParams:
         missing = [k for k in keys if k not in d]
         if missing:
             raise CalibrationError(f"family_params is missing {', '.join(missing)}")
-        return cls(**{k: d[k] for k in keys})
+        optional = {k: d[k] for k in ("switch_overhead_s",) if k in d}
+        return cls(**{k: d[k] for k in keys}, **optional)
 
 
 def _per_class(mac: dict[str, float], other: dict[str, float]) -> dict[str, float]:
