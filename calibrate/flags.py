@@ -45,34 +45,33 @@ def spec_unsustainable(cmp: ChipTdpComparison) -> Flag | None:
     )
 
 
-def measured_below_spec(precision: str, measured_flop_per_s: float, spec_flop_per_s: float | None,
-                        minimum: float = MEASURED_VS_SPEC_MIN) -> Flag | None:
-    if not spec_flop_per_s:
+def _measured_below(code: str, what: str, precision: str, measured_flop_per_s: float,
+                    reference_flop_per_s: float | None, minimum: float) -> Flag | None:
+    if not reference_flop_per_s:
         return None
-    fraction = measured_flop_per_s / spec_flop_per_s
+    fraction = measured_flop_per_s / reference_flop_per_s
     if fraction >= minimum:
         return None
-    return Flag("measured_below_spec", "warning",
-                f"{precision}: measured GEMM peak {measured_flop_per_s / 1e12:.3g} TFLOP/s is "
-                f"{fraction:.0%} of the datasheet's dense {spec_flop_per_s / 1e12:.3g} TFLOP/s",
-                {"measured_flop_per_s": measured_flop_per_s, "spec_flop_per_s": spec_flop_per_s,
-                 "fraction": fraction})
+    key = "spec_flop_per_s" if code == "measured_below_spec" else "physics_flop_per_s"
+    return Flag(code, "warning",
+                f"{precision}: measured GEMM peak {measured_flop_per_s / 1e12:.3g} TFLOP/s is {fraction:.0%} "
+                f"of {what} {reference_flop_per_s / 1e12:.3g} TFLOP/s",
+                {"measured_flop_per_s": measured_flop_per_s, key: reference_flop_per_s, "fraction": fraction})
+
+
+def measured_below_spec(precision: str, measured_flop_per_s: float, spec_flop_per_s: float | None,
+                        minimum: float = MEASURED_VS_SPEC_MIN) -> Flag | None:
+    """Measured GEMM peak far below the vendor's dense peak."""
+    return _measured_below("measured_below_spec", "the datasheet's dense", precision, measured_flop_per_s,
+                           spec_flop_per_s, minimum)
 
 
 def measured_below_physics(precision: str, measured_flop_per_s: float, physics_flop_per_s: float | None,
                            minimum: float = MEASURED_VS_PHYSICS_MIN) -> Flag | None:
     """The local chip's derived peak (cores × SIMD × clock) is far above what runs: a VM below
     its nominal clock, fewer FMA pipes than assumed, or a BLAS that misses the fast path."""
-    if not physics_flop_per_s:
-        return None
-    fraction = measured_flop_per_s / physics_flop_per_s
-    if fraction >= minimum:
-        return None
-    return Flag("measured_below_physics_peak", "warning",
-                f"{precision}: measured {measured_flop_per_s / 1e12:.3g} TFLOP/s is {fraction:.0%} of "
-                f"the physics peak {physics_flop_per_s / 1e12:.3g} TFLOP/s derived for this chip",
-                {"measured_flop_per_s": measured_flop_per_s, "physics_flop_per_s": physics_flop_per_s,
-                 "fraction": fraction})
+    return _measured_below("measured_below_physics_peak", "the physics peak derived for this chip,", precision,
+                           measured_flop_per_s, physics_flop_per_s, minimum)
 
 
 def energy_exceeds_tdp(j_per_flop: float, spec_flop_per_s: float | None, tdp_w: float | None,

@@ -68,7 +68,7 @@ def _body(args: argparse.Namespace) -> int:
         _check_models(models)
     config = CalibrationConfig(device=args.device, quick=args.quick, batches=tuple(args.batch),
                                remeasure=args.remeasure,
-                               command=shlex.join(["chipcal", "calibrate", *sys.argv[1:]]) if sys.argv else "chipcal calibrate",
+                               command=args.command,
                                **({"models": tuple(models)} if models else {}))
     bar = tqdm(total=1, desc="calibrating", unit="step", file=sys.stderr, dynamic_ncols=True)
 
@@ -111,7 +111,14 @@ def _body(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    return run(_body, build_parser(prog), argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = shlex.join([*(prog or "chipcal calibrate").split(), *argv])
+
+    def body(args: argparse.Namespace) -> int:
+        args.command = command
+        return _body(args)
+
+    return run(body, build_parser(prog), argv)
 
 
 if __name__ == "__main__":

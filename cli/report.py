@@ -36,7 +36,7 @@ def summary_record(doc: dict, path: Path) -> dict:
     row.update({"models_validated": val["n"], "median_abs_error": val["median_abs_error"],
                 "p90_abs_error": val["p90_abs_error"], "max_abs_error": val["max_abs_error"],
                 "power_source": doc["power"]["source"] if doc["power"]["available"] else None,
-                "flags": ", ".join(f["code"] for f in doc["flags"]) or None, "path": str(path)})
+                "flags": ", ".join(dict.fromkeys(f["code"] for f in doc["flags"])) or None, "path": str(path)})
     return row
 
 

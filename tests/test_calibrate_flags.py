@@ -3,29 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from synthetic_chip import synthetic_chip
 
 from chipcal.calibrate import flags
-from chipcal.model.registry import chip_from_dict
 from chipcal.model.tdp import compare_chip
-
-
-def _chip(tdp_w: float, units: int) -> object:
-    return chip_from_dict({
-        "name": "synthetic", "display_name": "Synthetic", "vendor": "test", "kind": "tpu",
-        "process_nm": 7, "hypothetical": True, "sources": ["hypothetical: test chip"],
-        "power": {"tdp_w": tdp_w, "source": "hypothetical"},
-        "memory": {"type": "hbm2", "bandwidth_bytes_per_s": 1e12, "capacity_bytes": 16e9, "source": "hypothetical"},
-        "microarch": {"mxu_count": 1, "array_rows": 128, "array_cols": 128, "sram_bytes": 1 << 24,
-                      "source": "hypothetical"},
-        "engines": [{"name": "mxu", "circuit": "systolic_mac", "units": units, "clock_hz": 1e9,
-                     "macs_per_unit_per_clock": {"bf16": 1}, "source": "hypothetical"}],
-        "stated_peak_flop_per_s": {"bf16": 2e9 * units, "source": "hypothetical"},
-    })
 
 
 def test_over_spec_chip_trips_every_flag():
     # 1e15 MAC/s at ~0.31 pJ/MAC = 308 W of compute in a 200 W TDP.
-    chip = _chip(tdp_w=200, units=1_000_000)
+    chip = synthetic_chip(tdp_w=200, units=1_000_000)
     f = flags.spec_unsustainable(compare_chip(chip))
     assert f is not None and f.values["needed_pj_per_mac"] == pytest.approx(0.2)
     spec = chip.stated_peak_flop_per_s["bf16"]  # 2e15
@@ -39,7 +25,7 @@ def test_over_spec_chip_trips_every_flag():
 
 
 def test_consistent_chip_stays_quiet():
-    chip = _chip(tdp_w=400, units=100_000)   # 31 W compute in 400 W
+    chip = synthetic_chip(tdp_w=400, units=100_000)   # 31 W compute in 400 W
     spec = chip.stated_peak_flop_per_s["bf16"]
     assert flags.spec_unsustainable(compare_chip(chip)) is None
     assert flags.measured_below_spec("bf16", 0.9 * spec, spec) is None

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from synthetic_chip import synthetic_chip
 
-from chipcal.model.registry import chip_from_dict
 from chipcal.model.tdp import (
     VERDICT_OK,
     VERDICT_TIGHT,
@@ -56,45 +56,29 @@ def test_sweeps_cover_values():
     assert rows[0].tdp_w > rows[1].tdp_w > rows[2].tdp_w
 
 
-def _chip(tdp_w: float, units: int, idle_w: float | None = None) -> dict:
-    doc = {
-        "name": "synthetic", "display_name": "Synthetic", "vendor": "test", "kind": "tpu",
-        "process_nm": 7, "hypothetical": True, "sources": ["hypothetical: test chip"],
-        "power": {"tdp_w": tdp_w, "source": "hypothetical"},
-        "memory": {"type": "hbm2", "bandwidth_bytes_per_s": 1e12, "capacity_bytes": 16e9, "source": "hypothetical"},
-        "microarch": {"mxu_count": 1, "array_rows": 128, "array_cols": 128, "sram_bytes": 1 << 24,
-                      "source": "hypothetical"},
-        "engines": [{"name": "mxu", "circuit": "systolic_mac", "units": units, "clock_hz": 1e9,
-                     "macs_per_unit_per_clock": {"bf16": 1}, "source": "hypothetical"}],
-    }
-    if idle_w is not None:
-        doc["power"]["idle_w"] = idle_w
-    return chip_from_dict(doc)
-
-
 def test_verdicts_and_sensitivity():
     # bf16 systolic MAC at 7 nm: 1.69 pJ * (0.954/4.6) * 0.8 * 1.1 = 0.3084 pJ.
     e_mac = 1.69 * (0.9538235294117647 / 4.6) * 0.8 * 1.1 * PJ
     # Memory: HBM2 1 TB/s * 43.75 pJ/B = 43.75 W.
     # Over-spec chip: 1e15 MAC/s -> 308 W of compute, TDP 200 W -> compute alone exceeds it.
-    over = compare_chip(_chip(tdp_w=200, units=1_000_000))
+    over = compare_chip(synthetic_chip(tdp_w=200, units=1_000_000))
     assert over.compute_w == pytest.approx(1e15 * e_mac, rel=1e-3)
     assert over.verdict == VERDICT_UNSUSTAINABLE
     assert over.max_sustainable_pj_per_mac == pytest.approx(200 / 1e15 / PJ)  # 0.2 pJ/MAC
     assert over.margin < 1
     # Consistent chip: 1e14 MAC/s -> 30.8 W + 43.75 W + 10% of 400 W static -> fits in 400 W.
-    ok = compare_chip(_chip(tdp_w=400, units=100_000))
+    ok = compare_chip(synthetic_chip(tdp_w=400, units=100_000))
     assert ok.memory_w == pytest.approx(43.75)
     assert ok.static_w == pytest.approx(40.0)
     assert ok.estimated_tdp_w == pytest.approx(1e14 * e_mac + 43.75 + 40, rel=1e-3)
     assert ok.verdict == VERDICT_OK and ok.margin > 1
     # Tight: compute + static fit, adding full-bandwidth memory does not.
     # units 200_000 -> 61.7 W compute, idle 10 W, memory 43.75 W, TDP 100 W.
-    tight = compare_chip(_chip(tdp_w=100, units=200_000, idle_w=10))
+    tight = compare_chip(synthetic_chip(tdp_w=100, units=200_000, idle_w=10))
     assert static_power_w(tight.chip) == 10
     assert tight.verdict == VERDICT_TIGHT
 
 
 def test_unsupported_precision_raises():
     with pytest.raises(ValueError, match="does not support"):
-        compare_chip(_chip(tdp_w=100, units=10), "fp8")
+        compare_chip(synthetic_chip(tdp_w=100, units=10), "fp8")
