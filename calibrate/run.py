@@ -70,7 +70,8 @@ class CalibrationConfig:
 
 def _chip_for(fp, device: str):
     """(chip, origin): the registry chip this machine is, else (CPU) the locally built chip."""
-    from chipcal.measure.system import local_chip, match_registry_chip
+    from chipcal.measure.match import match_registry_chip
+    from chipcal.measure.system import local_chip
     from chipcal.model.registry import load_registry
 
     match = match_registry_chip(fp, load_registry(), device)
@@ -233,9 +234,10 @@ def fit_switch_overhead(chains: Sequence, chip, precision: str, params):
 def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                     set_total: Callable[[int], None] | None = None) -> dict:
     """Measure, fit, validate and flag; returns the calibration document."""
+    from chipcal.measure.bandwidth import local_overrides, measure_bandwidth
     from chipcal.measure.layers import default_cases, default_chains, measure_layers
     from chipcal.measure.models import measure_model
-    from chipcal.measure.peak import local_overrides, measure_bandwidth, measure_gemm_peak
+    from chipcal.measure.peak import measure_gemm_peak
     from chipcal.measure.power import open_power_source
     from chipcal.measure.system import fingerprint, local_chip
     from chipcal.model.estimate.prediction import predict
@@ -364,11 +366,11 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
             budget = max(config.model_time_s, MODEL_MIN_SAMPLES * 1.5 * predicted.latency_s)
             plan.append((name, batch, workload, predicted, predicted_default, budget, []))
     for r in range(config.rounds):
-        for name, batch, _, _, _, budget, samples in plan:
+        for name, batch, workload, _, _, budget, samples in plan:
             if r == config.rounds - 1:
                 step(f"{name} batch {batch}")
             mm = measure_model(name, batch=batch, precision=config.precision, device=config.device,
-                               max_time_s=budget / config.rounds,
+                               flop=workload.flop, max_time_s=budget / config.rounds,
                                min_samples=-(-MODEL_MIN_SAMPLES // config.rounds))
             samples.extend(mm.latency.samples_s)
     model_rows = []

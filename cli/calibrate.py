@@ -41,9 +41,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def _check_models(names: list[str]) -> None:
-    import torchvision
+    from chipcal.model.workload import classification_models
 
-    valid = sorted(torchvision.models.list_models(module=torchvision.models))
+    valid = sorted(classification_models())
     for name in names:
         if name not in valid:
             raise choice_error("model", name, valid)

@@ -225,6 +225,7 @@ def _body(args: argparse.Namespace) -> int:
     check_device(args.device)
     check_output_file("--plot", args.plot)
     check_output_file("--csv", args.csv)
+    from chipcal.measure import bandwidth as bw_mod
     from chipcal.measure import peak as peak_mod
     from chipcal.measure.reference import reference_peaks
     from chipcal.measure.system import busy_note, fingerprint
@@ -236,7 +237,7 @@ def _body(args: argparse.Namespace) -> int:
     writer = RowWriter(args.csv, FIELDS)
     rows: list[dict] = []
     peaks, bw, interrupted = [], None, False
-    n_shapes, n_sizes = len(peak_mod.default_shapes(args.device)), len(peak_mod.DEFAULT_BANDWIDTH_SIZES[kind])
+    n_shapes, n_sizes = len(peak_mod.default_shapes(args.device)), len(bw_mod.DEFAULT_BANDWIDTH_SIZES[kind])
     bar = progress(len(precisions) * n_shapes + (0 if args.no_bandwidth else 2 * n_sizes), "measure_peak")
     try:
         for precision in precisions:
@@ -250,7 +251,7 @@ def _body(args: argparse.Namespace) -> int:
             writer.write(rows[-1])
         if not args.no_bandwidth:
             bar.set_description("bandwidth")
-            bw = peak_mod.measure_bandwidth(args.device, remeasure=args.remeasure, fp=fp, on_point=lambda _p: bar.update())
+            bw = bw_mod.measure_bandwidth(args.device, remeasure=args.remeasure, fp=fp, on_point=lambda _p: bar.update())
             for row in bandwidth_records(bw, ref):
                 rows.append(row)
                 writer.write(row)

@@ -164,17 +164,16 @@ def _local_chip(calibration_dir: str | None) -> Chip:
     from chipcal.model.local import LOCAL_CHIP_NAME
 
     if calibration_dir is not None:
-        import json
-        from pathlib import Path
+        from chipcal.calibrate import store
 
         try:
-            chip = json.loads((Path(calibration_dir) / "calibration.json").read_text()).get("chip", {})
-        except (OSError, ValueError):
+            chip = store.load(calibration_dir).get("chip", {})
+        except ValueError:
             chip = {}
         if chip.get("name") == LOCAL_CHIP_NAME and chip.get("memory_bandwidth_bytes_per_s"):
             return local_chip(chip["memory_bandwidth_bytes_per_s"], chip.get("l3_bytes"),
                               f"calibration {calibration_dir}")
-    from chipcal.measure.peak import cached_bandwidth, local_overrides
+    from chipcal.measure.bandwidth import cached_bandwidth, local_overrides
     from chipcal.measure.system import fingerprint
 
     measured = cached_bandwidth("cpu", fingerprint())

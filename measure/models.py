@@ -127,15 +127,19 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
 
 def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: str = "cpu", *,
                   power: PowerSource | None = None, max_time_s: float = 5.0, min_samples: int = 10,
-                  threads: int | None = None, clock_probe=None) -> ModelMeasurement:
-    """Build torchvision model `name` (weights=None), count its FLOP, and measure it at `batch`."""
+                  threads: int | None = None, clock_probe=None, flop: int | None = None) -> ModelMeasurement:
+    """Build torchvision model `name` (weights=None), count its FLOP, and measure it at `batch`.
+
+    `flop` (2 per MAC) skips the count when the caller has characterized the model already.
+    """
     import torch
 
     from chipcal.model.workload import build_model, characterize_model, default_input_size
 
-    workload = characterize_model(name, batch=batch)
+    if flop is None:
+        flop = characterize_model(name, batch=batch).flop
     module = build_model(name)
     x = torch.randn((batch, *default_input_size(name)), generator=torch.Generator().manual_seed(0))
-    return measure_module(module, x, workload.flop, name=name, batch=batch, precision=precision, device=device,
+    return measure_module(module, x, flop, name=name, batch=batch, precision=precision, device=device,
                           power=power, max_time_s=max_time_s, min_samples=min_samples, threads=threads,
                           clock_probe=clock_probe)

@@ -9,7 +9,8 @@ P = idle + e_flop·FLOP/s + e_byte·byte/s.
 
 from __future__ import annotations
 
-from chipcal.measure.peak import bandwidth_callable, device_kind, gemm_callable
+from chipcal.measure.bandwidth import bandwidth_callable
+from chipcal.measure.peak import device_kind, gemm_callable
 from chipcal.measure.power import PowerSource
 from chipcal.model.precision import BYTES_PER_ELEMENT
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from chipcal.measure.system import Fingerprint, local_chip, match_registry_chip
+from chipcal.measure.match import match_registry_chip
+from chipcal.measure.system import Fingerprint, local_chip
 from chipcal.model.registry import Registry, load_registry
 
 

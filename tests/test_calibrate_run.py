@@ -44,6 +44,7 @@ def _true_params(chip):
 @pytest.fixture
 def fake_machine(monkeypatch):
     """Patch every measurement the run makes; returns (chip, true params)."""
+    from chipcal.measure import bandwidth as bandwidth_mod
     from chipcal.measure import layers, models, peak, power
     from chipcal.measure.system import local_chip
     from chipcal.model.estimate.prediction import predict
@@ -65,9 +66,9 @@ def fake_machine(monkeypatch):
         return peak.GemmPeak(device=device, fingerprint_slug="synthetic", points=tuple(points))
 
     def bandwidth(device, sizes=None, remeasure=False, **_):
-        pts = tuple(peak.BandwidthPoint("triad", s, 3 * s, 3 * s, _m(3 * s / TRUE_BW, rng), TRUE_BW)
+        pts = tuple(bandwidth_mod.BandwidthPoint("triad", s, 3 * s, 3 * s, _m(3 * s / TRUE_BW, rng), TRUE_BW)
                     for s in (2**24, 2**26, 2**28))
-        return peak.Bandwidth(device=device, fingerprint_slug="synthetic", points=pts,
+        return bandwidth_mod.Bandwidth(device=device, fingerprint_slug="synthetic", points=pts,
                               knee_bytes={"triad": None}, sustained_bytes_per_s={"triad": TRUE_BW})
 
     def measure_layers(cases, device="cpu", max_time_s=1.0, progress=None, rounds=1):
@@ -95,7 +96,7 @@ def fake_machine(monkeypatch):
                                        power_source="unavailable", power_note="synthetic")
 
     monkeypatch.setattr(peak, "measure_gemm_peak", gemm_peak)
-    monkeypatch.setattr(peak, "measure_bandwidth", bandwidth)
+    monkeypatch.setattr(bandwidth_mod, "measure_bandwidth", bandwidth)
     monkeypatch.setattr(layers, "measure_layers", measure_layers)
     monkeypatch.setattr(models, "measure_model", measure_model)
     monkeypatch.setattr(power, "open_power_source", lambda device: power.UnavailableSource("synthetic: none"))

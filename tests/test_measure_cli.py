@@ -10,6 +10,7 @@ import torch
 
 from chipcal.cli import measure_model_efficiency as mme
 from chipcal.cli import measure_peak as mp
+from chipcal.measure import bandwidth as bw_mod
 from chipcal.measure import models as models_mod
 from chipcal.measure import peak as peak_mod
 from chipcal.measure.models import measure_module
@@ -81,12 +82,12 @@ def tiny_sweep(tmp_path, monkeypatch):
     """Small GEMM shapes and bandwidth sizes, a private cache dir."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setattr(peak_mod, "default_shapes", lambda device: ((64, 64, 64), (128, 64, 32)))
-    monkeypatch.setitem(peak_mod.DEFAULT_BANDWIDTH_SIZES, "cpu", (64 * 1024, 256 * 1024))
+    monkeypatch.setitem(bw_mod.DEFAULT_BANDWIDTH_SIZES, "cpu", (64 * 1024, 256 * 1024))
     real = peak_mod.measure_gemm_peak
     monkeypatch.setattr(peak_mod, "measure_gemm_peak",
                         lambda *a, **k: real(*a, **{**k, "max_time_s": 0.05, "min_samples": 3}))
-    real_bw = peak_mod.measure_bandwidth
-    monkeypatch.setattr(peak_mod, "measure_bandwidth",
+    real_bw = bw_mod.measure_bandwidth
+    monkeypatch.setattr(bw_mod, "measure_bandwidth",
                         lambda *a, **k: real_bw(*a, **{**k, "max_time_s": 0.05, "min_samples": 3}))
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from chipcal.measure import cache, peak
-from chipcal.measure.peak import cache_knee, measure_bandwidth, measure_gemm_peak, memory_figure
+from chipcal.measure.bandwidth import cache_knee, measure_bandwidth, memory_figure
+from chipcal.measure.peak import measure_gemm_peak
 from chipcal.measure.system import fingerprint
 
 TINY = [(64, 32, 16), (96, 64, 32)]

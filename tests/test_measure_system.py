@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from chipcal.measure import system
-from chipcal.measure.system import Fingerprint, detect_cpu, match_registry_chip
+from chipcal.measure.match import match_registry_chip
+from chipcal.measure.system import Fingerprint, detect_cpu
 from chipcal.model.local import CpuSpec, chip_from_cpu
 from chipcal.model.registry import Registry, chip_from_dict, load_registry
 

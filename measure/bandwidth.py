@@ -1,0 +1,216 @@
+"""Memory bandwidth (copy, triad) on the local CPU or a CUDA GPU, with the cache knee.
+
+STREAM convention, fp32 arrays: copy b←a moves 2·S bytes, triad a←b+s·c moves 3·S
+(write-allocate traffic not counted). Sizes sweep from L1-resident to several times the reported
+LLC; the knee is the largest size whose bandwidth is still ≥ 1.5× the memory figure (median over
+the largest third of the sizes). Both use the stable sizes only when at least half are stable.
+Results share the GEMM sweep's per-fingerprint cache document (chipcal.measure.cache).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from chipcal.measure import cache
+from chipcal.measure.peak import (
+    cache_warning,
+    check_device,
+    clock_probe_for,
+    device_kind,
+    gpu_index,
+    load_cache_doc,
+)
+from chipcal.measure.system import Fingerprint, OtherLoad, fingerprint
+from chipcal.measure.timing import Measurement, budget_s, time_callable
+
+DEFAULT_BANDWIDTH_SIZES = {"cpu": tuple(16 * 1024 * 4**i for i in range(9)),     # 16 KiB … 1 GiB per array
+                           "cuda": tuple(64 * 1024 * 4**i for i in range(8))}    # 64 KiB … 1 GiB per array
+KERNELS = {"copy": 2, "triad": 3}   # arrays touched = bytes moved per element / 4
+
+
+@dataclass(frozen=True)
+class BandwidthPoint:
+    kernel: str
+    size_bytes: int            # per array
+    working_set_bytes: int     # all arrays of the kernel
+    bytes_moved: int           # per call (STREAM counting)
+    measurement: Measurement
+    bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    device: str
+    fingerprint_slug: str
+    points: tuple[BandwidthPoint, ...]
+    knee_bytes: Mapping[str, int | None]              # working set at the last-level-cache knee
+    sustained_bytes_per_s: Mapping[str, float]        # out of cache: memory_figure of the curve
+    from_cache: bool = False
+    warnings: tuple[str, ...] = ()
+    other_cpus: float | None = None                   # CPUs other work used during the sweep (OtherLoad)
+
+    def curve(self, kernel: str) -> tuple[BandwidthPoint, ...]:
+        return tuple(sorted((p for p in self.points if p.kernel == kernel), key=lambda p: p.size_bytes))
+
+
+def memory_figure(bandwidths_by_size: Sequence[float]) -> float:
+    """Bandwidth out of cache: median of the largest third of the sizes (at least the largest one).
+
+    A median over several sizes beyond the knee, because one size on a shared machine can be off
+    by 2× (neighbours' traffic) even when its own samples agree.
+    """
+    values = list(bandwidths_by_size)
+    return float(statistics.median(values[-max(1, len(values) // 3):]))
+
+
+def cache_knee(sizes: Sequence[int], bandwidths: Sequence[float], ratio: float = 1.5) -> int | None:
+    """Working set at the last-level-cache knee: the largest size still `ratio`× above memory.
+
+    The memory figure is `memory_figure` (median over the largest third of the sizes); sizes whose
+    bandwidth is at least ratio × that figure are still served by some cache, so the largest of them
+    is where the last-level cache stops holding the working set (an L2→L3 step above it is not the
+    knee). None when no size reaches ratio × the memory figure.
+    """
+    pairs = sorted(zip(sizes, bandwidths, strict=True))
+    if len(pairs) < 2:
+        return None
+    threshold = ratio * memory_figure([b for _, b in pairs])
+    cached = [size for size, bw in pairs if bw >= threshold]
+    return max(cached) if cached else None
+
+
+def bandwidth_callable(kernel: str, size_bytes: int, device: str) -> Callable[[], object]:
+    import torch
+
+    numel = size_bytes // 4
+    gen = torch.Generator(device=device).manual_seed(1)
+    arrays = [torch.rand(numel, generator=gen, device=device) + 0.5 for _ in range(KERNELS[kernel])]
+    if kernel == "copy":
+        src, dst = arrays
+        return lambda: dst.copy_(src)
+    a, b, c = arrays
+    return lambda: torch.add(b, c, alpha=3.0, out=a)
+
+
+def _free_bytes(device: str) -> int:
+    if device_kind(device) == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(gpu_index(device))[0])
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def _bandwidth_from_points(device: str, slug: str, points: list[BandwidthPoint], from_cache: bool,
+                           notes: list[str], llc_bytes: int | None, other_cpus: float | None) -> Bandwidth:
+    knees, sustained = {}, {}
+    for kernel in KERNELS:
+        curve = sorted((p for p in points if p.kernel == kernel), key=lambda p: p.size_bytes)
+        if not curve:
+            continue
+        stable = [p for p in curve if not p.measurement.unstable]
+        if len(stable) >= max(2, len(curve) // 2):
+            curve = stable
+        else:
+            notes.append(f"{kernel}: most sizes are unstable (noise or other processes): the knee and the "
+                         "memory figure are unreliable")
+        knees[kernel] = cache_knee([p.working_set_bytes for p in curve], [p.bytes_per_s for p in curve])
+        sustained[kernel] = memory_figure([p.bytes_per_s for p in curve])
+        largest = curve[-1].working_set_bytes
+        if knees[kernel] is None:
+            notes.append(f"{kernel}: no cache knee within the sizes measured; the largest working set "
+                         f"({largest / 2**20:.0f} MiB) may still be cache-resident")
+        elif largest < 2 * knees[kernel]:
+            notes.append(f"{kernel}: largest working set is < 2× the knee; memory bandwidth may be overstated")
+        if llc_bytes and largest < 2 * llc_bytes:
+            notes.append(f"{kernel}: largest working set {largest / 2**20:.0f} MiB is < 2× the reported "
+                         f"last-level cache ({llc_bytes / 2**20:.0f} MiB)")
+    return Bandwidth(device=device, fingerprint_slug=slug, points=tuple(points), knee_bytes=knees,
+                     sustained_bytes_per_s=sustained, from_cache=from_cache, warnings=tuple(dict.fromkeys(notes)),
+                     other_cpus=other_cpus)
+
+
+def measure_bandwidth(device: str = "cpu", sizes: Sequence[int] | None = None, *, remeasure: bool = False,
+                      use_cache: bool = True, fp: Fingerprint | None = None, max_time_s: float = 1.0,
+                      min_samples: int = 6,
+                      on_point: Callable[[BandwidthPoint], None] | None = None) -> Bandwidth:
+    """Copy and triad bandwidth over `sizes` (bytes per array) with the cache knee (cached)."""
+
+    check_device(device)
+    sizes = [int(s) for s in (sizes or DEFAULT_BANDWIDTH_SIZES[device_kind(device)])]
+    fp = fp or fingerprint(gpu_index(device))
+    llc = fp.l3_bytes if device_kind(device) == "cpu" else None
+    path, key = cache.cache_path("peak", device, fp.slug), fp.cache_key(device)
+    notes: list[str] = []
+    doc = load_cache_doc(path, key, use_cache, notes)
+    entry = doc.get("bandwidth")
+    if entry is not None and not remeasure and entry.get("sizes") == sizes:
+        try:
+            points = [_bw_point_from_dict(d) for d in entry["points"]]
+            return _bandwidth_from_points(device, fp.slug, points, True, notes + list(entry.get("notes", [])), llc,
+                                          entry.get("other_cpus"))
+        except (KeyError, TypeError, ValueError) as exc:
+            cache_warning(f"ignoring corrupt bandwidth entry in measurement cache {path}: {exc!r}", notes)
+    points: list[BandwidthPoint] = []
+    skipped: list[str] = []
+    probe = clock_probe_for(device)
+    with OtherLoad() as other:
+        for size in sizes:
+            for kernel, arrays in KERNELS.items():
+                if arrays * size > 0.5 * _free_bytes(device):
+                    skipped.append(f"{kernel} at {size / 2**20:.0f} MiB skipped: needs more than half the free memory")
+                    continue
+                point = _measure_bandwidth_point(kernel, size, device, max_time_s, min_samples, probe)
+                points.append(point)
+                if on_point:
+                    on_point(point)
+    notes.extend(skipped)
+    if use_cache:
+        doc["bandwidth"] = {"sizes": sizes, "notes": skipped, "other_cpus": other.cpus,
+                            "points": [{"kernel": p.kernel, "size_bytes": p.size_bytes,
+                                        "measurement": p.measurement.to_dict()} for p in points]}
+        cache.save(path, key, doc)
+    return _bandwidth_from_points(device, fp.slug, points, False, notes, llc, other.cpus)
+
+
+def _measure_bandwidth_point(kernel: str, size: int, device: str, max_time_s: float, min_samples: int,
+                             probe) -> BandwidthPoint:
+    import torch
+
+    fn = bandwidth_callable(kernel, size, device)
+    meas = time_callable(fn, device=device, min_samples=min_samples, warmup=0, clock_probe=probe,
+                         max_time_s=budget_s(fn, device, max_time_s, min_samples))
+    del fn
+    if device_kind(device) == "cuda":
+        torch.cuda.empty_cache()
+    moved = KERNELS[kernel] * size
+    return BandwidthPoint(kernel, size, moved, moved, meas, moved / meas.median_s)
+
+
+def _bw_point_from_dict(d: dict) -> BandwidthPoint:
+    kernel, size = d["kernel"], int(d["size_bytes"])
+    meas = Measurement.from_dict(d["measurement"])
+    moved = KERNELS[kernel] * size
+    return BandwidthPoint(kernel, size, moved, moved, meas, moved / meas.median_s)
+
+
+def cached_bandwidth(device: str, fp: Fingerprint) -> Bandwidth | None:
+    """The cached bandwidth measurement of this machine, None when nothing valid is cached."""
+    payload, _ = cache.load(cache.cache_path("peak", device, fp.slug), fp.cache_key(device))
+    try:
+        points = [_bw_point_from_dict(d) for d in (payload or {})["bandwidth"]["points"]]
+    except (KeyError, TypeError, ValueError):
+        return None
+    llc = fp.l3_bytes if device_kind(device) == "cpu" else None
+    return _bandwidth_from_points(device, fp.slug, points, True, [], llc, None) if points else None
+
+
+def local_overrides(bandwidth: Bandwidth) -> dict:
+    """Keyword arguments for system.local_chip from a bandwidth measurement."""
+    knees = [k for k in bandwidth.knee_bytes.values() if k]
+    return {"memory_bandwidth_bytes_per_s": max(bandwidth.sustained_bytes_per_s.values(), default=None),
+            "llc_bytes": max(knees) if knees else None,
+            "measured_by": "bandwidth probe" + (", cached" if bandwidth.from_cache else "")}
