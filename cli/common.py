@@ -13,11 +13,12 @@ import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from chipcal.model.errors import ChipcalError
 
 EXIT_USAGE = 2
 
 
-class UsageError(Exception):
+class UsageError(ChipcalError):
     """A user mistake: printed as one line, exit status 2."""
 
 
@@ -35,7 +36,7 @@ def run(main_body: Callable[[argparse.Namespace], int], parser: argparse.Argumen
     args = parser.parse_args(argv)
     try:
         return main_body(args)
-    except UsageError as exc:
+    except ChipcalError as exc:  # UsageError and every library error: one line, exit 2
         sys.stderr.write(f"{parser.prog}: error: {exc}\n")
         return EXIT_USAGE
     except BrokenPipeError:  # e.g. piped into `head`

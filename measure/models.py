@@ -18,12 +18,9 @@ from dataclasses import dataclass
 
 from chipcal.measure.power import PowerReading, PowerSource
 from chipcal.measure.timing import Measurement, budget_s, time_callable
+from chipcal.model.errors import UnsupportedPrecision
 
 MODEL_PRECISIONS = ("fp32", "bf16", "fp16")
-
-
-class UnsupportedPrecision(RuntimeError):
-    """The model cannot run at this precision on this device; the message says why."""
 
 
 @dataclass(frozen=True)

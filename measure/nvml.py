@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from chipcal.model.errors import MeasurementUnavailable
 
 
-class NvmlUnavailable(RuntimeError):
+class NvmlUnavailable(MeasurementUnavailable):
     """NVML cannot be used here; the message says why (no module, no driver, no device)."""
 
 

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chipcal.measure.nvml import NvmlUnavailable, device_handle, open_nvml
+from chipcal.model.errors import MeasurementUnavailable
 
 RAPL_ROOT = Path("/sys/class/powercap")
 
 
-class PowerUnavailable(RuntimeError):
+class PowerUnavailable(MeasurementUnavailable):
     """Asked to measure with a source that cannot; the message is the reason."""
 
 

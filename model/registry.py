@@ -15,9 +15,10 @@ from pathlib import Path
 from chipcal.model.chip import KINDS, REQUIRED_MICROARCH, Chip, Engine, Memory, PowerMode
 from chipcal.model.precision import PRECISIONS
 from chipcal.model.technology import CIRCUITS, MEMORY_TYPES
+from chipcal.model.errors import ChipcalError
 
 
-class RegistryError(ValueError):
+class RegistryError(ChipcalError, ValueError):
     """A registry file is malformed; says which file and which field."""
 
     def __init__(self, file: str, field: str, message: str):
@@ -25,7 +26,7 @@ class RegistryError(ValueError):
         self.file, self.field = file, field
 
 
-class UnknownChipError(KeyError):
+class UnknownChipError(ChipcalError, KeyError):
     def __init__(self, name: str, valid: list[str]):
         close = difflib.get_close_matches(name.lower(), valid, n=3, cutoff=0.4)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""

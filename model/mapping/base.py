@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from chipcal.model.errors import UnsupportedPrecision
 from chipcal.model.chip import Chip, Engine
 from chipcal.model.precision import BYTES_PER_ELEMENT, FLOP_PER_MAC
 
@@ -35,10 +36,6 @@ MAC_CLASSES = ("conv", "conv1x1", "depthwise", "matmul", "attention")
 GENERAL_CIRCUITS = ("x86_performance", "arm_core", "cuda_core")
 # Storage precisions narrower than fp32 that a general-purpose engine computes by promoting to fp32.
 PROMOTABLE = ("tf32", "bf16", "fp16", "fp8", "int8", "int4")
-
-
-class UnsupportedPrecision(ValueError):
-    """The chip has no engine for this precision."""
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from types import MappingProxyType
 
 from chipcal.model.chip import KINDS
 from chipcal.model.workload.types import OP_CLASSES
+from chipcal.model.errors import ChipcalError
 
 FAMILIES = KINDS
 # How a runtime launches a workload: "fused" = one kernel per fused subgraph (TensorRT, XLA,
@@ -40,7 +41,7 @@ RUNTIMES = ("fused", "eager")
 CALIBRATION_FILE = "calibration.json"
 
 
-class CalibrationError(ValueError):
+class CalibrationError(ChipcalError, ValueError):
     """A calibration directory or its parameters are unusable; the message says which and why."""
 
 

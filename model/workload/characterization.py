@@ -16,12 +16,13 @@ from chipcal.model.workload.fusion import partition, pattern
 from chipcal.model.workload.ops import Draft, build_ops, draft_ops
 from chipcal.model.workload.tensors import dtype_name, tensors_in
 from chipcal.model.workload.types import Op, Subgraph, Workload
+from chipcal.model.errors import ChipcalError
 
 CAPTURE_CHOICES = ("auto", "fx", "dispatch")
 EXECUTION_CHOICES = ("auto", "meta", "real")
 
 
-class CaptureError(RuntimeError):
+class CaptureError(ChipcalError, RuntimeError):
     """No capture path could run the module on the example inputs; says why for each."""
 
     def __init__(self, reasons: list[str]):

@@ -16,11 +16,12 @@ import torch
 
 from chipcal.model.workload.characterization import characterize
 from chipcal.model.workload.types import Workload
+from chipcal.model.errors import ChipcalError
 
 VALID_NAMES_HINT = "torchvision.models.list_models(module=torchvision.models)"
 
 
-class UnknownModelError(KeyError):
+class UnknownModelError(ChipcalError, KeyError):
     def __init__(self, name: str, valid: list[str]):
         close = difflib.get_close_matches(name.lower(), valid, n=3, cutoff=0.4)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
