@@ -13,6 +13,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Sequence
+
 from chipcal.model.errors import ChipcalError
 
 EXIT_USAGE = 2

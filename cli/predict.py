@@ -4,28 +4,20 @@ One row per (model, chip, batch, precision); a comparison with recommendations w
 are predicted; `--by-layer` for the per-subgraph roofline; `--explain` for the energy breakdown,
 memory timeline and quantified opportunities; `--plot` for a roofline chart per chip.
 
-Each model is characterized once per batch size (torch, meta tensors) and the result is cached
-under $CHIPCAL_CACHE_DIR (default ~/.cache/chipcal/workloads), keyed by the workload code and
-the torch/torchvision versions, so repeated predictions do not import torch.
+Each model is characterized once per batch size and cached (chipcal.measure.workloads), so
+repeated predictions do not import torch.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import importlib.util
 import math
-import os
-import pickle
 import sys
 from collections.abc import Callable, Sequence
-from importlib import metadata
-from pathlib import Path
 
 from chipcal.cli.common import (
     Parser,
     UsageError,
-    choice_error,
     csv_choices,
     csv_list,
     load_registry_warn,
@@ -38,6 +30,7 @@ from chipcal.cli.common import (
     run,
     save_figure,
 )
+from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.chip import Chip
 from chipcal.model.estimate.opportunities import Opportunity, opportunities, top_consumers
 from chipcal.model.estimate.prediction import Prediction, predict
@@ -50,79 +43,7 @@ from chipcal.model.mapping.params import (
 )
 from chipcal.model.precision import PRECISIONS
 
-CACHE_ENV = "CHIPCAL_CACHE_DIR"
 MB = 1e6
-
-
-# --- workload characterization, cached ---------------------------------------------------------
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "chipcal" / "workloads")
-
-
-def _code_key() -> str:
-    """Hash of the workload code and the torch/torchvision versions: a change invalidates the cache."""
-    h = hashlib.sha256()
-    spec = importlib.util.find_spec("chipcal.model.workload")  # locates the package, runs none of it
-    for path in sorted(p for loc in spec.submodule_search_locations for p in Path(loc).glob("*.py")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    for dist in ("torch", "torchvision"):
-        try:
-            h.update(metadata.version(dist).encode())
-        except metadata.PackageNotFoundError:
-            h.update(b"-")
-    return h.hexdigest()[:16]
-
-
-class WorkloadSource:
-    """Characterizes (model, batch) once, from the disk cache when it has it."""
-
-    def __init__(self, use_cache: bool = True):
-        self.use_cache = use_cache
-        self.memo: dict[tuple[str, int, bool], object] = {}
-        self.key = _code_key() if use_cache else ""
-
-    def _path(self, model: str, batch: int, fuse: bool) -> Path:
-        return cache_dir() / f"{model}-b{batch}-{'fused' if fuse else 'eager'}-{self.key}.pkl"
-
-    def get(self, model: str, batch: int, fuse: bool = True):
-        if (model, batch, fuse) in self.memo:
-            return self.memo[(model, batch, fuse)]
-        workload = self._load(model, batch, fuse) if self.use_cache else None
-        if workload is None:
-            from chipcal.model.workload import CaptureError, UnknownModelError, characterize_model
-
-            sys.stderr.write(f"characterizing {model} at batch {batch} (torch, meta tensors)...\n")
-            try:
-                workload = characterize_model(model, batch, fuse=fuse)
-            except UnknownModelError as exc:
-                raise choice_error("model", model, exc.valid) from None
-            except CaptureError as exc:
-                raise UsageError(f"cannot characterize {model}: {exc}") from None
-            if self.use_cache:
-                self._store(model, batch, fuse, workload)
-        self.memo[(model, batch, fuse)] = workload
-        return workload
-
-    def _load(self, model: str, batch: int, fuse: bool):
-        try:
-            with open(self._path(model, batch, fuse), "rb") as f:
-                return pickle.load(f)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-            return None
-
-    def _store(self, model: str, batch: int, fuse: bool, workload) -> None:
-        path = self._path(model, batch, fuse)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            with open(tmp, "wb") as f:
-                pickle.dump(workload, f, protocol=pickle.HIGHEST_PROTOCOL)
-            tmp.replace(path)
-        except OSError as exc:
-            sys.stderr.write(f"warning: cannot cache the workload in {path.parent}: {exc}\n")
 
 
 # --- arguments ---------------------------------------------------------------------------------
@@ -408,7 +329,7 @@ def _body(args: argparse.Namespace) -> int:
     if calibration is not None and not any(calibration.applies_to(c.name, c.active_mode) for c in chips):
         sys.stderr.write(f"warning: calibration is for {calibration.chip}, which is not among the chips "
                          "predicted; every chip keeps its family defaults\n")
-    source = WorkloadSource(use_cache=not args.no_cache)
+    source = WorkloadSource(use_cache=not args.no_cache, notify=lambda line: sys.stderr.write(line + "\n"))
     try:
         pairs = predict_all(args.model, chips, args.batch, args.precision, calibration, source.get, args.runtime)
     except CalibrationError as exc:

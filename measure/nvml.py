@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+
 from chipcal.model.errors import MeasurementUnavailable
 
 

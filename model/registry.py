@@ -13,9 +13,9 @@ from importlib import resources
 from pathlib import Path
 
 from chipcal.model.chip import KINDS, REQUIRED_MICROARCH, Chip, Engine, Memory, PowerMode
+from chipcal.model.errors import ChipcalError
 from chipcal.model.precision import PRECISIONS
 from chipcal.model.technology import CIRCUITS, MEMORY_TYPES
-from chipcal.model.errors import ChipcalError
 
 
 class RegistryError(ChipcalError, ValueError):

@@ -9,22 +9,23 @@ import pytest
 from test_mapping import custom_params, mlp
 
 from chipcal.cli import predict as predict_cli
+from chipcal.measure import workloads
 
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(predict_cli.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(workloads.CACHE_ENV, str(tmp_path / "cache"))
 
 
 @pytest.fixture
 def hand_mlp(monkeypatch):
     """'mlp1024' resolves to the hand-built seed MLP at any batch (no torch characterization)."""
-    original = predict_cli.WorkloadSource.get
+    original = workloads.WorkloadSource.get
 
     def get(self, model, batch, fuse=True):
         return mlp(batch) if model == "mlp1024" else original(self, model, batch)
 
-    monkeypatch.setattr(predict_cli.WorkloadSource, "get", get)
+    monkeypatch.setattr(workloads.WorkloadSource, "get", get)
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -88,7 +88,7 @@ def test_build_model_and_unknown_names():
     with pytest.raises(UnknownModelError) as info:
         characterize_model("resnet5")
     assert isinstance(info.value, KeyError)
-    assert "resnet50" in str(info.value) and "list_models" in str(info.value)
+    assert "resnet50" in str(info.value) and "valid: " in str(info.value)
     assert info.value.close[0] == "resnet50"
 
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from chipcal.model.errors import UnsupportedPrecision
 from chipcal.model.chip import Chip, Engine
+from chipcal.model.errors import UnsupportedPrecision
 from chipcal.model.precision import BYTES_PER_ELEMENT, FLOP_PER_MAC
 
 # Op classes whose work is multiply-accumulate (run on a matrix/FMA engine); the rest run on the

@@ -31,8 +31,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from chipcal.model.chip import KINDS
-from chipcal.model.workload.types import OP_CLASSES
 from chipcal.model.errors import ChipcalError
+from chipcal.model.workload.types import OP_CLASSES
 
 FAMILIES = KINDS
 # How a runtime launches a workload: "fused" = one kernel per fused subgraph (TensorRT, XLA,

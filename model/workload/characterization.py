@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from chipcal.model.errors import ChipcalError
 from chipcal.model.workload import concurrency
 from chipcal.model.workload.capture import Capture, run_dispatch, run_fx, trace_fx
 from chipcal.model.workload.dataflow import Dataflow, boundary, build_dataflow
@@ -16,7 +17,6 @@ from chipcal.model.workload.fusion import partition, pattern
 from chipcal.model.workload.ops import Draft, build_ops, draft_ops
 from chipcal.model.workload.tensors import dtype_name, tensors_in
 from chipcal.model.workload.types import Op, Subgraph, Workload
-from chipcal.model.errors import ChipcalError
 
 CAPTURE_CHOICES = ("auto", "fx", "dispatch")
 EXECUTION_CHOICES = ("auto", "meta", "real")

@@ -14,18 +14,16 @@ from functools import cache
 
 import torch
 
+from chipcal.model.errors import ChipcalError
 from chipcal.model.workload.characterization import characterize
 from chipcal.model.workload.types import Workload
-from chipcal.model.errors import ChipcalError
-
-VALID_NAMES_HINT = "torchvision.models.list_models(module=torchvision.models)"
 
 
 class UnknownModelError(ChipcalError, KeyError):
     def __init__(self, name: str, valid: list[str]):
         close = difflib.get_close_matches(name.lower(), valid, n=3, cutoff=0.4)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        super().__init__(f"unknown model {name!r}{hint}; valid names: {VALID_NAMES_HINT}")
+        super().__init__(f"unknown model {name!r}{hint}; valid: {', '.join(valid)}")
         self.name, self.valid, self.close = name, valid, close
 
     def __str__(self) -> str:
