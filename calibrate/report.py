@@ -60,11 +60,21 @@ def render_markdown(doc: dict) -> str:
         "## Peaks",
         "",
     ]
-    peak_rows = [[p["precision"], _si(p["measured_flop_per_s"], "FLOP/s"), _si(p["physics_flop_per_s"], "FLOP/s"),
-                  _pct(p["fraction_of_physics"]), _si(p["spec_flop_per_s"], "FLOP/s"), _pct(p["fraction_of_spec"]),
+    peak_rows = [[p["precision"], p.get("support", "native"), _si(p["measured_flop_per_s"], "FLOP/s"),
+                  _si(p["physics_flop_per_s"], "FLOP/s"), _pct(p["fraction_of_physics"]),
+                  _si(p["spec_flop_per_s"], "FLOP/s"), _pct(p["fraction_of_spec"]),
                   str(p["n"]), _pct(p["cv"])] for p in doc["peaks"]]
-    lines += [_table(["precision", "measured GEMM peak", "physics peak", "of physics", "spec peak", "of spec",
-                      "samples", "CV"], peak_rows), ""]
+    lines += [_table(["precision", "unit", "measured GEMM peak", "physics peak", "of physics", "spec peak",
+                      "of spec", "samples", "CV"], peak_rows), ""]
+    lines += [f"- {p['precision']}: {p['note']}" for p in doc["peaks"] if p.get("note")]
+    lines += [f"- {p['precision']}: {p['unsupported']}" for p in doc["peaks"] if p.get("unsupported")]
+    skipped = doc.get("skipped", {})
+    lines += [f"- skipped {s['precision']} GEMM {'x'.join(map(str, s['shape']))}: one call predicted at "
+              f"{s['predicted_call_s']:.3g} s, over the {s['limit_s']:.3g} s bound"
+              for s in skipped.get("gemm_shapes", [])]
+    lines += [f"- skipped validation model {s['model']} batch {s['batch']}: one forward pass predicted at "
+              f"{s['predicted_call_s']:.3g} s, over the {s['limit_s']:.3g} s bound" for s in skipped.get("models", [])]
+    lines += [""]
     bw = doc["bandwidth"]
     lines += [
         f"Memory bandwidth (best of copy/triad beyond the last-level cache): "

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -33,11 +34,25 @@ UNSTABLE_CV = 0.10
 N_CHAINS = 3         # measure.layers.default_chains()
 RUNTIME = "eager"    # layers and models are timed in PyTorch eager mode: one kernel per op
 MODEL_MIN_SAMPLES = 5
+MODEL_MAX_CALL_S = 4.0     # a validation model whose predicted forward pass is longer is not run
 MODEL_SIGMA_FLOOR = 0.05   # per-layer log uncertainty floor: timing spread, else model misfit
 PRIOR_SIGMA = 1.0     # log-space width of the prior around the family defaults (a factor of e)
 EFFICIENCY_MAX = 2.0   # measured may exceed an *assumed* local peak (clock above the nominal one)
 
-Progress = Callable[[str], None]
+class Progress(Protocol):
+    """Where the run reports progress: phases of known length, one step at a time."""
+
+    def phase(self, name: str, total: int) -> None: ...
+
+    def step(self, label: str) -> None: ...
+
+
+class SilentProgress:
+    def phase(self, name: str, total: int) -> None:
+        pass
+
+    def step(self, label: str) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -47,6 +62,7 @@ class CalibrationConfig:
     models: tuple[str, ...] = DEFAULT_MODELS
     batches: tuple[int, ...] = DEFAULT_BATCHES
     precision: str = "fp32"          # precision of the layer and model measurements
+    gemm_precisions: tuple[str, ...] | None = None   # GEMM sweep; None = the native ones (peak.default_precisions)
     remeasure: bool = False          # ignore cached peak/bandwidth results
     command: str = "chipcal calibrate"
 
@@ -63,13 +79,10 @@ class CalibrationConfig:
     def model_time_s(self) -> float:
         return 2.0 if self.quick else 6.0
 
-    def steps(self, n_layers: int) -> int:
-        """Progress-bar length: peaks, bandwidth, each layer, the fits, each model x batch, power."""
-        return 1 + 1 + n_layers + 1 + N_CHAINS + 1 + len(self.models) * len(self.batches) + 1
-
 
 def _chip_for(fp, device: str):
-    """(chip, origin): the registry chip this machine is, else (CPU) the locally built chip."""
+    """(chip, origin): the registry chip this machine is, else (CPU) the locally built chip with
+    engines for the precisions that have a hardware unit here (fp.cpu_precisions)."""
     from chipcal.measure.match import match_registry_chip
     from chipcal.measure.system import local_chip
     from chipcal.model.registry import load_registry
@@ -79,7 +92,8 @@ def _chip_for(fp, device: str):
         return match, f"registry match for {fp.gpu_name if device.startswith('cuda') else fp.cpu_model}"
     if device.startswith("cuda"):
         raise LookupError(f"GPU {fp.gpu_name!r} matches no registry chip; add it to model/hardware/")
-    return local_chip(), "built from this CPU's detected cores, SIMD width and clock (no registry match)"
+    return (local_chip(support=fp.cpu_precisions),
+            "built from this CPU's detected cores, SIMD width and clock (no registry match)")
 
 
 def _measurement_row(m) -> dict:
@@ -117,9 +131,10 @@ def onchip_bandwidth(bw) -> float | None:
 # --- fits ----------------------------------------------------------------------------------------
 
 def gemm_fits(gemm, chip) -> dict[str, FitResult]:
-    """Saturating efficiency curve per precision, efficiency relative to the physics peak."""
+    """Saturating efficiency curve per precision with a hardware unit, efficiency relative to the
+    physics peak (an emulated precision's one point is a rate, not a unit's curve)."""
     fits = {}
-    for p in gemm.precisions:
+    for p in gemm.native_precisions:
         physics = chip.peak_flop_per_s(p)
         curve = gemm.curve(p)
         if physics and len(curve) >= 3:
@@ -231,13 +246,22 @@ def fit_switch_overhead(chains: Sequence, chip, precision: str, params):
 
 # --- the run ---------------------------------------------------------------------------------------
 
-def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
-                    set_total: Callable[[int], None] | None = None) -> dict:
+def run_calibration(config: CalibrationConfig, progress: Progress | None = None) -> dict:
     """Measure, fit, validate and flag; returns the calibration document."""
-    from chipcal.measure.bandwidth import local_overrides, measure_bandwidth
+    from chipcal.measure.bandwidth import (
+        DEFAULT_BANDWIDTH_SIZES,
+        KERNELS,
+        local_overrides,
+        measure_bandwidth,
+    )
     from chipcal.measure.layers import default_cases, default_chains, measure_layers
     from chipcal.measure.models import measure_model
-    from chipcal.measure.peak import measure_gemm_peak
+    from chipcal.measure.peak import (
+        default_precisions,
+        default_shapes,
+        device_kind,
+        measure_gemm_peak,
+    )
     from chipcal.measure.power import open_power_source
     from chipcal.measure.system import fingerprint, local_chip
     from chipcal.model.estimate.prediction import predict
@@ -246,48 +270,58 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     from chipcal.model.tdp import compare_chip
     from chipcal.model.workload import characterize_model
 
-    step = progress or (lambda _label: None)
+    progress = progress or SilentProgress()
+    step = progress.step
     fp = fingerprint()
     chip, origin = _chip_for(fp, config.device)
     cases = default_cases(quick=config.quick)
-    if set_total:
-        set_total(config.steps(len(cases)))
     flags: list[gap.Flag] = []
 
     # 2. GEMM peak sweep
-    step("GEMM peak sweep")
-    gemm = measure_gemm_peak(config.device, remeasure=config.remeasure)
+    gemm_precisions = config.gemm_precisions or default_precisions(config.device, fp)
+    progress.phase("GEMM peak sweep", len(gemm_precisions) * len(default_shapes(config.device)))
+    gemm = measure_gemm_peak(config.device, gemm_precisions, remeasure=config.remeasure, fp=fp, on_shape=step)
     fits: dict[str, dict | None] = {}
     gemm_fit = gemm_fits(gemm, chip)
     peaks, gemm_rows = [], []
     for p in gemm.precisions:
         best = gemm.best(p)
-        physics = chip.peak_flop_per_s(p)
+        emulated = gemm.emulated.get(p)
+        # an emulated precision has no hardware unit: its rate is reported, never judged against a peak
+        physics = None if emulated else chip.peak_flop_per_s(p)
         spec = chip.stated_peak_flop_per_s.get(p)
-        peaks.append({"precision": p, "measured_flop_per_s": best.flop_per_s, "physics_flop_per_s": physics,
+        peaks.append({"precision": p, "support": "emulated" if emulated else "native",
+                      "measured_flop_per_s": best.flop_per_s, "physics_flop_per_s": physics,
                       "fraction_of_physics": best.flop_per_s / physics if physics else None,
                       "spec_flop_per_s": spec, "fraction_of_spec": best.flop_per_s / spec if spec else None,
-                      "best_shape": [best.m, best.n, best.k], "n": best.measurement.n, "cv": best.measurement.cv})
+                      "best_shape": [best.m, best.n, best.k], "n": best.measurement.n, "cv": best.measurement.cv,
+                      **({"note": emulated} if emulated else {})})
         gemm_rows += [{"precision": p, "m": pt.m, "n": pt.n, "k": pt.k, "flop": pt.flop, "flop_per_s": pt.flop_per_s,
                        **_measurement_row(pt.measurement)} for pt in gemm.curve(p)]
+        if emulated:
+            continue
         flags += [f for f in (gap.measured_below_spec(p, best.flop_per_s, spec),
                               gap.measured_below_physics(p, best.flop_per_s, physics),
                               gap.sag(f"{p} GEMM clock", best.measurement.clocks_hz, "Hz"),
                               gap.unstable_timing(f"{p} GEMM peak", best.measurement.cv, UNSTABLE_CV)) if f]
     for p, reason in gemm.unsupported.items():
-        peaks.append({"precision": p, "measured_flop_per_s": None, "physics_flop_per_s": chip.peak_flop_per_s(p),
+        peaks.append({"precision": p, "support": "unsupported", "measured_flop_per_s": None,
+                      "physics_flop_per_s": chip.peak_flop_per_s(p),
                       "fraction_of_physics": None, "spec_flop_per_s": chip.stated_peak_flop_per_s.get(p),
                       "fraction_of_spec": None, "best_shape": None, "n": 0, "cv": None, "unsupported": reason})
     fits.update({k: v.to_dict() for k, v in gemm_fit.items()})
 
+    skipped_shapes = [{"precision": sk.precision, "shape": [sk.m, sk.n, sk.k],
+                       "predicted_call_s": sk.predicted_call_s, "limit_s": sk.limit_s} for sk in gemm.skipped]
+
     # 3. bandwidth
-    step("memory bandwidth")
-    bw = measure_bandwidth(config.device, remeasure=config.remeasure)
+    progress.phase("memory bandwidth", len(KERNELS) * len(DEFAULT_BANDWIDTH_SIZES[device_kind(config.device)]))
+    bw = measure_bandwidth(config.device, remeasure=config.remeasure, fp=fp, on_point=lambda pt: step(pt.kernel))
     measured_bw = max(bw.sustained_bytes_per_s.values())
     assumed_bw = chip.memory.bandwidth_bytes_per_s
     if chip.name == LOCAL_CHIP_NAME:
         # a locally built chip takes measured figures where it only had assumptions
-        chip = local_chip(**local_overrides(bw))
+        chip = local_chip(**local_overrides(bw), support=fp.cpu_precisions)
         origin += "; DRAM bandwidth and last-level cache from the bandwidth probe"
     model_bw = chip.memory.bandwidth_bytes_per_s
     base = default_params(chip.kind)
@@ -303,9 +337,10 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     )
 
     # 4. micro-layers
+    progress.phase("micro-layers", config.rounds * len(cases))
     observations = measure_layers(cases, device=config.device, max_time_s=config.layer_time_s, progress=step,
                                   rounds=config.rounds)
-    step("fitting op-class efficiency and overhead")
+    progress.phase("fitting op-class efficiency and overhead", 1)
     defaults = default_params(chip.kind)
     params, layer_fit = fit_layer_params(observations, chip, config.precision, base)
     fits["op_class_latency"] = layer_fit.to_dict()
@@ -317,16 +352,19 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                  "predicted_s": predict(o.workload, chip, config.precision, params=p).latency_s,
                  **_measurement_row(o.measurement)} for o in obs]
 
+    step("fitted")
     layer_rows = rows(observations, params)
+    progress.phase("layer chains", config.rounds * N_CHAINS)
     chains = measure_layers(default_chains(), device=config.device, max_time_s=2 * config.layer_time_s,
                             progress=step, rounds=config.rounds)
-    step("fitting the in-network switch overhead")
+    progress.phase("fitting the in-network switch overhead", 1)
     params, switch_fit = fit_switch_overhead(chains, chip, config.precision, params)
     fits["switch_overhead"] = switch_fit.to_dict()
+    step("fitted")
     chain_rows = rows(chains, params)
 
     # 5. power
-    step("power")
+    progress.phase("power", 1)
     source = open_power_source(config.device)
     power_doc = {"source": source.name, "available": source.available, "reason": source.reason}
     power_rows: list[dict] = []
@@ -354,28 +392,34 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                                       [r["avg_power_w"] for r in power_rows if r["kind"] == "sustained"], "W"),) if f]
     else:
         fits["power"] = None
+    step(source.name)
 
     # 6. validation on whole models (never used in the fit), interleaved rounds as for the layers
-    plan = []
+    plan, skipped_models = [], []
     for name in config.models:
         for batch in config.batches:
             workload = characterize_model(name, batch=batch, fuse=False)  # eager: one kernel per op
             predicted = predict(workload, chip, config.precision, params=params)
             predicted_default = predict(workload, chip, config.precision, params=defaults)
+            if predicted.latency_s > MODEL_MAX_CALL_S:
+                skipped_models.append({"model": name, "batch": batch, "predicted_call_s": predicted.latency_s,
+                                       "limit_s": MODEL_MAX_CALL_S})
+                continue
             # budget: at least MODEL_MIN_SAMPLES calls at (1.5x) the calibrated prediction
             budget = max(config.model_time_s, MODEL_MIN_SAMPLES * 1.5 * predicted.latency_s)
-            plan.append((name, batch, workload, predicted, predicted_default, budget, []))
-    for r in range(config.rounds):
-        for name, batch, workload, _, _, budget, samples in plan:
-            if r == config.rounds - 1:
-                step(f"{name} batch {batch}")
+            plan.append((name, batch, workload, predicted, predicted_default, budget, [], []))
+    progress.phase("validation models", config.rounds * len(plan))
+    for _ in range(config.rounds):
+        for name, batch, workload, _, _, budget, samples, methods in plan:
             mm = measure_model(name, batch=batch, precision=config.precision, device=config.device,
                                flop=workload.flop, max_time_s=budget / config.rounds,
                                min_samples=-(-MODEL_MIN_SAMPLES // config.rounds))
             samples.extend(mm.latency.samples_s)
+            methods.append(mm.latency.method)
+            step(f"{name} batch {batch}")
     model_rows = []
-    for name, batch, workload, predicted, predicted_default, _, samples in plan:
-        m = Measurement.from_samples(samples, method=f"{mm.latency.method}; {config.rounds} interleaved rounds")
+    for name, batch, workload, predicted, predicted_default, _, samples, methods in plan:
+        m = Measurement.from_samples(samples, method=f"{methods[-1]}; {config.rounds} interleaved rounds")
         model_rows.append({"model": name, "batch": batch, "flop": workload.flop,
                            "bytes": workload.bytes_read + workload.bytes_written,
                            "delivered_flop_per_s": workload.flop / m.median_s,
@@ -397,10 +441,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                             f"({', '.join(config.models)}) at batch {', '.join(map(str, config.batches))}, "
                             f"{config.precision}, weights=None, measured in the same run."),
         "n": len(model_rows),
-        "median_abs_error": float(np.median(errors)), "p90_abs_error": float(np.percentile(errors, 90)),
-        "max_abs_error": float(np.max(errors)),
-        "default_median_abs_error": float(np.median(default_errors)),
-        "default_p90_abs_error": float(np.percentile(default_errors, 90)),
+        "n_models": len({r["model"] for r in model_rows}),
+        **_error_summary(errors, ""), **_error_summary(default_errors, "default_"),
     }
 
     # 7. flags from the spec side
@@ -412,10 +454,11 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                               f"measured {measured_bw / 1e9:.1f} GB/s is {measured_bw / model_bw:.0%} of the "
                               f"spec {model_bw / 1e9:.1f} GB/s", {"measured": measured_bw, "spec": model_bw}))
 
-    params = dataclasses.replace(params, source=f"calibration: {fp.slug} {config.device} {_now()}")
+    created = _now()
+    params = dataclasses.replace(params, source=f"calibration: {fp.slug} {config.device} {created}")
     return {
         "schema": SCHEMA,
-        "created_utc": _now(),
+        "created_utc": created,
         "command": config.command,
         "machine_slug": fp.slug,
         "device": config.device,
@@ -449,7 +492,14 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         "validation": validation,
         "power": power_doc,
         "flags": [f.to_dict() for f in flags],
+        "skipped": {"gemm_shapes": skipped_shapes, "models": skipped_models},
     }
+
+
+def _error_summary(abs_errors: np.ndarray, prefix: str) -> dict[str, float | None]:
+    """Median, p90 and max of |relative error|; None when no model could be run."""
+    stats = {"median_abs_error": np.median, "p90_abs_error": lambda e: np.percentile(e, 90), "max_abs_error": np.max}
+    return {prefix + k: (float(f(abs_errors)) if len(abs_errors) else None) for k, f in stats.items()}
 
 
 def _now() -> str:

@@ -16,11 +16,36 @@ from chipcal.cli.common import (
     Parser,
     UsageError,
     choice_error,
+    csv_choices,
     csv_list,
     positive_int_list,
     print_json,
     run,
 )
+from chipcal.model.precision import PRECISIONS
+
+
+class PhaseBars:
+    """One tqdm bar per calibration phase, so each shows its own rate and ETA."""
+
+    def __init__(self):
+        self.bar = None
+
+    def phase(self, name: str, total: int) -> None:
+        from tqdm import tqdm
+
+        self.close()
+        self.bar = tqdm(total=total, desc=name, unit="step", file=sys.stderr, dynamic_ncols=True)
+
+    def step(self, label: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(label[:40], refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -35,6 +60,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--batch", type=positive_int_list, metavar="1,8", default=list(DEFAULT_BATCHES),
                    help="validation batch sizes (default 1,8)")
     p.add_argument("--out", default="results", metavar="DIR", help="results directory (default results/)")
+    p.add_argument("--precision", type=csv_choices("precision", PRECISIONS), metavar="fp32,bf16,…",
+                   help="GEMM sweep precisions (default: fp32 and those with a hardware unit here; any other "
+                        "is timed once at one small shape and reported as emulated). Layers and models run in fp32")
     p.add_argument("--remeasure", action="store_true", help="ignore cached GEMM peak and bandwidth results")
     p.add_argument("--json", action="store_true", help="print the run's summary as an array of flat records")
     return p
@@ -56,7 +84,6 @@ def _body(args: argparse.Namespace) -> int:
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is available on this machine (use --device cpu)")
-    from tqdm import tqdm
 
     from chipcal.calibrate import store
     from chipcal.calibrate.report import plot_writers, render_markdown
@@ -68,31 +95,23 @@ def _body(args: argparse.Namespace) -> int:
         _check_models(models)
     config = CalibrationConfig(device=args.device, quick=args.quick, batches=tuple(args.batch),
                                remeasure=args.remeasure,
+                               gemm_precisions=tuple(args.precision) if args.precision else None,
                                command=args.command,
                                **({"models": tuple(models)} if models else {}))
-    bar = tqdm(total=1, desc="calibrating", unit="step", file=sys.stderr, dynamic_ncols=True)
-
-    def step(label: str) -> None:
-        bar.set_description(label[:40])
-        bar.update(1)
-
-    def set_total(total: int) -> None:
-        bar.total = total
-        bar.refresh()
-
+    bars = PhaseBars()
     try:
-        doc = run_calibration(config, progress=step, set_total=set_total)
-        bar.set_description("writing report")
+        doc = run_calibration(config, progress=bars)
+        bars.phase("writing report", 1)
         doc["plots"] = sorted(plot_writers(doc))
         writers = {store.CALIBRATION_FILE: store.json_writer(doc), "report.md": store.text_writer(render_markdown(doc)),
                    **plot_writers(doc)}
         stamp = doc["created_utc"].replace("-", "").replace(":", "")
         path = store.write_run(Path(args.out), doc["machine_slug"], stamp, writers)
     except KeyboardInterrupt:
-        bar.close()
+        bars.close()
         sys.stderr.write("interrupted: nothing was written\n")
         return 130
-    bar.close()
+    bars.close()
     val = doc["validation"]
     if args.json:
         print_json([summary_record(doc, path)])
@@ -101,10 +120,14 @@ def _body(args: argparse.Namespace) -> int:
         for p in doc["peaks"]:
             if p["measured_flop_per_s"]:
                 frac = f"{p['fraction_of_physics']:.0%} of physics peak" if p["fraction_of_physics"] else ""
+                frac = "emulated: no hardware unit, a rate and not a peak" if p.get("support") == "emulated" else frac
                 print(f"  {p['precision']:>5} GEMM peak {p['measured_flop_per_s'] / 1e9:8.1f} GFLOP/s  {frac}")
         print(f"  bandwidth {doc['bandwidth']['measured_bytes_per_s'] / 1e9:.1f} GB/s")
-        print(f"  held-out models: median |error| {val['median_abs_error']:.1%}, p90 {val['p90_abs_error']:.1%} "
-              f"(defaults: {val['default_median_abs_error']:.1%}, {val['default_p90_abs_error']:.1%})")
+        if val["n"]:
+            print(f"  held-out models: median |error| {val['median_abs_error']:.1%}, p90 {val['p90_abs_error']:.1%} "
+                  f"(defaults: {val['default_median_abs_error']:.1%}, {val['default_p90_abs_error']:.1%})")
+        else:
+            print("  held-out models: none could be run within the time bound (see report.md)")
         for f in doc["flags"]:
             print(f"  flag {f['code']}: {f['message']}")
     return 0

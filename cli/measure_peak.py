@@ -77,7 +77,7 @@ def progress(total: int, desc: str):
     return tqdm(total=total, desc=desc, file=sys.stderr, unit="pt", dynamic_ncols=True, leave=False)
 
 
-FIELDS = ("device", "kind", "precision", "kernel", "peak_flop_per_s", "spec_peak_flop_per_s",
+FIELDS = ("device", "kind", "precision", "support", "kernel", "peak_flop_per_s", "spec_peak_flop_per_s",
           "physics_peak_flop_per_s", "fraction_of_spec", "fraction_of_physics", "bandwidth_bytes_per_s",
           "spec_bandwidth_bytes_per_s", "cached_bandwidth_bytes_per_s", "knee_bytes", "shape", "n", "cv",
           "median_s", "ci_low_s", "ci_high_s", "unstable", "chip", "from_cache", "fingerprint", "other_cpus",
@@ -97,12 +97,19 @@ def gemm_record(peak, precision: str, ref) -> dict:
                physics_peak_flop_per_s=physics, chip=ref.chip, from_cache=peak.from_cache,
                fingerprint=peak.fingerprint_slug, other_cpus=peak.other_cpus)
     if best is None:
-        row["note"] = peak.unsupported.get(precision, "not measured")
+        row.update(support="unsupported", note=peak.unsupported.get(precision, "not measured"))
         return row
     m = best.measurement
     notes = list(m.warnings)
-    if physics is None:
+    emulated = peak.emulated.get(precision)
+    row["support"] = "emulated" if emulated else "native"
+    if emulated:
+        notes.append(emulated)
+        physics = None     # an emulated rate is not judged against a hardware peak
+    elif physics is None:
         notes.append(f"no {precision} engine in the physics model of {ref.chip}")
+    notes += [f"skipped {s.m}x{s.n}x{s.k}: one call predicted at {s.predicted_call_s:.3g} s > {s.limit_s:.3g} s"
+              for s in peak.skipped if s.precision == precision]
     row.update(peak_flop_per_s=best.flop_per_s, fraction_of_spec=_fraction(best.flop_per_s, spec),
                fraction_of_physics=_fraction(best.flop_per_s, physics), shape=f"{best.m}x{best.n}x{best.k}",
                n=m.n, cv=m.cv, median_s=m.median_s, ci_low_s=m.ci_low_s, ci_high_s=m.ci_high_s,
@@ -231,8 +238,8 @@ def _body(args: argparse.Namespace) -> int:
     from chipcal.measure.system import busy_note, fingerprint
 
     kind = peak_mod.device_kind(args.device)
-    precisions = args.precision or list(peak_mod.DEFAULT_PRECISIONS[kind])
-    fp = fingerprint(int(args.device.partition(":")[2] or 0))
+    fp = fingerprint(peak_mod.gpu_index(args.device))
+    precisions = args.precision or list(peak_mod.default_precisions(args.device, fp))
     ref = reference_peaks(fp, args.device)
     writer = RowWriter(args.csv, FIELDS)
     rows: list[dict] = []
@@ -244,7 +251,7 @@ def _body(args: argparse.Namespace) -> int:
             bar.set_description(f"gemm {precision}")
             start = bar.n
             peak = peak_mod.measure_gemm_peak(args.device, [precision], remeasure=args.remeasure, fp=fp,
-                                     on_point=lambda _p: bar.update())
+                                              on_shape=lambda _label: bar.update())
             bar.update(start + n_shapes - bar.n)
             peaks.append(peak)
             rows.append(gemm_record(peak, precision, ref))

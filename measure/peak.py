@@ -9,6 +9,12 @@ Precision → op: fp64/fp32/bf16/fp16 `torch.matmul` (fp32 with TF32 off:
 (int32 accumulate), fp8 `torch._scaled_mm` (e4m3 operands, unit scales, bf16 out).
 A precision torch cannot run here is reported as unsupported with torch's reason.
 
+Bounded on any machine: shapes run in order of work, and a shape whose single call, predicted
+from the rate of the previous shape of the sweep (never below the one-thread trial GEMM's),
+would exceed `max_call_s` is skipped and listed in `GemmPeak.skipped`. A precision without a hardware unit
+here (`emulated`: Fingerprint.cpu_precisions) is timed once, at the largest default shape whose
+call is predicted under EMULATED_CALL_S, and reported with its rate; it is not a peak.
+
 Results are cached per machine fingerprint (chipcal.measure.cache) and reused unless
 `remeasure=True`.
 """
@@ -21,14 +27,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chipcal.measure import cache
-from chipcal.measure.system import Fingerprint, OtherLoad, fingerprint
-from chipcal.measure.timing import Measurement, budget_s, time_callable
+from chipcal.measure.system import CPU_SWEEP_PRECISIONS, Fingerprint, OtherLoad, fingerprint
+from chipcal.measure.timing import Measurement, budget_s, fixed_threads, time_callable
 from chipcal.model.precision import FLOP_PER_MAC, check_precision
 
 Shape = tuple[int, int, int]
 
-DEFAULT_PRECISIONS = {"cpu": ("fp32", "bf16", "int8"),
-                      "cuda": ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")}
+CUDA_PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+TRIAL_SIZE = 64            # m = n = k of the trial GEMM that says whether, and how fast, a precision runs
+TRIAL_CALLS, TRIAL_TIME_S = 20, 0.05   # trial calls: at most this many, stopping after this long
+EMULATED_CALL_S = 0.25     # an emulated precision's one shape: predicted call time under this
+EMULATED_TIME_S = 1.0      # ... and its whole timing budget
 _SQUARE = {"cpu": (256, 512, 1024, 2048, 4096), "cuda": (1024, 2048, 4096, 8192, 16384)}
 # tall (large M, small N), short-wide (small M: batch-like), small-K
 _RECT = {"cpu": ((16384, 256, 1024), (256, 4096, 4096), (4096, 4096, 256)),
@@ -56,6 +65,18 @@ class GemmPoint:
 
 
 @dataclass(frozen=True)
+class SkippedShape:
+    """A shape not run because its one call was predicted to take longer than the bound."""
+
+    precision: str
+    m: int
+    n: int
+    k: int
+    predicted_call_s: float
+    limit_s: float
+
+
+@dataclass(frozen=True)
 class GemmPeak:
     device: str
     fingerprint_slug: str
@@ -64,6 +85,8 @@ class GemmPeak:
     from_cache: bool = False
     warnings: tuple[str, ...] = ()
     other_cpus: float | None = None     # most CPUs other work used during a precision's sweep (OtherLoad)
+    emulated: Mapping[str, str] = field(default_factory=dict)      # precision -> why it has no unit here
+    skipped: tuple[SkippedShape, ...] = ()
 
     def curve(self, precision: str) -> tuple[GemmPoint, ...]:
         return tuple(p for p in self.points if p.precision == precision)
@@ -85,6 +108,11 @@ class GemmPeak:
     @property
     def precisions(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(p.precision for p in self.points))
+
+    @property
+    def native_precisions(self) -> tuple[str, ...]:
+        """Measured precisions that ran on a hardware unit: the ones a peak or a fit may use."""
+        return tuple(p for p in self.precisions if p not in self.emulated)
 
 
 # --- operands -----------------------------------------------------------------------------------
@@ -144,8 +172,58 @@ def matmul_precision(precision: str) -> Iterator[None]:
         torch.set_float32_matmul_precision(prior)
 
 
+@dataclass(frozen=True)
+class Trial:
+    """A TRIAL_SIZE³ GEMM: why the precision cannot run (`reason`), else its per-call time."""
+
+    reason: str | None
+    call_s: float | None = None
+
+    @property
+    def flop_per_s(self) -> float | None:
+        return None if not self.call_s else FLOP_PER_MAC * TRIAL_SIZE**3 / self.call_s
+
+
+def trial(precision: str, device: str) -> Trial:
+    """Run one small GEMM (after a warm-up call): unsupported with torch's reason, or its rate.
+
+    The rate of a tiny GEMM is a lower bound on the rate of a large one (fixed per-call costs
+    dominate it), so predicting a large call from it errs on the long side: safe for skipping.
+    Up to TRIAL_CALLS calls within TRIAL_TIME_S (one call at least); the fastest one counts. One
+    thread: on a shared host a multithreaded tiny call waits milliseconds at its barrier for a
+    descheduled thread, which says nothing about the rate; one thread's rate is a lower bound.
+    """
+    import time
+
+    import torch
+
+    reason = unsupported_reason(precision, device)
+    if reason:
+        return Trial(reason)
+    fn = gemm_callable(precision, TRIAL_SIZE, TRIAL_SIZE, TRIAL_SIZE, device)
+    calls: list[float] = []
+    with matmul_precision(precision), torch.inference_mode(), fixed_threads(1):
+        fn()
+        _sync(device)
+        deadline = time.perf_counter() + TRIAL_TIME_S
+        while len(calls) < TRIAL_CALLS and (not calls or time.perf_counter() < deadline):
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            calls.append(time.perf_counter() - start)
+    # the fastest call: on a shared host one call can wait milliseconds for a descheduled thread
+    return Trial(None, max(min(calls), 1e-9))
+
+
+def _sync(device: str) -> None:
+    if device_kind(device) == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
 def unsupported_reason(precision: str, device: str) -> str | None:
-    """Why `precision` cannot be measured on `device` (None when a small trial GEMM runs)."""
+    """Why `precision` cannot be measured on `device` (None when a tiny trial GEMM runs)."""
     import torch
 
     kind = device_kind(device)
@@ -242,72 +320,150 @@ def measure_gemm_point(precision: str, shape: Shape, device: str, *, max_time_s:
     return GemmPoint(precision, m, n, k, flop, meas, flop / meas.median_s)
 
 
+def default_precisions(device: str, fp: Fingerprint) -> tuple[str, ...]:
+    """CUDA: every GEMM precision torch has; CPU: fp32 and the precisions with a hardware unit."""
+    if device_kind(device) == "cuda":
+        return CUDA_PRECISIONS
+    support = fp.cpu_precisions
+    return tuple(p for p in CPU_SWEEP_PRECISIONS if support.get(p) == "native")
+
+
+def emulated_reasons(device: str, fp: Fingerprint, precisions: Sequence[str]) -> dict[str, str]:
+    """Requested CPU precisions without a hardware unit here, each with the reason."""
+    if device_kind(device) == "cuda":
+        return {}
+    support = fp.cpu_precisions
+    why = (f"emulated: no {{p}} hardware unit on this CPU (features: {', '.join(fp.cpu_features) or 'none'}; "
+           f"ATen {fp.aten_cpu_capability}, oneDNN bf16 {fp.mkldnn_bf16}); timed once at one small shape")
+    return {p: why.format(p=p) for p in precisions if support.get(p) == "emulated"}
+
+
+def _emulated_shape(shapes: Sequence[Shape], rate: float) -> Shape:
+    """The largest shape whose one call is predicted under EMULATED_CALL_S (else the trial shape)."""
+    fits = [s for s in shapes if FLOP_PER_MAC * s[0] * s[1] * s[2] / rate <= EMULATED_CALL_S]
+    return max(fits, key=lambda s: s[0] * s[1] * s[2], default=(TRIAL_SIZE,) * 3)
+
+
+def _sweep(precision: str, shapes: Sequence[Shape], device: str, rate: float, max_call_s: float,
+           timing: dict, on_point, advance) -> tuple[list[GemmPoint], list[SkippedShape]]:
+    """Shapes in order of work; each call predicted from the previous shape's rate, skipped when
+    the prediction exceeds `max_call_s`.
+
+    The previous shape's rate is taken at its fastest sample, and never below the one-thread
+    trial `rate`: on a shared host a small multithreaded call can wait milliseconds at a barrier,
+    a fixed cost that would otherwise be extrapolated in proportion to the work."""
+    curve, skipped = [], []
+    trial_rate = rate
+    for shape in sorted(shapes, key=lambda s: s[0] * s[1] * s[2]):
+        predicted = FLOP_PER_MAC * shape[0] * shape[1] * shape[2] / rate
+        if predicted > max_call_s:
+            skipped.append(SkippedShape(precision, *shape, predicted_call_s=predicted, limit_s=max_call_s))
+        else:
+            point = measure_gemm_point(precision, shape, device, **timing)
+            curve.append(point)
+            rate = max(trial_rate, point.flop / min(point.measurement.samples_s))
+            if on_point:
+                on_point(point)
+        advance()
+    return curve, skipped
+
+
 def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = None,
                       shapes: Sequence[Shape] | None = None, *, remeasure: bool = False,
                       use_cache: bool = True, fp: Fingerprint | None = None, max_time_s: float = 2.0,
-                      min_samples: int = 6, on_point: Callable[[GemmPoint], None] | None = None) -> GemmPeak:
+                      min_samples: int = 6, max_call_s: float | None = None,
+                      on_point: Callable[[GemmPoint], None] | None = None,
+                      on_shape: Callable[[str], None] | None = None) -> GemmPeak:
     """GEMM FLOP/s curves and best sustained peak per precision (cached per fingerprint).
 
-    `on_point` is called after each measured shape (for progress bars and row-by-row output);
-    each precision is written to the cache as soon as its sweep completes.
+    Default precisions: `default_precisions`. `max_call_s` bounds one GEMM call (default: what
+    the stretched timing budget holds `min_samples` times, 4·max_time_s / min_samples).
+    `on_point` is called after each measured shape (row-by-row output); `on_shape` once for every
+    (precision, shape) slot, measured, skipped, cached or not run (progress bars). Each precision
+    is written to the cache as soon as its sweep completes.
     """
     check_device(device)
-    precisions = [check_precision(p) for p in (precisions or DEFAULT_PRECISIONS[device_kind(device)])]
-    shapes = [tuple(int(v) for v in s) for s in (shapes or default_shapes(device))]
     fp = fp or fingerprint(gpu_index(device))
+    precisions = [check_precision(p) for p in (precisions or default_precisions(device, fp))]
+    shapes = [tuple(int(v) for v in s) for s in (shapes or default_shapes(device))]
+    max_call_s = max_call_s or 4 * max_time_s / min_samples
+    emulated = emulated_reasons(device, fp, precisions)
     path, key = cache.cache_path("peak", device, fp.slug), fp.cache_key(device)
     notes: list[str] = []
     doc = load_cache_doc(path, key, use_cache, notes)
     gemm_doc: dict = doc.setdefault("gemm", {})
     points: list[GemmPoint] = []
     unsupported: dict[str, str] = {}
+    skipped: list[SkippedShape] = []
     others: list[float] = []
     all_cached = True
     probe = clock_probe_for(device)
+    timing = {"max_time_s": max_time_s, "min_samples": min_samples, "clock_probe": probe}
+
+    def advance(precision: str, shape: Shape | None = None) -> None:
+        if on_shape:
+            on_shape(f"{precision} GEMM {'x'.join(map(str, shape))}" if shape else f"{precision} GEMM")
+
     for precision in precisions:
         entry = gemm_doc.get(precision)
-        if entry is not None and not remeasure and entry.get("shapes") == [list(s) for s in shapes]:
+        wanted = {"shapes": [list(s) for s in shapes], "max_call_s": max_call_s, "emulated": emulated.get(precision)}
+        if entry is not None and not remeasure and all(entry.get(k) == v for k, v in wanted.items()):
             try:
                 if entry.get("unsupported"):
                     unsupported[precision] = entry["unsupported"]
                 else:
                     points.extend([_point_from_dict(precision, d) for d in entry["points"]])
+                    skipped.extend(SkippedShape(precision, *d) for d in entry.get("skipped", []))
                     if entry.get("other_cpus") is not None:
                         others.append(float(entry["other_cpus"]))
+                for _ in shapes:
+                    advance(precision)
                 continue
             except (KeyError, TypeError, ValueError) as exc:
                 cache_warning(f"ignoring corrupt {precision} entry in measurement cache {path}: {exc!r}", notes)
         all_cached = False
-        reason = unsupported_reason(precision, device)
-        if reason:
-            unsupported[precision] = reason
-            gemm_doc[precision] = {"shapes": [list(s) for s in shapes], "unsupported": reason}
+        t = trial(precision, device)
+        if t.reason:
+            unsupported[precision] = t.reason
+            gemm_doc[precision] = {**wanted, "unsupported": t.reason}
+            for _ in shapes:
+                advance(precision)
         else:
-            curve = []
             with OtherLoad() as other:
-                for shape in shapes:
-                    point = measure_gemm_point(precision, shape, device, max_time_s=max_time_s,
-                                               min_samples=min_samples, clock_probe=probe)
-                    curve.append(point)
+                if precision in emulated:
+                    shape = _emulated_shape(shapes, t.flop_per_s)
+                    curve, skipped_here = [measure_gemm_point(precision, shape, device, max_time_s=EMULATED_TIME_S,
+                                                              min_samples=3, clock_probe=probe)], []
                     if on_point:
-                        on_point(point)
+                        on_point(curve[0])
+                    for _ in shapes:
+                        advance(precision, shape)
+                else:
+                    curve, skipped_here = _sweep(precision, shapes, device, t.flop_per_s, max_call_s, timing,
+                                                 on_point, lambda p=precision: advance(p))
             points.extend(curve)
+            skipped.extend(skipped_here)
             if other.cpus is not None:
                 others.append(other.cpus)
-            gemm_doc[precision] = {"shapes": [list(s) for s in shapes], "other_cpus": other.cpus,
-                                   "points": [_point_to_dict(p) for p in curve]}
+            gemm_doc[precision] = {**wanted, "other_cpus": other.cpus,
+                                   "points": [_point_to_dict(p) for p in curve],
+                                   "skipped": [[s.m, s.n, s.k, s.predicted_call_s, s.limit_s] for s in skipped_here]}
         if use_cache:
             cache.save(path, key, doc)
     return GemmPeak(device=device, fingerprint_slug=fp.slug, points=tuple(points), unsupported=unsupported,
-                    from_cache=all_cached, warnings=tuple(notes), other_cpus=max(others, default=None))
+                    from_cache=all_cached, warnings=tuple(notes), other_cpus=max(others, default=None),
+                    emulated=emulated, skipped=tuple(skipped))
 
 
 def cached_peak_flop_per_s(device: str, precision: str, fp: Fingerprint) -> float | None:
     """The cached peak of `precision` (any shape sweep), None when nothing valid is cached."""
     payload, _ = cache.load(cache.cache_path("peak", device, fp.slug), fp.cache_key(device))
     try:
-        points = [_point_from_dict(precision, d) for d in (payload or {})["gemm"][precision]["points"]]
-    except (KeyError, TypeError, ValueError):
+        entry = (payload or {})["gemm"][precision]
+        if entry.get("emulated"):
+            return None    # an emulated rate is not a peak
+        points = [_point_from_dict(precision, d) for d in entry["points"]]
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return GemmPeak(device, fp.slug, tuple(points), from_cache=True).peak_flop_per_s(precision)
 

@@ -48,7 +48,7 @@ def reference_peaks(fp: Fingerprint, device: str, registry: Registry | None = No
                 f"{fp.gpu_default_power_limit_w} W): no spec or physics peak",))
         return ReferencePeaks(device, chip.name, dict(chip.stated_peak_flop_per_s), _physics(chip),
                               chip.memory.bandwidth_bytes_per_s)
-    local = local_chip()
+    local = local_chip(support=fp.cpu_precisions)
     notes = [f"physics peak: local CPU model ({local.sources[0]})"]
     chip = match_registry_chip(fp, registry, "cpu")
     if chip is None:

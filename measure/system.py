@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import platform
 import re
 import time
@@ -23,7 +24,8 @@ from chipcal.model.local import CpuSpec, chip_from_cpu, cpu_class
 
 # Feature flags worth recording (x86 /proc/cpuinfo "flags", Arm "Features").
 FEATURE_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni",
-                 "amx_tile", "amx_bf16", "amx_int8", "asimd", "asimdhp", "asimddp", "bf16", "sve", "sve2")
+                 "amx_tile", "amx_bf16", "amx_int8", "amx_fp16", "asimd", "asimdhp", "asimddp", "i8mm",
+                 "bf16", "sve", "sve2")
 
 
 def _read(path: Path) -> str | None:
@@ -143,6 +145,34 @@ def cpu_clocks(proc: Path = Path("/proc"), sys: Path = Path("/sys")) -> dict[str
     return {"current": current, "max": maximum}
 
 
+# CPU feature flags that mean a hardware unit for a precision (x86 /proc/cpuinfo "flags", Arm
+# "Features"). fp32/fp64 FMA is in every CPU chipcal models.
+NATIVE_FLAGS = {
+    "x86": {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16"),
+            "int8": ("avx512_vnni", "avx_vnni", "amx_int8")},
+    "arm": {"bf16": ("bf16",), "fp16": ("asimdhp",), "int8": ("asimddp", "i8mm")},
+}
+CPU_SWEEP_PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+
+
+def cpu_precision_support(features: set[str], arch: str, mkldnn_bf16: bool | None = None,
+                          mkldnn_fp16: bool | None = None) -> dict[str, str]:
+    """Which GEMM precisions have a hardware unit on this CPU: "native" or "emulated".
+
+    Native when a feature flag names the unit (NATIVE_FLAGS) and, for bf16/fp16, torch's oneDNN
+    agrees (`mkldnn_bf16`/`mkldnn_fp16`; None = not asked): with the flag but without oneDNN's
+    kernels (ONEDNN_MAX_CPU_ISA, an old torch) torch takes its slow reference path, which is
+    emulation as far as a measurement is concerned. fp32 is always native.
+    """
+    family = "x86" if arch.lower().startswith(("x86", "amd64", "i686")) else "arm"
+    torch_says = {"bf16": mkldnn_bf16, "fp16": mkldnn_fp16, "int8": None}
+    support = {"fp32": "native"}
+    for precision, flags in NATIVE_FLAGS[family].items():
+        hardware = any(f in features for f in flags)
+        support[precision] = "native" if hardware and torch_says[precision] is not False else "emulated"
+    return support
+
+
 def _flags(blocks: list[dict[str, str]]) -> set[str]:
     if not blocks:
         return set()
@@ -216,15 +246,19 @@ def detect_cpu(proc: Path | str = "/proc", sys: Path | str = "/sys", arch: str |
 
 
 def local_chip(memory_bandwidth_bytes_per_s: float | None = None, llc_bytes: int | None = None,
-               measured_by: str = "") -> Chip:
+               measured_by: str = "", support: dict[str, str] | None = None) -> Chip:
     """The local CPU as a Chip (physics peaks; no vendor spec).
 
+    `support` (Fingerprint.cpu_precisions, which asks torch) keeps engines for native precisions
+    only; without it the feature flags decide, and no torch is imported.
     Measured figures replace assumptions when given: the sustained DRAM bandwidth replaces the
     assumed per-core share, and a cache knee (`llc_bytes`) caps the last-level cache (in a VM
     the OS reports the host's whole L3, not the slice this guest's working sets keep).
     `measured_by` names the measurement for the chip's source strings.
     """
     spec = detect_cpu()
+    if support is not None:
+        spec = dataclasses.replace(spec, native_precisions=frozenset(p for p, s in support.items() if s == "native"))
     if memory_bandwidth_bytes_per_s:
         spec = dataclasses.replace(spec, memory_bandwidth_bytes_per_s=memory_bandwidth_bytes_per_s,
                                    memory_bandwidth_source=f"measured: sustained bandwidth ({measured_by})")
@@ -271,6 +305,17 @@ class Fingerprint:
     python_version: str
     slug: str
     notes: tuple[str, ...] = ()
+    aten_cpu_capability: str | None = None     # torch.backends.cpu.get_cpu_capability(): AVX512, AVX2, ...
+    mkldnn_bf16: bool | None = None            # torch: oneDNN has native bf16 kernels on this CPU
+    mkldnn_fp16: bool | None = None            # torch: oneDNN has native fp16 kernels on this CPU
+    isa_env: tuple[tuple[str, str], ...] = ()  # ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA when set
+    cpu_affinity: tuple[int, ...] = ()         # CPUs this process may run on
+
+    @property
+    def cpu_precisions(self) -> dict[str, str]:
+        """Precision -> "native" (a hardware unit torch uses) or "emulated" on this CPU (see
+        `cpu_precision_support`)."""
+        return cpu_precision_support(set(self.cpu_features), self.arch, self.mkldnn_bf16, self.mkldnn_fp16)
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
@@ -278,7 +323,8 @@ class Fingerprint:
     def cache_key(self, device: str) -> dict:
         """Fields that, when changed, make a cached peak/bandwidth measurement stale."""
         key = {"slug": self.slug, "device": device, "torch_version": self.torch_version,
-               "torch_threads": self.torch_threads}
+               "torch_threads": self.torch_threads, "aten_cpu_capability": self.aten_cpu_capability,
+               "isa_env": [list(kv) for kv in self.isa_env], "cpu_affinity": list(self.cpu_affinity)}
         if device.startswith("cuda"):
             key |= {"gpu_index": self.gpu_index, "driver_version": self.driver_version,
                     "cuda_runtime_version": self.cuda_runtime_version,
@@ -357,6 +403,30 @@ def _gpu_fields(index: int, notes: list[str]) -> dict:
     return fields
 
 
+ISA_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
+def torch_cpu_fields() -> dict:
+    """torch's view of the CPU: ATen's vector ISA and whether oneDNN has bf16/fp16 kernels here.
+
+    `torch.ops.mkldnn._is_mkldnn_*_supported` are private (present in torch 2.1-2.15); where one
+    is missing the answer is None (not asked) rather than a guess.
+    """
+    import torch
+
+    def ask(name: str) -> bool | None:
+        op = getattr(torch.ops.mkldnn, name, None)
+        try:
+            return None if op is None else bool(op())
+        except (RuntimeError, AttributeError):
+            return None
+
+    return {"aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "mkldnn_bf16": ask("_is_mkldnn_bf16_supported"), "mkldnn_fp16": ask("_is_mkldnn_fp16_supported"),
+            "isa_env": tuple((k, os.environ[k]) for k in ISA_ENV if k in os.environ),
+            "cpu_affinity": tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()}
+
+
 def fingerprint(gpu_index: int = 0) -> Fingerprint:
     """Fingerprint of this machine (GPU fields for CUDA device `gpu_index` when there is one)."""
     import torch
@@ -379,7 +449,7 @@ def fingerprint(gpu_index: int = 0) -> Fingerprint:
         cpu_max_clock_hz=clocks["max"][0], cpu_max_clock_source=clocks["max"][1],
         memory_bytes=spec.memory_bytes, l3_bytes=spec.l3_bytes,
         torch_version=torch.__version__, torchvision_version=torchvision.__version__,
-        python_version=platform.python_version(), slug=slug, notes=tuple(notes), **gpu,
+        python_version=platform.python_version(), slug=slug, notes=tuple(notes), **gpu, **torch_cpu_fields(),
     )
 
 

@@ -174,9 +174,25 @@ def _next_round_s(samples: list[float], block_s: float, min_samples: int, target
     return max(min(need * block_s, left_s), 0.0)
 
 
+def _benchmark_timer():
+    """torch.utils.benchmark.Timer, imported without the "No CUDA runtime is found" warning that
+    its cpp_extension import logs on CPU-only machines with a CUDA toolkit (it would land in the
+    middle of the progress bars and says nothing about the measurement)."""
+    import logging
+
+    log = logging.getLogger("torch.utils.cpp_extension")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        from torch.utils.benchmark import Timer
+    finally:
+        log.setLevel(level)
+    return Timer
+
+
 def _time_cpu(fn: Callable[[], object], *, min_samples: int, max_time_s: float, target_rel_ci: float,
               threads: int, clock_probe: Callable[[], float | None] | None) -> tuple[list[float], int, list, str]:
-    from torch.utils.benchmark import Timer
+    Timer = _benchmark_timer()
 
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
     samples: list[float] = []

@@ -57,6 +57,9 @@ class CpuSpec:
     fma_source: str = ""           # why fma_units_per_core has its value
     memory_bandwidth_source: str = ""
     l3_source: str = ""            # set when l3_bytes is not the OS report
+    # Precisions torch runs on a hardware unit here (measure.system.cpu_precision_support); None =
+    # trust the feature flags above. A precision outside it gets no engine: it is emulated.
+    native_precisions: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,14 @@ def _simd_rates(spec: CpuSpec) -> dict[str, float]:
         rates["fp16"] = fma * bits / 16
     if spec.has_vnni:
         rates["int8"] = fma * bits / 8
-    return rates
+    return _native_only(spec, rates)
+
+
+def _native_only(spec: CpuSpec, rates: dict[str, float]) -> dict[str, float]:
+    """`rates` without the sub-fp32 precisions torch does not run natively (fp64/fp32 stay)."""
+    if spec.native_precisions is None:
+        return rates
+    return {p: r for p, r in rates.items() if p in ("fp64", "fp32") or p in spec.native_precisions}
 
 
 def chip_from_cpu(spec: CpuSpec) -> Chip:
@@ -141,13 +151,14 @@ def chip_from_cpu(spec: CpuSpec) -> Chip:
         "source": (f"derived: {spec.cores} cores × {spec.simd_bits}-bit SIMD × {spec.fma_units_per_core} "
                    f"FMA units at {spec.clock_hz / 1e9:.3f} GHz ({spec.clock_source}); {fma_note}"),
     }]
-    if spec.has_amx:
+    amx_rates = _native_only(spec, {"bf16": AMX_BF16_MACS_PER_CLOCK, "int8": AMX_INT8_MACS_PER_CLOCK})
+    if spec.has_amx and amx_rates:
         engines.append({
             "name": "amx",
             "circuit": "systolic_mac",
             "units": spec.cores,
             "clock_hz": spec.clock_hz,
-            "macs_per_unit_per_clock": {"bf16": AMX_BF16_MACS_PER_CLOCK, "int8": AMX_INT8_MACS_PER_CLOCK},
+            "macs_per_unit_per_clock": amx_rates,
             "source": ("derived: one AMX TMUL per core, 512 bf16 / 1024 int8 MAC per clock (Intel: 1024 "
                        "BF16 / 2048 INT8 ops/cycle/core, 2 ops per MAC; TDPBF16PS = 8192 MAC per 16 "
                        "cycles); circuit systolic_mac: TMUL is a 2-D FMA grid; clock "

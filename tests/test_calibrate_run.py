@@ -41,29 +41,50 @@ def _true_params(chip):
                                source="synthetic truth")
 
 
-@pytest.fixture
-def fake_machine(monkeypatch):
-    """Patch every measurement the run makes; returns (chip, true params)."""
+# The fake machine is a recorded CPU, never the host: an AVX2-only EPYC (bf16 emulated) and a
+# Zen 5 EPYC (bf16 native), with torch's oneDNN answers given explicitly.
+MACHINES = {"avx2": ("amd-epyc-avx2-2vcpu", {"mkldnn_bf16": False, "mkldnn_fp16": False}),
+            "avx512-bf16": ("amd-epyc-zen5-2vcpu", {"mkldnn_bf16": True, "mkldnn_fp16": False})}
+EMULATED_BF16_FLOP_PER_S = 2e9
+
+
+@pytest.fixture(params=sorted(MACHINES))
+def fake_machine(request, monkeypatch, tmp_path):
+    """Patch every measurement the run makes on a recorded CPU; returns (chip, true params)."""
+    from recorded import machine_tree, recorded_fingerprint
+
     from chipcal.measure import bandwidth as bandwidth_mod
-    from chipcal.measure import layers, models, peak, power
-    from chipcal.measure.system import local_chip
+    from chipcal.measure import layers, models, peak, power, system
     from chipcal.model.estimate.prediction import predict
     from chipcal.model.workload import characterize
 
+    name, torch_says = MACHINES[request.param]
+    proc, sys_ = machine_tree(tmp_path / "tree", name)
+    spec, fp = recorded_fingerprint(tmp_path, name, **torch_says)
+    real_detect = system.detect_cpu
+    monkeypatch.setattr(system, "detect_cpu", lambda *a, **k: real_detect(proc, sys_, arch="x86_64"))
+    monkeypatch.setattr(system, "fingerprint", lambda gpu_index=0: fp)
     rng = np.random.default_rng(7)
     # the run replaces the local chip's assumed DRAM bandwidth by the probe's figure
-    chip = local_chip(memory_bandwidth_bytes_per_s=TRUE_BW, measured_by="bandwidth probe")
+    chip = system.local_chip(memory_bandwidth_bytes_per_s=TRUE_BW, measured_by="bandwidth probe",
+                             support=fp.cpu_precisions)
     truth = _true_params(chip)
 
     def gemm_peak(device, precisions=None, remeasure=False, **_):
         points = []
+        emulated = peak.emulated_reasons(device, fp, ("fp32", "bf16"))
         for p in ("fp32", "bf16"):
+            if p in emulated:      # one small shape at the emulated rate
+                flop = 2 * 256**3
+                points.append(peak.GemmPoint(p, 256, 256, 256, flop, _m(flop / EMULATED_BF16_FLOP_PER_S, rng),
+                                             EMULATED_BF16_FLOP_PER_S))
+                continue
             physics = chip.peak_flop_per_s(p)
             for n in (64, 128, 256, 512, 1024, 2048):
                 flop = 2 * n**3
                 rate = physics * saturating(flop, TRUE_GEMM["e_max"], TRUE_GEMM["w_half_flop"])
                 points.append(peak.GemmPoint(p, n, n, n, flop, _m(flop / rate, rng), rate))
-        return peak.GemmPeak(device=device, fingerprint_slug="synthetic", points=tuple(points))
+        return peak.GemmPeak(device=device, fingerprint_slug="synthetic", points=tuple(points), emulated=emulated)
 
     def bandwidth(device, sizes=None, remeasure=False, **_):
         pts = tuple(bandwidth_mod.BandwidthPoint("triad", s, 3 * s, 3 * s, _m(3 * s / TRUE_BW, rng), TRUE_BW)
@@ -103,11 +124,22 @@ def fake_machine(monkeypatch):
     return chip, truth
 
 
+class Recorder:
+    def __init__(self):
+        self.phases, self.steps = [], []
+
+    def phase(self, name, total):
+        self.phases.append((name, total))
+
+    def step(self, label):
+        self.steps.append(label)
+
+
 @pytest.mark.slow
 def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
     chip, truth = fake_machine
-    steps = []
-    doc = calrun.run_calibration(calrun.CalibrationConfig(models=MODELS, batches=(1,)), progress=steps.append)
+    progress = Recorder()
+    doc = calrun.run_calibration(calrun.CalibrationConfig(models=MODELS, batches=(1,)), progress=progress)
     # GEMM curve: the saturating fit recovers e_max and w_half
     g = doc["fits"]["gemm_efficiency_fp32"]["parameters"]
     assert g["e_max"] == pytest.approx(TRUE_GEMM["e_max"], rel=0.05)
@@ -127,7 +159,15 @@ def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
     assert doc["validation"]["default_median_abs_error"] > 2 * doc["validation"]["median_abs_error"]
     assert doc["validation"]["n"] == len(MODELS)
     assert doc["power"]["available"] is False and "synthetic" in doc["power"]["reason"]
-    assert steps, "progress was reported"
+    assert progress.steps and [name for name, _ in progress.phases][:2] == ["GEMM peak sweep", "memory bandwidth"]
+    # bf16: fitted and judged only where the CPU has a bf16 unit; else reported as emulated with its rate
+    bf16 = next(p for p in doc["peaks"] if p["precision"] == "bf16")
+    if chip.peak_flop_per_s("bf16"):
+        assert bf16["support"] == "native" and "gemm_efficiency_bf16" in doc["fits"]
+    else:
+        assert bf16["support"] == "emulated" and bf16["measured_flop_per_s"] == EMULATED_BF16_FLOP_PER_S
+        assert bf16["physics_flop_per_s"] is None and "gemm_efficiency_bf16" not in doc["fits"]
+        assert not [f for f in doc["flags"] if "bf16" in f["message"]]
     # every fit says what it fitted, with uncertainties and R²
     for fit in (f for f in doc["fits"].values() if f):
         assert {"parameters", "stderr", "residuals", "r2", "n", "model"} <= set(fit)

@@ -9,7 +9,10 @@ reference skipped; `agrees` says whether our MACs minus those constructs equal i
   F.scaled_dot_product_attention and of nn.MultiheadAttention's attention core.
 - FlopCounterMode has no formula for aten._native_multi_head_attention, the fused kernel
   nn.MultiheadAttention runs in inference (eval, no grad): it skips all of its projections and
-  its attention. On CPU with grad enabled it sees the unfused path and counts it all.
+  its attention. On CPU with grad enabled it sees the unfused path and counts it, except the
+  CPU SDPA kernel where its flop_registry has no formula for it (torch 2.14 has none for
+  aten._scaled_dot_product_flash_attention_for_cpu; 2.15 has one): what it skips is read from
+  the registry of the torch that runs, never assumed.
 - Neither counts matrix-vector products (mv, addmv, dot) or aten._addmm_activation (and
   fvcore's aten::matmul handle raises on a vector operand).
 - fvcore counts torch.einsum from numpy's einsum_path report, which prints the FLOP count to
@@ -44,11 +47,15 @@ _FVCORE_FAMILY = {
 }
 _MHA_TARGETS = ("F.multi_head_attention_forward", "aten._native_multi_head_attention")
 _UNCOUNTED = ("mv", "addmv", "dot", "vdot", "_addmm_activation", "_int_mm", "addbmm")
+_SDPA_TARGETS = ("F.scaled_dot_product_attention", "F.multi_head_attention_forward:attention")
+# SDPA kernels a CPU build may dispatch; FlopCounterMode skips one only when its flop_registry
+# has no formula for it (torch 2.14 has none for the CPU flash kernel, 2.15 has one)
+_SDPA_KERNELS = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math")
 # reference-side operator name -> (prefixes of our term targets it covers, why it is skipped)
 _SKIPS = {
-    "aten::scaled_dot_product_attention": (
-        ("F.scaled_dot_product_attention", "F.multi_head_attention_forward:attention"),
-        "fvcore has no handle for scaled_dot_product_attention"),
+    "aten::scaled_dot_product_attention": (_SDPA_TARGETS, "fvcore has no handle for scaled_dot_product_attention"),
+    **{name: (_SDPA_TARGETS, f"FlopCounterMode has no formula for aten.{name} in this torch build")
+       for name in _SDPA_KERNELS},
     "aten::_native_multi_head_attention": (_MHA_TARGETS, "fvcore has no handle for the fused MHA kernel"),
     "_native_multi_head_attention": (
         _MHA_TARGETS, "FlopCounterMode has no formula for nn.MultiheadAttention's inference fast path"),
@@ -99,12 +106,12 @@ def _fvcore(module: torch.nn.Module, inputs: tuple) -> tuple[dict[str, int], Cou
     return counts, unsupported, int(by_operator.get("einsum", 0))
 
 
-def _flopcounter(module: torch.nn.Module, inputs: tuple) -> tuple[dict[str, int], Counter[str]]:
+def _flopcounter(module: torch.nn.Module, inputs: tuple, grad: bool) -> tuple[dict[str, int], Counter[str]]:
     from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
     counter = FlopCounterMode(display=False)
     names = _OpNames()
-    with torch.no_grad(), counter, names:
+    with torch.set_grad_enabled(grad), counter, names:
         module(*inputs)
     counts = dict.fromkeys(FAMILY_ORDER, 0)
     for packet, flop in counter.get_flop_counts().get("Global", {}).items():
@@ -135,16 +142,18 @@ def _skipped(workload: Workload, skipped_ops: Counter[str]) -> tuple[dict[str, i
     return macs, notes
 
 
-def crosscheck(module: torch.nn.Module, example_inputs, workload: Workload | None = None) -> tuple[FamilyCheck, ...]:
+def crosscheck(module: torch.nn.Module, example_inputs, workload: Workload | None = None,
+               grad: bool = False) -> tuple[FamilyCheck, ...]:
     """Our counts next to fvcore's and FlopCounterMode's, one record per family.
 
     `module` must hold real weights (the references run it); `workload` defaults to
-    characterize(module, example_inputs).
+    characterize(module, example_inputs). FlopCounterMode runs under no_grad (as inference code
+    calls it) unless `grad`, which keeps nn.MultiheadAttention off its fused fast path.
     """
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     workload = workload or characterize(module, inputs)
     fv, fv_unsupported, fv_einsum = _fvcore(module, inputs)
-    fc, fc_uncounted = _flopcounter(module, inputs)
+    fc, fc_uncounted = _flopcounter(module, inputs, grad)
     fv_skip, fv_notes = _skipped(workload, fv_unsupported)
     fc_skip, fc_notes = _skipped(workload, fc_uncounted)
     ours_macs = workload.macs_by_family()

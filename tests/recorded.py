@@ -1,0 +1,56 @@
+"""Fake /proc and /sys trees built from the recorded CPUs in tests/machines/ (see its README)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+MACHINES = Path(__file__).parent / "machines"
+
+
+def machine_tree(tmp_path: Path, name: str, memory_kb: int = 24684084) -> tuple[Path, Path]:
+    """(proc, sys) roots for detect_cpu: the recorded cpuinfo, one core per processor block
+    (or its 'core id'), and the recorded cache indexes on every CPU."""
+    folder = MACHINES / name
+    cpuinfo = (folder / "cpuinfo.txt").read_text()
+    proc, sys_ = tmp_path / name / "proc", tmp_path / name / "sys"
+    proc.mkdir(parents=True)
+    (proc / "cpuinfo").write_text(cpuinfo)
+    (proc / "meminfo").write_text(f"MemTotal:       {memory_kb} kB\n")
+    blocks = [b for b in cpuinfo.split("\n\n") if b.strip().startswith("processor")]
+    caches = [dict(re.findall(r"(\w+)=(\S+)", line)) for line in (folder / "cache.txt").read_text().splitlines()]
+    for i, block in enumerate(blocks):
+        core = re.search(r"^core id\s*:\s*(\d+)", block, re.M)
+        cpu = sys_ / f"devices/system/cpu/cpu{i}"
+        (cpu / "topology").mkdir(parents=True)
+        (cpu / "topology/physical_package_id").write_text("0\n")
+        (cpu / "topology/core_id").write_text(f"{core.group(1) if core else i}\n")
+        for n, cache in enumerate(caches):
+            index = cpu / f"cache/index{n}"
+            index.mkdir(parents=True)
+            shared = cache["shared_cpu_list"] if cache["level"] == "3" else str(i)
+            for key, value in (("level", cache["level"]), ("type", cache["type"]), ("size", cache["size"]),
+                               ("shared_cpu_list", shared)):
+                (index / key).write_text(f"{value}\n")
+    return proc, sys_
+
+
+def recorded_fingerprint(tmp_path: Path, name: str, arch: str = "x86_64", **torch_fields):
+    """(CpuSpec, Fingerprint) of a recorded CPU; torch's answers (mkldnn_bf16=…, aten_cpu_capability=…)
+    are given explicitly, never read from the host."""
+    import dataclasses
+
+    from chipcal.measure import system
+
+    proc, sys_ = machine_tree(tmp_path, name)
+    spec = system.detect_cpu(proc, sys_, arch=arch)
+    features = tuple(sorted(f for f in system._flags(system._cpuinfo(proc)) if f in system.FEATURE_FLAGS))
+    fields = dict.fromkeys(f.name for f in dataclasses.fields(system.Fingerprint))
+    fields.update(cpu_model=spec.model_name, cpu_vendor=spec.vendor, arch=arch, physical_cores=spec.cores,
+                  logical_cores=spec.cores * spec.threads_per_core, torch_threads=spec.cores,
+                  cpu_features=features, cpu_clock_hz=spec.clock_hz, cpu_clock_source=spec.clock_source,
+                  cpu_max_clock_source="", memory_bytes=spec.memory_bytes, l3_bytes=spec.l3_bytes, gpu_count=0,
+                  python_version="3.11", slug=f"recorded-{name}", notes=(), isa_env=(), cpu_affinity=(),
+                  torch_version="recorded", torchvision_version="recorded")
+    fields.update(torch_fields)
+    return spec, system.Fingerprint(**fields)
