@@ -85,13 +85,16 @@ def _chip_for(fp, device: str):
     engines for the precisions that have a hardware unit here (fp.cpu_precisions)."""
     from chipcal.measure.match import match_registry_chip
     from chipcal.measure.system import local_chip
+    from chipcal.model.errors import ChipcalError
     from chipcal.model.registry import load_registry
 
     match = match_registry_chip(fp, load_registry(), device)
     if match is not None:
         return match, f"registry match for {fp.gpu_name if device.startswith('cuda') else fp.cpu_model}"
     if device.startswith("cuda"):
-        raise LookupError(f"GPU {fp.gpu_name!r} matches no registry chip; add it to model/hardware/")
+        raise ChipcalError(
+            f"GPU {fp.gpu_name!r} ({fp.gpu_sm_count} SMs, {(fp.gpu_memory_bytes or 0) / 2**30:.1f} GiB, default "
+            f"power limit {fp.gpu_default_power_limit_w} W) matches no registry GPU; add its TOML to model/hardware/")
     return (local_chip(support=fp.cpu_precisions),
             "built from this CPU's detected cores, SIMD width and clock (no registry match)")
 

@@ -1,5 +1,6 @@
 """Which registry chip this machine is: GPUs by SM count, memory size and power limit (never by
-name alone, so H100 SXM5, H100 PCIe and H200 are told apart), CPUs by vendor and SKU tokens."""
+name alone, so H100 SXM5, H100 PCIe and H200 are told apart), CPUs by vendor and SKU tokens and
+the core count (a VM slice of a 96-core part is not that part)."""
 
 from __future__ import annotations
 
@@ -24,14 +25,15 @@ def _capacity_distance(measured_bytes: float, stated_bytes: float) -> float:
 def _match_gpu(fp: Fingerprint, registry: Registry, tolerance: float = 0.10) -> Chip | None:
     """Match on SM count (exact), memory size (within `tolerance`) and default power limit.
 
-    The name only picks the vendor: an H100 SXM5 (132 SMs, 80 GB, 700 W), H100 PCIe (114 SMs,
-    80 GB, 350 W) and H200 (132 SMs, 141 GB, 700 W) differ in those three numbers.
+    The name is not used: an H100 SXM5 (132 SMs, 80 GB, 700 W), H100 PCIe (114 SMs, 80 GB,
+    350 W) and H200 (132 SMs, 141 GB, 700 W) differ in those three numbers, and drivers name
+    parts without the vendor ("Tesla T4", "Tesla V100-SXM2-16GB"). A CUDA device is an NVIDIA GPU.
     """
     if fp.gpu_name is None or fp.gpu_memory_bytes is None:
         return None
     candidates = []
     for chip in registry.chips.values():
-        if chip.kind != "gpu" or chip.vendor.lower() not in fp.gpu_name.lower():
+        if chip.kind != "gpu" or chip.vendor.lower() != "nvidia":
             continue
         sm = chip.microarch.get("sm_count")
         if fp.gpu_sm_count is not None and sm is not None and int(sm) != fp.gpu_sm_count:
@@ -56,14 +58,17 @@ def _normalize_model(name: str) -> str:
 
 
 def _match_cpu(fp: Fingerprint, registry: Registry) -> Chip | None:
-    """A registry CPU whose model name (microarch.model_name or display_name) is the local one.
+    """A registry CPU whose model name (microarch.model_name or display_name) is the local one
+    and whose core count is the number of physical cores this OS sees.
 
     The vendor word and every token with a digit (the SKU) must appear in the local name, so a
-    VM's masked "Intel(R) Xeon(R) Processor" matches nothing rather than every Xeon.
+    VM's masked "Intel(R) Xeon(R) Processor" matches nothing rather than every Xeon; a 2-vCPU
+    VM reporting "AMD EPYC 9654 96-Core Processor" is not the 96-core part (its peaks would be
+    48x too high).
     """
     local = _normalize_model(fp.cpu_model).split()
     for chip in registry.chips.values():
-        if chip.kind != "cpu":
+        if chip.kind != "cpu" or int(chip.microarch.get("cores", 0)) != fp.physical_cores:
             continue
         for name in filter(None, (str(chip.microarch.get("model_name", "")), chip.display_name)):
             tokens = _normalize_model(name).split()

@@ -3,8 +3,8 @@
 GPU: the registry chip matched by SM count, memory size and power limit gives both the stated
 (spec) peak and the microarchitecture-derived (physics) peak; no match, no reference.
 CPU: physics always comes from the locally built chip (the cores and clock this OS sees); the spec
-comes from a registry CPU matched by model name only when it has as many cores as are visible
-(a VM slice of a 56-core part is not that part). The local VM CPU has no vendor spec: spec is None.
+comes from the registry CPU that measure.match finds (model name and core count: a VM slice of a
+56-core part is not that part). The local VM CPU has no vendor spec: spec is None.
 """
 
 from __future__ import annotations
@@ -52,13 +52,9 @@ def reference_peaks(fp: Fingerprint, device: str, registry: Registry | None = No
     notes = [f"physics peak: local CPU model ({local.sources[0]})"]
     chip = match_registry_chip(fp, registry, "cpu")
     if chip is None:
-        notes.append(f"no vendor spec: no registry CPU matches '{fp.cpu_model}'")
-    elif int(chip.microarch.get("cores", 0)) != fp.physical_cores:
-        notes.append(f"registry {chip.name} has {chip.microarch.get('cores')} cores but {fp.physical_cores} "
-                     "are visible: its spec does not apply")
-    else:
-        if not chip.stated_peak_flop_per_s:
-            notes.append(f"registry {chip.name} states no FLOP/s peak")
-        return ReferencePeaks(device, chip.name, dict(chip.stated_peak_flop_per_s), _physics(local),
-                              chip.memory.bandwidth_bytes_per_s, tuple(notes))
-    return ReferencePeaks(device, local.name, {}, _physics(local), None, tuple(notes))
+        notes.append(f"no vendor spec: no registry CPU with {fp.physical_cores} cores matches '{fp.cpu_model}'")
+        return ReferencePeaks(device, local.name, {}, _physics(local), None, tuple(notes))
+    if not chip.stated_peak_flop_per_s:
+        notes.append(f"registry {chip.name} states no FLOP/s peak")
+    return ReferencePeaks(device, chip.name, dict(chip.stated_peak_flop_per_s), _physics(local),
+                          chip.memory.bandwidth_bytes_per_s, tuple(notes))

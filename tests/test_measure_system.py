@@ -177,6 +177,31 @@ def test_gpu_matching_by_numbers(fp, expected):
     assert (chip.name if chip else None) == expected
 
 
+def test_vm_slice_of_a_registry_cpu_is_not_that_cpu():
+    # a 2-vCPU VM whose CPU reports the 96-core EPYC 9654's name (AMD: 96 cores)
+    registry = load_registry()
+    fp = dataclasses.replace(gpu_fp("x", 1, 1, 1), gpu_name=None, cpu_model="AMD EPYC 9654 96-Core Processor",
+                             physical_cores=2)
+    assert match_registry_chip(fp, registry, "cpu") is None
+    assert match_registry_chip(dataclasses.replace(fp, physical_cores=96), registry, "cpu").name == "epyc-9654"
+
+
+@pytest.mark.parametrize(("name", "sms", "mib", "watts", "expected"), [
+    # drivers name these without "NVIDIA" (nvidia-smi totals: T4 15360 MiB, V100 32GB 32510 MiB;
+    # datasheets: T4 40 SMs, 16 GB, 70 W; V100 SXM2 80 SMs, 32 GB, 300 W)
+    ("Tesla T4", 40, 15360, 70, "t4"),
+    ("Tesla V100-SXM2-32GB", 80, 32510, 300, "v100-sxm2"),
+    # the 16 GB V100 is another part than the registry's 32 GB one
+    ("Tesla V100-SXM2-16GB", 80, 16160, 300, None),
+])
+def test_gpu_named_without_vendor_matches(name, sms, mib, watts, expected):
+    registry = load_registry()
+    if expected and expected not in registry.chips:
+        pytest.skip(f"registry lacks {expected}")
+    chip = match_registry_chip(gpu_fp(name, sms, mib, watts), registry)
+    assert (chip.name if chip else None) == expected
+
+
 def test_gpu_matching_on_the_shipped_registry():
     registry = load_registry()
     needed = {"h100-sxm5", "h100-pcie", "h200-sxm"}
@@ -191,8 +216,12 @@ def test_cpu_matching_by_model_string():
     registry = load_registry()
     if "xeon-platinum-8480-plus" not in registry.chips:
         pytest.skip("registry lacks xeon-platinum-8480-plus")
-    fp = dataclasses.replace(gpu_fp("x", 1, 1, 1), gpu_name=None, cpu_model="Intel(R) Xeon(R) Platinum 8480+")
+    # Intel ARK: the 8480+ has 56 cores
+    fp = dataclasses.replace(gpu_fp("x", 1, 1, 1), gpu_name=None, cpu_model="Intel(R) Xeon(R) Platinum 8480+",
+                             physical_cores=56)
     assert match_registry_chip(fp, registry).name == "xeon-platinum-8480-plus"
+    # a VM slice with 16 of those cores is not the part: its peaks and TDP would be 3.5x too high
+    assert match_registry_chip(dataclasses.replace(fp, physical_cores=16), registry) is None
     masked = dataclasses.replace(fp, cpu_model="Intel(R) Xeon(R) Processor")
     assert match_registry_chip(masked, registry) is None
     other = dataclasses.replace(fp, cpu_model="Intel(R) Xeon(R) Platinum 8468")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from chipcal.model.errors import ChipcalError
 from chipcal.model.precision import FLOP_PER_MAC
 from chipcal.model.workload.characterization import characterize
 from chipcal.model.workload.types import Workload
@@ -93,7 +94,10 @@ class _OpNames(TorchDispatchMode):
 def _fvcore(module: torch.nn.Module, inputs: tuple) -> tuple[dict[str, int], Counter[str], int]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")      # fvcore's import and JIT trace warn about deprecations
-        from fvcore.nn import FlopCountAnalysis
+        try:
+            from fvcore.nn import FlopCountAnalysis
+        except ImportError:
+            raise ChipcalError("the cross-check needs fvcore: pip install 'chipcal[crosscheck]'") from None
 
         analysis = FlopCountAnalysis(module, inputs)
         analysis.unsupported_ops_warnings(False)
