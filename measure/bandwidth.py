@@ -14,14 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from chipcal.measure import cache
-from chipcal.measure.peak import (
-    cache_warning,
-    check_device,
-    clock_probe_for,
-    device_kind,
-    gpu_index,
-    load_cache_doc,
-)
+from chipcal.measure.peak import check_device, clock_probe_for, device_kind, gpu_index
 from chipcal.measure.system import Fingerprint, OtherLoad, fingerprint
 from chipcal.measure.timing import Measurement, budget_s, time_callable
 
@@ -143,17 +136,16 @@ def measure_bandwidth(device: str = "cpu", sizes: Sequence[int] | None = None, *
     sizes = [int(s) for s in (sizes or DEFAULT_BANDWIDTH_SIZES[device_kind(device)])]
     fp = fp or fingerprint(gpu_index(device))
     llc = fp.l3_bytes if device_kind(device) == "cpu" else None
-    path, key = cache.cache_path("peak", device, fp.slug), fp.cache_key(device)
+    path, key = cache.cache_path("bandwidth", device, fp.slug), fp.cache_key(device)
     notes: list[str] = []
-    doc = load_cache_doc(path, key, use_cache, notes)
-    entry = doc.get("bandwidth")
-    if entry is not None and not remeasure and entry.get("sizes") == sizes:
+    entry = cache.load_or_empty(path, key, use_cache, notes).get("bandwidth")
+    if entry is not None and not remeasure and entry.get("sizes") == sizes and not cache.holds_unstable(entry):
         try:
             points = [_bw_point_from_dict(d) for d in entry["points"]]
             return _bandwidth_from_points(device, fp.slug, points, True, notes + list(entry.get("notes", [])), llc,
                                           entry.get("other_cpus"))
         except (KeyError, TypeError, ValueError) as exc:
-            cache_warning(f"ignoring corrupt bandwidth entry in measurement cache {path}: {exc!r}", notes)
+            cache.warn(f"ignoring corrupt bandwidth entry in measurement cache {path}: {exc!r}", notes)
     points: list[BandwidthPoint] = []
     skipped: list[str] = []
     probe = clock_probe_for(device)
@@ -169,10 +161,10 @@ def measure_bandwidth(device: str = "cpu", sizes: Sequence[int] | None = None, *
                     on_point(point)
     notes.extend(skipped)
     if use_cache:
-        doc["bandwidth"] = {"sizes": sizes, "notes": skipped, "other_cpus": other.cpus,
-                            "points": [{"kernel": p.kernel, "size_bytes": p.size_bytes,
-                                        "measurement": p.measurement.to_dict()} for p in points]}
-        cache.save(path, key, doc)
+        cache.update(path, key, {"bandwidth": {
+            "sizes": sizes, "notes": skipped, "other_cpus": other.cpus,
+            "points": [{"kernel": p.kernel, "size_bytes": p.size_bytes, "measurement": p.measurement.to_dict()}
+                       for p in points]}})
     return _bandwidth_from_points(device, fp.slug, points, False, notes, llc, other.cpus)
 
 
@@ -199,9 +191,12 @@ def _bw_point_from_dict(d: dict) -> BandwidthPoint:
 
 def cached_bandwidth(device: str, fp: Fingerprint) -> Bandwidth | None:
     """The cached bandwidth measurement of this machine, None when nothing valid is cached."""
-    payload, _ = cache.load(cache.cache_path("peak", device, fp.slug), fp.cache_key(device))
+    payload, _ = cache.load(cache.cache_path("bandwidth", device, fp.slug), fp.cache_key(device))
     try:
-        points = [_bw_point_from_dict(d) for d in (payload or {})["bandwidth"]["points"]]
+        entry = (payload or {})["bandwidth"]
+        if cache.holds_unstable(entry):
+            return None
+        points = [_bw_point_from_dict(d) for d in entry["points"]]
     except (KeyError, TypeError, ValueError):
         return None
     llc = fp.l3_bytes if device_kind(device) == "cpu" else None

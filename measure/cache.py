@@ -1,23 +1,56 @@
 """Measurement cache in the user's cache directory (never the repository).
 
-One JSON file per (device, machine slug). A file is reused only when its schema and environment
-key (fingerprint slug, torch version, threads, driver …) equal the current ones; a stale or
-unreadable file is ignored (the caller warns with `CacheWarning`) and rewritten after measuring.
+One JSON file per (probe, device, machine slug). A file is reused only when its schema and
+environment key (fingerprint slug, torch version, threads, ATen ISA and its overrides, CPU
+affinity, driver …) equal the current ones; a stale or unreadable file is ignored (the caller
+warns with `CacheWarning`) and rewritten after measuring. Writers merge their entries into the
+file under a lock; the probes never serve an entry that holds an unstable measurement.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import tempfile
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
-SCHEMA = 1
+SCHEMA = 2      # 2: one file per probe, entries merged under a lock
 
 
 class CacheWarning(UserWarning):
     """A cache file was ignored (stale or corrupt)."""
+
+
+def warn(message: str, notes: list[str]) -> None:
+    """Warn (CacheWarning) and keep the message in the measurement's notes."""
+    warnings.warn(message, CacheWarning, stacklevel=3)
+    notes.append(message)
+
+
+def load_or_empty(path: Path, key: dict, use_cache: bool, notes: list[str]) -> dict:
+    """The cached payload, or a fresh one when it is absent, stale, corrupt or not wanted."""
+    if not use_cache:
+        return {}
+    payload, problem = load(path, key)
+    if problem:
+        warn(problem, notes)
+    return payload or {}
+
+
+def holds_unstable(entry: dict) -> bool:
+    """Whether a cached entry holds a measurement that was unstable when taken (never served).
+    A malformed entry is not judged here: its reader reports it as corrupt."""
+    from chipcal.measure.timing import Measurement
+
+    try:
+        return any(Measurement.from_dict(d["measurement"]).unstable for d in entry.get("points", []))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
 
 
 def cache_dir() -> Path:
@@ -26,9 +59,10 @@ def cache_dir() -> Path:
     return Path(base) / "chipcal"
 
 
-def cache_path(kind: str, device: str, slug: str) -> Path:
+def cache_path(probe: str, device: str, slug: str) -> Path:
+    """One file per probe ("gemm", "bandwidth"), device and machine."""
     safe_device = re.sub(r"[^a-z0-9]+", "", device.lower())
-    return cache_dir() / f"{kind}-{safe_device}-{slug}.json"
+    return cache_dir() / f"{probe}-{safe_device}-{slug}.json"
 
 
 def load(path: Path, key: dict) -> tuple[dict | None, str | None]:
@@ -50,10 +84,43 @@ def load(path: Path, key: dict) -> tuple[dict | None, str | None]:
     return doc["payload"], None
 
 
-def save(path: Path, key: dict, payload: dict) -> None:
-    """Write atomically (temp file + rename), so an interrupted write never leaves half a file."""
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on `path`.lock for the read-merge-write of one cache file, so
+    concurrent runs (two precisions measured at once) never erase each other's entries."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _write(path: Path, key: dict, payload: dict) -> None:
+    """Temp file + fsync + rename + directory fsync: a crash leaves the old file or the new one,
+    never half of one, and no temp file is left behind on an error."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump({"schema": SCHEMA, "key": key, "payload": payload}, f)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"schema": SCHEMA, "key": key, "payload": payload}, f, allow_nan=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def update(path: Path, key: dict, entries: dict) -> None:
+    """Merge `entries` into the payload of `path` under its lock (entries of other names, written
+    by a concurrent run under the same key, are kept); a stale or corrupt file is replaced."""
+    with _locked(path):
+        payload, _ = load(path, key)
+        _write(path, key, {**(payload or {}), **entries})

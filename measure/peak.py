@@ -22,7 +22,6 @@ Results are cached per machine fingerprint (chipcal.measure.cache) and reused un
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -272,21 +271,6 @@ def check_device(device: str) -> None:
         raise RuntimeError(f"device {device!r} requested but no CUDA device is available")
 
 
-def cache_warning(message: str, notes: list[str]) -> None:
-    warnings.warn(message, cache.CacheWarning, stacklevel=3)
-    notes.append(message)
-
-
-def load_cache_doc(path, key: dict, use_cache: bool, notes: list[str]) -> dict:
-    """The cached document (a fresh one when absent, stale, corrupt or not wanted)."""
-    if not use_cache:
-        return {}
-    payload, problem = cache.load(path, key)
-    if problem:
-        cache_warning(problem, notes)
-    return payload or {}
-
-
 def clock_probe_for(device: str):
     return gpuclock_probe_for(device) if device_kind(device) == "cuda" else None
 
@@ -388,10 +372,9 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
     shapes = [tuple(int(v) for v in s) for s in (shapes or default_shapes(device))]
     max_call_s = max_call_s or 4 * max_time_s / min_samples
     emulated = emulated_reasons(device, fp, precisions)
-    path, key = cache.cache_path("peak", device, fp.slug), fp.cache_key(device)
+    path, key = cache.cache_path("gemm", device, fp.slug), fp.cache_key(device)
     notes: list[str] = []
-    doc = load_cache_doc(path, key, use_cache, notes)
-    gemm_doc: dict = doc.setdefault("gemm", {})
+    gemm_doc = cache.load_or_empty(path, key, use_cache, notes)
     points: list[GemmPoint] = []
     unsupported: dict[str, str] = {}
     skipped: list[SkippedShape] = []
@@ -407,7 +390,8 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
     for precision in precisions:
         entry = gemm_doc.get(precision)
         wanted = {"shapes": [list(s) for s in shapes], "max_call_s": max_call_s, "emulated": emulated.get(precision)}
-        if entry is not None and not remeasure and all(entry.get(k) == v for k, v in wanted.items()):
+        if entry is not None and not remeasure and all(entry.get(k) == v for k, v in wanted.items()) \
+                and not cache.holds_unstable(entry):
             try:
                 if entry.get("unsupported"):
                     unsupported[precision] = entry["unsupported"]
@@ -420,7 +404,7 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
                     advance(precision)
                 continue
             except (KeyError, TypeError, ValueError) as exc:
-                cache_warning(f"ignoring corrupt {precision} entry in measurement cache {path}: {exc!r}", notes)
+                cache.warn(f"ignoring corrupt {precision} entry in measurement cache {path}: {exc!r}", notes)
         all_cached = False
         t = trial(precision, device)
         if t.reason:
@@ -449,7 +433,7 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
                                    "points": [_point_to_dict(p) for p in curve],
                                    "skipped": [[s.m, s.n, s.k, s.predicted_call_s, s.limit_s] for s in skipped_here]}
         if use_cache:
-            cache.save(path, key, doc)
+            cache.update(path, key, {precision: gemm_doc[precision]})
     return GemmPeak(device=device, fingerprint_slug=fp.slug, points=tuple(points), unsupported=unsupported,
                     from_cache=all_cached, warnings=tuple(notes), other_cpus=max(others, default=None),
                     emulated=emulated, skipped=tuple(skipped))
@@ -457,11 +441,11 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
 
 def cached_peak_flop_per_s(device: str, precision: str, fp: Fingerprint) -> float | None:
     """The cached peak of `precision` (any shape sweep), None when nothing valid is cached."""
-    payload, _ = cache.load(cache.cache_path("peak", device, fp.slug), fp.cache_key(device))
+    payload, _ = cache.load(cache.cache_path("gemm", device, fp.slug), fp.cache_key(device))
     try:
-        entry = (payload or {})["gemm"][precision]
-        if entry.get("emulated"):
-            return None    # an emulated rate is not a peak
+        entry = (payload or {})[precision]
+        if entry.get("emulated") or cache.holds_unstable(entry):
+            return None    # an emulated rate is not a peak; an unstable one is not served
         points = [_point_from_dict(precision, d) for d in entry["points"]]
     except (KeyError, TypeError, ValueError, AttributeError):
         return None

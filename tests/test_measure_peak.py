@@ -30,6 +30,19 @@ def quick(**kw):
     return dict(max_time_s=0.05, min_samples=3, **kw)
 
 
+@pytest.fixture
+def stable_points(monkeypatch):
+    """GEMM points timed as a steady 1 GFLOP/s (the cache tests must not depend on a quiet host)."""
+    from chipcal.measure.timing import Measurement
+
+    def point(precision, shape, device, **_):
+        m, n, k = shape
+        flop = 2 * m * n * k
+        return peak.GemmPoint(precision, m, n, k, flop, Measurement.from_samples([flop / 1e9] * 6), 1e9)
+
+    monkeypatch.setattr(peak, "measure_gemm_point", point)
+
+
 def test_flop_is_two_per_mac(user_cache, fp):
     result = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, use_cache=False, **quick())
     first = result.curve("fp32")[0]
@@ -56,9 +69,9 @@ def test_unsupported_precisions_are_rows_not_errors(user_cache, fp):
     assert all(r.startswith("unsupported:") for r in result.unsupported.values())
 
 
-def test_cache_round_trip_in_user_dir(user_cache, fp):
+def test_cache_round_trip_in_user_dir(user_cache, fp, stable_points):
     first = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
-    files = list(user_cache.glob("peak-cpu-*.json"))
+    files = list(user_cache.glob("gemm-cpu-*.json"))
     assert len(files) == 1 and fp.slug in files[0].name
     again = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
     assert not first.from_cache and again.from_cache
@@ -69,14 +82,14 @@ def test_cache_round_trip_in_user_dir(user_cache, fp):
     assert not fresh.from_cache
 
 
-def test_other_shapes_are_not_served_from_cache(user_cache, fp):
+def test_other_shapes_are_not_served_from_cache(user_cache, fp, stable_points):
     measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
     other = measure_gemm_peak("cpu", ["fp32"], TINY[:1], fp=fp, **quick())
     assert not other.from_cache and len(other.points) == 1
 
 
-def test_corrupt_cache_is_ignored_with_warning(user_cache, fp):
-    path = cache.cache_path("peak", "cpu", fp.slug)
+def test_corrupt_cache_is_ignored_with_warning(user_cache, fp, stable_points):
+    path = cache.cache_path("gemm", "cpu", fp.slug)
     path.parent.mkdir(parents=True)
     path.write_text("{ not json")
     with pytest.warns(cache.CacheWarning, match="corrupt"):
@@ -85,26 +98,68 @@ def test_corrupt_cache_is_ignored_with_warning(user_cache, fp):
     assert json.loads(path.read_text())["schema"] == cache.SCHEMA      # rewritten whole
 
 
-def test_corrupt_entry_is_remeasured(user_cache, fp):
+def test_corrupt_entry_is_remeasured(user_cache, fp, stable_points):
     measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
-    path = cache.cache_path("peak", "cpu", fp.slug)
+    path = cache.cache_path("gemm", "cpu", fp.slug)
     doc = json.loads(path.read_text())
-    doc["payload"]["gemm"]["fp32"]["points"][0]["measurement"]["samples_s"] = []
+    doc["payload"]["fp32"]["points"][0]["measurement"]["samples_s"] = []
     path.write_text(json.dumps(doc))
     with pytest.warns(cache.CacheWarning, match="corrupt fp32 entry"):
         result = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
     assert not result.from_cache and len(result.points) == len(TINY)
 
 
-def test_stale_cache_is_ignored_with_warning(user_cache, fp):
+def test_stale_cache_is_ignored_with_warning(user_cache, fp, stable_points):
     measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
-    path = cache.cache_path("peak", "cpu", fp.slug)
+    path = cache.cache_path("gemm", "cpu", fp.slug)
     doc = json.loads(path.read_text())
     doc["key"]["torch_version"] = "1.0.0"
     path.write_text(json.dumps(doc))
     with pytest.warns(cache.CacheWarning, match="stale.*torch_version"):
         result = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
     assert not result.from_cache
+
+
+def test_unstable_entries_are_never_served(user_cache, fp, monkeypatch):
+    from chipcal.measure.timing import Measurement
+
+    def noisy(precision, shape, device, **_):
+        m, n, k = shape
+        flop = 2 * m * n * k
+        meas = Measurement.from_samples([1e-3, 3e-3, 1e-3, 3e-3])        # CV 58 % > 10 %: unstable
+        return peak.GemmPoint(precision, m, n, k, flop, meas, flop / meas.median_s)
+
+    monkeypatch.setattr(peak, "measure_gemm_point", noisy)
+    measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
+    assert not measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick()).from_cache
+    assert peak.cached_peak_flop_per_s("cpu", "fp32", fp) is None
+
+
+def test_concurrent_writers_keep_each_others_entries(user_cache, fp):
+    key = fp.cache_key("cpu")
+    path = cache.cache_path("gemm", "cpu", fp.slug)
+    # two runs loaded an empty cache, then each writes the precision it measured
+    cache.update(path, key, {"fp32": {"points": []}})
+    cache.update(path, key, {"bf16": {"points": []}})
+    payload, problem = cache.load(path, key)
+    assert problem is None and set(payload) == {"fp32", "bf16"}
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_failed_write_leaves_no_temp_file(user_cache, fp):
+    path = cache.cache_path("gemm", "cpu", fp.slug)
+    with pytest.raises(ValueError):
+        cache.update(path, fp.cache_key("cpu"), {"fp32": {"rate": float("nan")}})     # JSON has no NaN
+    assert not list(path.parent.glob("*.tmp")) and not path.exists()
+
+
+def test_cache_key_holds_the_isa_overrides_and_affinity(fp):
+    import dataclasses
+
+    key = fp.cache_key("cpu")
+    assert {"aten_cpu_capability", "isa_env", "cpu_affinity"} <= set(key)
+    forced = dataclasses.replace(fp, isa_env=(("ONEDNN_MAX_CPU_ISA", "AVX2"),))
+    assert forced.cache_key("cpu") != key
 
 
 def test_cache_knee_by_hand():
@@ -131,7 +186,15 @@ def test_bandwidth_bytes_counting(user_cache, fp):
     assert any("last-level cache" in w for w in bw.warnings)   # 256 KiB is far inside any LLC
 
 
-def test_bandwidth_cache_round_trip(user_cache, fp):
+def test_bandwidth_cache_round_trip(user_cache, fp, monkeypatch):
+    from chipcal.measure import bandwidth
+    from chipcal.measure.timing import Measurement
+
+    def steady(kernel, size, device, max_time_s, min_samples, probe):      # 10 GB/s, no noise
+        moved = bandwidth.KERNELS[kernel] * size
+        return bandwidth.BandwidthPoint(kernel, size, moved, moved, Measurement.from_samples([moved / 1e10] * 6), 1e10)
+
+    monkeypatch.setattr(bandwidth, "_measure_bandwidth_point", steady)
     sizes = [64 * 1024]
     first = measure_bandwidth("cpu", sizes, fp=fp, **quick())
     again = measure_bandwidth("cpu", sizes, fp=fp, **quick())
