@@ -74,6 +74,8 @@ def render_markdown(doc: dict) -> str:
               for s in skipped.get("gemm_shapes", [])]
     lines += [f"- skipped validation model {s['model']} batch {s['batch']}: one forward pass predicted at "
               f"{s['predicted_call_s']:.3g} s, over the {s['limit_s']:.3g} s bound" for s in skipped.get("models", [])]
+    if doc.get("throttle_note"):
+        lines += [f"- {doc['throttle_note']}"]
     lines += [""]
     bw = doc["bandwidth"]
     lines += [

@@ -301,6 +301,10 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None)
                       **({"note": emulated} if emulated else {})})
         gemm_rows += [{"precision": p, "m": pt.m, "n": pt.n, "k": pt.k, "flop": pt.flop, "flop_per_s": pt.flop_per_s,
                        **_measurement_row(pt.measurement)} for pt in gemm.curve(p)]
+        if gemm.throttle.get(p):
+            flags.append(gap.Flag("throttled", "warning",
+                                  f"{p} GEMM sweep ran throttled: {', '.join(gemm.throttle[p])}",
+                                  {"reasons": float(len(gemm.throttle[p]))}))
         if emulated:
             continue
         flags += [f for f in (gap.measured_below_spec(p, best.flop_per_s, spec),
@@ -496,6 +500,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None)
         "power": power_doc,
         "flags": [f.to_dict() for f in flags],
         "skipped": {"gemm_shapes": skipped_shapes, "models": skipped_models},
+        "throttle_note": gemm.throttle_note,
     }
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from chipcal.measure import cache
 from chipcal.measure.system import CPU_SWEEP_PRECISIONS, Fingerprint, OtherLoad, fingerprint
+from chipcal.measure.throttle import ThrottleWatch
 from chipcal.measure.timing import Measurement, budget_s, fixed_threads, time_callable
 from chipcal.model.precision import FLOP_PER_MAC, check_precision
 
@@ -86,6 +87,8 @@ class GemmPeak:
     other_cpus: float | None = None     # most CPUs other work used during a precision's sweep (OtherLoad)
     emulated: Mapping[str, str] = field(default_factory=dict)      # precision -> why it has no unit here
     skipped: tuple[SkippedShape, ...] = ()
+    throttle: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # precision -> throttling seen
+    throttle_note: str = ""      # why throttling cannot be observed here, when it cannot
 
     def curve(self, precision: str) -> tuple[GemmPoint, ...]:
         return tuple(p for p in self.points if p.precision == precision)
@@ -244,16 +247,35 @@ def unsupported_reason(precision: str, device: str) -> str | None:
     return None
 
 
-def gpuclock_probe_for(device: str) -> Callable[[], float | None] | None:
-    """NVML SM clock reader (Hz) for clock-change detection, None without NVML."""
+def _nvml_handle(device: str):
+    """(pynvml module, handle) of a CUDA device, None without NVML."""
     from chipcal.measure.nvml import NvmlUnavailable, cuda_uuid, device_handle, open_nvml
 
-    index = int(device.partition(":")[2] or 0)
+    index = gpu_index(device)
     try:
         nv = open_nvml()
-        handle = device_handle(nv, index, cuda_uuid(index))
+        return nv, device_handle(nv, index, cuda_uuid(index))
     except NvmlUnavailable:
         return None
+
+
+def clock_events_probe_for(device: str) -> Callable[[], int] | None:
+    """NVML clock-event reason bitmask reader of a CUDA device (None on CPU or without NVML)."""
+    opened = _nvml_handle(device) if device_kind(device) == "cuda" else None
+    if opened is None:
+        return None
+    nv, handle = opened
+    read = (getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+    return None if read is None else (lambda: read(handle))
+
+
+def gpuclock_probe_for(device: str) -> Callable[[], float | None] | None:
+    """NVML SM clock reader (Hz) for clock-change detection, None without NVML."""
+    opened = _nvml_handle(device)
+    if opened is None:
+        return None
+    nv, handle = opened
 
     def probe() -> float | None:
         try:
@@ -381,7 +403,10 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
     others: list[float] = []
     all_cached = True
     probe = clock_probe_for(device)
+    events = clock_events_probe_for(device)
     timing = {"max_time_s": max_time_s, "min_samples": min_samples, "clock_probe": probe}
+    throttle: dict[str, tuple[str, ...]] = {}
+    throttle_note = ""
 
     def advance(precision: str, shape: Shape | None = None) -> None:
         if on_shape:
@@ -398,6 +423,7 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
                 else:
                     points.extend([_point_from_dict(precision, d) for d in entry["points"]])
                     skipped.extend(SkippedShape(precision, *d) for d in entry.get("skipped", []))
+                    throttle[precision] = tuple(entry.get("throttle", ()))
                     if entry.get("other_cpus") is not None:
                         others.append(float(entry["other_cpus"]))
                 for _ in shapes:
@@ -413,7 +439,8 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
             for _ in shapes:
                 advance(precision)
         else:
-            with OtherLoad() as other:
+            watch = ThrottleWatch(device, nvml_reasons=events)
+            with OtherLoad() as other, watch.watch():
                 if precision in emulated:
                     shape = _emulated_shape(shapes, t.flop_per_s)
                     curve, skipped_here = [measure_gemm_point(precision, shape, device, max_time_s=EMULATED_TIME_S,
@@ -427,16 +454,17 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
                                                  on_point, lambda p=precision: advance(p))
             points.extend(curve)
             skipped.extend(skipped_here)
+            throttle[precision], throttle_note = watch.reasons, watch.note
             if other.cpus is not None:
                 others.append(other.cpus)
-            gemm_doc[precision] = {**wanted, "other_cpus": other.cpus,
+            gemm_doc[precision] = {**wanted, "other_cpus": other.cpus, "throttle": list(watch.reasons),
                                    "points": [_point_to_dict(p) for p in curve],
                                    "skipped": [[s.m, s.n, s.k, s.predicted_call_s, s.limit_s] for s in skipped_here]}
         if use_cache:
             cache.update(path, key, {precision: gemm_doc[precision]})
     return GemmPeak(device=device, fingerprint_slug=fp.slug, points=tuple(points), unsupported=unsupported,
                     from_cache=all_cached, warnings=tuple(notes), other_cpus=max(others, default=None),
-                    emulated=emulated, skipped=tuple(skipped))
+                    emulated=emulated, skipped=tuple(skipped), throttle=throttle, throttle_note=throttle_note)
 
 
 def cached_peak_flop_per_s(device: str, precision: str, fp: Fingerprint) -> float | None:

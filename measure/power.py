@@ -69,6 +69,7 @@ class _Window:
         self.last: tuple[float, dict[str, float]] | None = None
         self.t0 = self.t1 = 0.0
         self.reading: PowerReading | None = None
+        self.failure: str | None = None     # why the sampler thread stopped early, if it did
 
     def sample(self) -> None:
         now = time.monotonic()
@@ -131,7 +132,11 @@ class PowerSource:
 
         def loop() -> None:
             while not stop.wait(self.sample_period_s):
-                w.sample()
+                try:
+                    w.sample()
+                except Exception as exc:  # a sensor read failing mid-window (driver, permission, sysfs)
+                    w.failure = f"{type(exc).__name__}: {exc}"
+                    return
 
         self.sync()
         w.t0 = time.monotonic()
@@ -189,6 +194,9 @@ class PowerSource:
                          f"({self.update_period_s * 1e3:.0f} ms): energy is unreliable; use measure(fn)")
         if energy <= 0:
             notes.append("the energy counter did not advance during the window")
+        if w.failure:
+            notes.append(f"sampler failed: the {self.name} sampler thread stopped during the window ({w.failure}); "
+                         "counter wraparounds after that are not tracked, so the energy may be too low")
         avg = energy / duration if duration > 0 else math.nan
         peaks = [p for _, p in (w.instant or w.trace)]
         return PowerReading(

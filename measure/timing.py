@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -148,6 +149,38 @@ def fixed_threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(prior)
+
+
+class ClockSampler:
+    """Reads `probe` every CLOCK_SAMPLE_PERIOD_S in a thread while the block runs, so a sustained
+    run has clock samples throughout (a few timing rounds give only 2-5). A probe that raises
+    stops the sampling; `failure` says why."""
+
+    def __init__(self, probe: Callable[[], float | None] | None, period_s: float = 0.1):
+        self.probe, self.period_s = probe, period_s
+        self.clocks_hz: list[float | None] = []
+        self.failure: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                self.clocks_hz.append(self.probe())
+            except Exception as exc:  # a sensor read failing (sysfs, NVML)
+                self.failure = f"{type(exc).__name__}: {exc}"
+                return
+
+    def __enter__(self) -> ClockSampler:
+        if self.probe is not None:
+            self._thread = threading.Thread(target=self._loop, name="clock-sampler", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
 
 
 def cpu_clock_probe() -> float | None:
@@ -289,7 +322,8 @@ def time_callable(fn: Callable[[], object], *, device: str = "cpu", min_samples:
     threads = threads or torch.get_num_threads()
     if clock_probe is None and not cuda:
         clock_probe = cpu_clock_probe
-    with fixed_threads(threads), torch.inference_mode(), OtherLoad() as other:
+    sampler = ClockSampler(clock_probe)
+    with fixed_threads(threads), torch.inference_mode(), OtherLoad() as other, sampler:
         for _ in range(warmup):
             fn()
         if cuda:
@@ -300,7 +334,7 @@ def time_callable(fn: Callable[[], object], *, device: str = "cpu", min_samples:
             samples, number, clocks, method = _time_cpu(
                 fn, min_samples=min_samples, max_time_s=max_time_s, target_rel_ci=target_rel_ci,
                 threads=threads, clock_probe=clock_probe)
-    notes = []
+    notes = [f"clock sampler failed ({sampler.failure}): clock samples stop there"] if sampler.failure else []
     if len(samples) < min_samples:
         notes.append(f"time limit {max_time_s:.3g} s reached with {len(samples)} < {min_samples} samples")
     m = Measurement.from_samples(samples)
@@ -308,5 +342,5 @@ def time_callable(fn: Callable[[], object], *, device: str = "cpu", min_samples:
         notes.append(f"CI of the median ±{m.rel_ci:.1%} is wider than the ±{target_rel_ci:.0%} target "
                      f"after {max_time_s:.3g} s")
     return Measurement.from_samples(samples, method=method, warnings=notes, calls_per_sample=number,
-                                    threads=threads, clocks_hz=[c for c in clocks if c],
+                                    threads=threads, clocks_hz=[c for c in clocks + sampler.clocks_hz if c],
                                     cv_threshold=cv_threshold, other_cpus=other.cpus)

@@ -122,3 +122,14 @@ def test_open_power_source_cpu_with_powercap(monkeypatch, rapl_tree):
     monkeypatch.setattr(power, "RAPL_ROOT", rapl_tree)
     src = open_power_source("cpu")
     assert src.available and src.name == "rapl"
+
+
+def test_sampler_failure_is_flagged_not_silent(rapl_tree):
+    import time
+
+    src = RaplSource(rapl_tree, sample_period_s=0.01)
+    with src.window() as w:
+        (rapl_tree / "intel-rapl:0" / "energy_uj").write_text("not a number\n")   # the sensor breaks
+        time.sleep(0.2)                                                          # the sampler reads it
+        set_energy(rapl_tree, "0", MAX_RANGE - 500)                             # readable again at the end
+    assert w.failure and any(n.startswith("sampler failed") for n in w.reading.warnings)
