@@ -19,9 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from chipcal.model.errors import ResultsWriteError
-
-CALIBRATION_FILE = "calibration.json"
-SCHEMA = "chipcal.calibration/1"
+from chipcal.model.mapping.params import CALIBRATION_FILE
+from chipcal.model.mapping.params import CALIBRATION_SCHEMA as SCHEMA
 
 
 def _fsync_dir(path: Path) -> None:

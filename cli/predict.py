@@ -85,15 +85,9 @@ def _local_chip(calibration_dir: str | None) -> Chip:
     from chipcal.model.local import LOCAL_CHIP_NAME
 
     if calibration_dir is not None:
-        from chipcal.calibrate import store
-
-        try:
-            chip = store.load(calibration_dir).get("chip", {})
-        except ValueError:
-            chip = {}
-        if chip.get("name") == LOCAL_CHIP_NAME and chip.get("memory_bandwidth_bytes_per_s"):
-            return local_chip(chip["memory_bandwidth_bytes_per_s"], chip.get("l3_bytes"),
-                              f"calibration {calibration_dir}")
+        cal = load_calibration(calibration_dir)     # validated: a local-cpu calibration has its bandwidth
+        if cal.chip == LOCAL_CHIP_NAME:
+            return local_chip(cal.memory_bandwidth_bytes_per_s, cal.l3_bytes, f"calibration {calibration_dir}")
     from chipcal.measure.bandwidth import cached_bandwidth, local_overrides
     from chipcal.measure.system import fingerprint
 
