@@ -21,6 +21,7 @@ from chipcal.cli.common import (
     csv_choices,
     csv_list,
     load_registry_warn,
+    output_file,
     plot_path,
     positive_float,
     positive_int_list,
@@ -71,7 +72,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--target-utilization", type=positive_float, default=0.8,
                    help="utilization the batch opportunity aims for (default 0.8)")
     p.add_argument("--json", action="store_true", help="print an array of flat records")
-    p.add_argument("--csv", metavar="FILE", help="also write the records to a CSV file")
+    p.add_argument("--csv", metavar="FILE", type=output_file, help="also write the records to a CSV file")
     p.add_argument("--plot", metavar="FILE", type=plot_path, help="roofline chart per chip (.png/.svg)")
     p.add_argument("--no-cache", action="store_true", help="characterize again instead of using the cache")
     return p
