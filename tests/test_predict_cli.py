@@ -12,12 +12,16 @@ from test_mapping import custom_params, mlp
 
 from chipcal.cli import predict as predict_cli
 from chipcal.measure import workloads
+from chipcal.measure.system import local_chip
 from chipcal.model.mapping.params import CALIBRATION_SCHEMA
 
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
+    """No user cache is read: workloads (CHIPCAL_CACHE_DIR) and measurements (XDG_CACHE_HOME,
+    e.g. the bandwidth `--hardware local` would otherwise take from this host's last run)."""
     monkeypatch.setenv(workloads.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
 
 
 @pytest.fixture
@@ -148,6 +152,8 @@ def test_local_chip_with_explain_json(cli, hand_mlp):
     assert rc == 0, err
     rows = {r["chip"]: r for r in json.loads(out)}
     assert rows["local-cpu"]["kind"] == "cpu" and rows["local-cpu"]["status"] == "ok"
+    # no measurement in the (private) cache: the documented assumed bandwidth, whatever this host ran before
+    assert rows["local-cpu"]["bandwidth_bytes_per_s"] == local_chip().memory.bandwidth_bytes_per_s
     # opportunities flattened into the same flat record
     assert rows["kpu-t64"]["opportunity_batch_batch"] >= 16
     assert "opportunity_checkpointing_saved_bytes" in rows["kpu-t64"]
