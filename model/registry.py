@@ -152,6 +152,9 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
             raise RegistryError(file, f"microarch.{key}", f"required for kind {kind!r}")
         if key != "matrix_engine":
             _positive(file, f"microarch.{key}", micro[key])
+    for key, value in micro.items():      # optional figures (mesh_rows, dla_count…) too: no nan/inf
+        if isinstance(value, float | int) and not isinstance(value, bool):
+            _positive(file, f"microarch.{key}", value)
     _source(file, "microarch.", micro)
 
     stated = data.get("stated_peak_flop_per_s", {})
