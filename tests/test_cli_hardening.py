@@ -101,3 +101,15 @@ def test_report_shows_a_null_bandwidth_as_a_dash(cli, tmp_path):
         _doc("m", bandwidth={"measured_bytes_per_s": float("nan")}))})
     rc, out, err = cli(report_cli.main, [str(tmp_path)])
     assert rc == 0 and err == "" and "nan" not in out
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--batch", "1000000000000000"], "up to 1,048,576"),        # once: "Storage size calculation overflowed"
+    (["--input-size", "100000000"], "up to 65,536"),
+])
+def test_workload_bounds_batch_and_input_size(cli, argv, says):
+    from chipcal.cli import workload as workload_cli
+
+    rc, out, err = cli(workload_cli.main, ["--model", "resnet18", *argv])
+    one_line_exit_2(rc, out, err)
+    assert says in err
