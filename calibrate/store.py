@@ -103,7 +103,7 @@ def write_run(results_root: Path, slug: str, timestamp: str,
 
 
 def _write_failed(where: Path, exc: Exception, fallback: dict | None) -> ResultsWriteError:
-    reason = getattr(exc, "strerror", None) or exc
+    reason = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}"
     if fallback is None:
         return ResultsWriteError(f"cannot write {where}: {reason}")
     saved = save_fallback(fallback)
