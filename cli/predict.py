@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from chipcal.cli.common import (
     Parser,
     UsageError,
+    at_most,
     csv_choices,
     csv_list,
     load_registry_warn,
@@ -69,7 +70,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true",
                    help="energy breakdown, memory timeline and quantified opportunities per row "
                         "(re-runs the estimator; may characterize larger batches)")
-    p.add_argument("--target-utilization", type=positive_float, default=0.8,
+    p.add_argument("--target-utilization", type=at_most(positive_float, 1.0), default=0.8,
                    help="utilization the batch opportunity aims for (default 0.8)")
     p.add_argument("--json", action="store_true", help="print an array of flat records")
     p.add_argument("--csv", metavar="FILE", type=output_file, help="also write the records to a CSV file")

@@ -40,6 +40,7 @@ def test_estimate_tdp_refuses_before_printing(cli, argv, says):
     (["--plot", "{tmp}/missing/r.png"], "does not exist"),
     (["--batch", "100000000"], "up to 1,048,576"),
     (["--batch", "1e20"], "not an integer"),
+    (["--target-utilization", "50"], "up to 1"),             # a fraction of the units
 ])
 def test_predict_refuses_bad_outputs_and_batches_before_work(cli, tmp_path, argv, says):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
