@@ -116,8 +116,14 @@ class WorkloadSource:
         path = self._path(model, batch, fuse) if self.use_cache else None
         workload = self._load(path, model, batch, fuse) if path else None
         if workload is None:
-            from chipcal.model.workload import characterize_model
+            from chipcal.model.workload import (
+                UnknownModelError,
+                characterize_model,
+                classification_models,
+            )
 
+            if model not in classification_models():    # refused in one line, before the note
+                raise UnknownModelError(model, list(classification_models()))
             self.notify(f"characterizing {model} at batch {batch} (torch, meta tensors)...")
             workload = characterize_model(model, batch, fuse=fuse)
             if path:

@@ -102,6 +102,7 @@ def test_planted_pickle_behind_a_traversing_model_name_is_never_loaded(cli, tmp_
                      ["--model", "../evil", "--hardware", "t4"])
     assert not marker.exists()
     assert rc == 2 and "unknown model '../evil'" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_pickle_at_a_real_entry_name_is_not_executed(cache_root, counted, tmp_path):
