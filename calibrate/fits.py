@@ -29,15 +29,21 @@ class FitResult:
             "name": self.name, "model": self.model, "parameters": dict(self.parameters),
             "stderr": {k: (None if not np.isfinite(v) else v) for k, v in self.stderr.items()},
             "residuals": list(self.residuals), "residual_space": self.residual_space,
-            "r2": self.r2, "n": self.n,
+            **self._r2_record(), "n": self.n,
         }
+
+    def _r2_record(self) -> dict:
+        """R² for JSON: null with a reason when undefined (readings constant, e.g. a frozen counter)."""
+        if np.isfinite(self.r2):
+            return {"r2": self.r2}
+        return {"r2": None, "r2_note": "undefined: the observed values are constant (no variance to explain)"}
 
     @classmethod
     def from_dict(cls, d: dict) -> FitResult:
         return cls(name=d["name"], model=d["model"], parameters=dict(d["parameters"]),
                    stderr={k: (float("nan") if v is None else v) for k, v in d["stderr"].items()},
                    residuals=tuple(d["residuals"]), residual_space=d["residual_space"],
-                   r2=d["r2"], n=d["n"])
+                   r2=float("nan") if d["r2"] is None else d["r2"], n=d["n"])
 
 
 def _r2(observed: np.ndarray, predicted: np.ndarray) -> float:

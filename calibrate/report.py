@@ -34,6 +34,10 @@ def _pct(value: float | None) -> str:
     return "-" if value is None or not np.isfinite(value) else f"{100 * value:.1f}%"
 
 
+def _r2(fit: dict) -> str:
+    return "-" if fit.get("r2") is None else f"{fit['r2']:.3f}"
+
+
 def _table(headers: list[str], rows: list[list[str]]) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
@@ -95,7 +99,7 @@ def render_markdown(doc: dict) -> str:
             continue
         rows = [[k, f"{v:.4g}", "-" if fit["stderr"].get(k) is None else f"{fit['stderr'][k]:.2g}"]
                 for k, v in fit["parameters"].items()]
-        lines += [f"**{fit['name']}**: `{fit['model']}` — n = {fit['n']}, R² = {fit['r2']:.3f} "
+        lines += [f"**{fit['name']}**: `{fit['model']}` — n = {fit['n']}, R² = {_r2(fit)} "
                   f"(residuals in {fit['residual_space']})", "", _table(["parameter", "value", "± 1σ"], rows), ""]
     params = doc["parameters"]["family_params"]
     lines += [
@@ -183,7 +187,7 @@ def plot_gemm_efficiency(doc: dict, path: Path) -> None:
         if fit:
             grid = np.logspace(np.log10(w.min()), np.log10(w.max()), 100)
             ax.plot(grid, saturating(grid, fit["parameters"]["e_max"], fit["parameters"]["w_half_flop"]),
-                    color=points.get_facecolor()[0], label=f"{p['precision']} fit (R²={fit['r2']:.2f})")
+                    color=points.get_facecolor()[0], label=f"{p['precision']} fit (R²={_r2(fit)})")
     ax.set_xscale("log")
     ax.set_xlabel("GEMM work (FLOP, 2 per MAC)")
     ax.set_ylabel("achieved / physics peak")

@@ -1,20 +1,26 @@
 """Calibration directories: written atomically, never overwritten, listed side by side.
 
 A run is staged in a hidden sibling directory and renamed into place only when every file is
-written and flushed, so an interrupted run leaves no half-written report; a rerun in the same
-second gets a suffixed directory instead of replacing an earlier one.
+written and flushed, so an interrupted run leaves no half-written report. The final directory is
+claimed with `os.mkdir` (atomic: two runs finishing in the same second get T and T-2, never the
+same one). If the write fails, the calibration document is saved to a fallback file and the
+error names it, so a finished calibration is never lost to a full disk or a bad --out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-CALIBRATION_FILE = "calibration.json"
-SCHEMA = "chipcal.calibration/1"
+from chipcal.model.errors import ResultsWriteError
+from chipcal.model.mapping.params import CALIBRATION_FILE
+from chipcal.model.mapping.params import CALIBRATION_SCHEMA as SCHEMA
 
 
 def _fsync_dir(path: Path) -> None:
@@ -25,28 +31,59 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def final_run_dir(results_root: Path, slug: str, timestamp: str) -> Path:
-    """results_root/slug/timestamp, or timestamp-2, -3… if that exists already."""
+def claim_run_dir(results_root: Path, slug: str, timestamp: str) -> Path:
+    """Create and return results_root/slug/timestamp, or timestamp-2, -3… if taken.
+
+    `os.mkdir` either creates the directory or fails, so of two runs racing for one name exactly
+    one gets it; the claimed directory stays empty until the finished run is renamed onto it.
+    """
     base = Path(results_root) / slug
-    candidate, n = base / timestamp, 1
-    while candidate.exists():
-        n += 1
-        candidate = base / f"{timestamp}-{n}"
-    return candidate
+    base.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        candidate = base / (timestamp if n == 1 else f"{timestamp}-{n}")
+        try:
+            os.mkdir(candidate)
+            return candidate
+        except FileExistsError:
+            n += 1
+
+
+def check_writable(results_root: Path) -> None:
+    """Fail now, not after an hour of measuring, if results_root cannot take a run.
+
+    Creates the directory and writes (then removes) a small probe file in it.
+    """
+    root = Path(results_root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".chipcal-probe-", dir=root)
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        raise ResultsWriteError(f"cannot write results to {root}: {exc.strerror or exc}") from None
 
 
 def write_run(results_root: Path, slug: str, timestamp: str,
-              writers: dict[str, Callable[[Path], None]]) -> Path:
+              writers: dict[str, Callable[[Path], None]], fallback: dict | None = None) -> Path:
     """Call each writer(path) into a staging dir, then rename the whole dir into place.
 
     On any exception (KeyboardInterrupt included) the staging dir is removed and nothing
-    appears under results_root/slug except what was there before.
+    appears under results_root/slug except what was there before. If an error (not an
+    interrupt) stops the write and `fallback` is given, that document is saved by
+    `save_fallback` and a ResultsWriteError names the file.
     """
-    final = final_run_dir(results_root, slug, timestamp)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = final.parent / f".staging-{final.name}-{os.getpid()}"
-    staging.mkdir()
     try:
+        final = claim_run_dir(results_root, slug, timestamp)
+    except OSError as exc:
+        raise _write_failed(Path(results_root) / slug, exc, fallback) from None
+    staging = final.parent / f".staging-{final.name}-{os.getpid()}"
+    try:
+        staging.mkdir()
         for name, write in writers.items():
             path = staging / name
             write(path)
@@ -55,15 +92,84 @@ def write_run(results_root: Path, slug: str, timestamp: str,
         _fsync_dir(staging)
         os.rename(staging, final)
         _fsync_dir(final.parent)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            final.rmdir()       # only if still empty: the claim is released
+        if isinstance(exc, Exception):
+            raise _write_failed(final, exc, fallback) from exc
         raise
     return final
 
 
+def _write_failed(where: Path, exc: Exception, fallback: dict | None) -> ResultsWriteError:
+    reason = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}"
+    if fallback is None:
+        return ResultsWriteError(f"cannot write {where}: {reason}")
+    saved = save_fallback(fallback)
+    if saved is None:
+        return ResultsWriteError(f"cannot write {where}: {reason}; no fallback location was writable either")
+    return ResultsWriteError(f"cannot write {where}: {reason}; the calibration document was saved to {saved}")
+
+
+def save_fallback(document: dict) -> Path | None:
+    """Write `document` to a new chipcal-calibration-*.json in $TMPDIR, else in the home directory.
+
+    Returns the file, or None when neither place can take it.
+    """
+    text = dumps(document)
+    for directory in (tempfile.gettempdir(), Path.home()):
+        try:
+            fd, name = tempfile.mkstemp(prefix="chipcal-calibration-", suffix=".json", dir=directory)
+        except OSError:
+            continue
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            return Path(name)
+        except OSError:
+            Path(name).unlink(missing_ok=True)
+    return None
+
+
+def json_safe(document: object) -> tuple[object, list[str]]:
+    """A copy of `document` with every NaN/±inf float replaced by null, and the paths replaced.
+
+    JSON has no NaN; a non-finite number means "not determined" (e.g. R² of constant readings),
+    which null says without breaking strict JSON readers.
+    """
+    replaced: list[str] = []
+
+    def walk(value: object, where: str) -> object:
+        if isinstance(value, dict):
+            return {k: walk(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [walk(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        if hasattr(value, "item") and not isinstance(value, str):   # numpy scalar
+            value = value.item()
+        if isinstance(value, float) and not math.isfinite(value):
+            replaced.append(f"{where} ({value})")
+            return None
+        return value
+
+    return walk(document, ""), replaced
+
+
+def dumps(document: dict) -> str:
+    """Strict JSON text; non-finite numbers become null and are listed under `non_finite_values`."""
+    clean, replaced = json_safe(document)
+    if replaced:
+        clean["non_finite_values"] = {
+            "reason": "not a finite number (e.g. undefined R² for constant readings); written as null",
+            "paths": replaced}
+    return json.dumps(clean, indent=2, allow_nan=False) + "\n"
+
+
 def json_writer(document: dict) -> Callable[[Path], None]:
     def write(path: Path) -> None:
-        path.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
+        path.write_text(dumps(document))
 
     return write
 
@@ -82,6 +188,10 @@ def load(directory: Path) -> dict:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not a readable calibration ({exc})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a readable calibration (not UTF-8 text)") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: not a calibration document (a JSON {type(doc).__name__}, expected an object)")
     if doc.get("schema") != SCHEMA:
         raise ValueError(f"{path}: schema {doc.get('schema')!r}, expected {SCHEMA!r}")
     return doc

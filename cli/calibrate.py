@@ -93,6 +93,7 @@ def _body(args: argparse.Namespace) -> int:
     models = args.models or (list(QUICK_MODELS) if args.quick else None)
     if models:
         _check_models(models)
+    store.check_writable(Path(args.out))
     config = CalibrationConfig(device=args.device, quick=args.quick, batches=tuple(args.batch),
                                remeasure=args.remeasure,
                                gemm_precisions=tuple(args.precision) if args.precision else None,
@@ -103,10 +104,11 @@ def _body(args: argparse.Namespace) -> int:
         doc = run_calibration(config, progress=bars)
         bars.phase("writing report", 1)
         doc["plots"] = sorted(plot_writers(doc))
-        writers = {store.CALIBRATION_FILE: store.json_writer(doc), "report.md": store.text_writer(render_markdown(doc)),
-                   **plot_writers(doc)}
+        writers = {store.CALIBRATION_FILE: store.json_writer(doc),
+                   "report.md": lambda path: store.text_writer(render_markdown(doc))(path),  # inside the
+                   **plot_writers(doc)}                      # guarded write: a failure saves the document
         stamp = doc["created_utc"].replace("-", "").replace(":", "")
-        path = store.write_run(Path(args.out), doc["machine_slug"], stamp, writers)
+        path = store.write_run(Path(args.out), doc["machine_slug"], stamp, writers, fallback=doc)
     except KeyboardInterrupt:
         bars.close()
         sys.stderr.write("interrupted: nothing was written\n")

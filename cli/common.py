@@ -11,12 +11,19 @@ import argparse
 import difflib
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 from chipcal.model.errors import ChipcalError
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130          # 128 + SIGINT, as shells report a Ctrl-C
+# Upper bounds for numbers typed on the command line: far above any real chip or run, far below
+# float overflow (1e308 GHz once went through as inf and came out as '-').
+MAX_NUMBER = 1e15
+MAX_BATCH = 1 << 20
 
 
 class UsageError(ChipcalError):
@@ -33,7 +40,8 @@ class Parser(argparse.ArgumentParser):
 
 def run(main_body: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser,
         argv: Sequence[str] | None) -> int:
-    """Parse argv and run `main_body`, turning UsageError into a one-line exit 2."""
+    """Parse argv and run `main_body`: a library error or a file the OS refuses ends as one line
+    and exit 2, Ctrl-C as one line and exit 130; never a traceback."""
     args = parser.parse_args(argv)
     try:
         return main_body(args)
@@ -42,6 +50,13 @@ def run(main_body: Callable[[argparse.Namespace], int], parser: argparse.Argumen
         return EXIT_USAGE
     except BrokenPipeError:  # e.g. piped into `head`
         return 0
+    except OSError as exc:   # an output file or folder the OS refuses (missing, full, read-only)
+        where = f": {exc.filename}" if exc.filename else ""
+        sys.stderr.write(f"{parser.prog}: error: {exc.strerror or exc}{where}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{parser.prog}: interrupted\n")
+        return EXIT_INTERRUPTED
 
 
 def choice_error(kind: str, value: str, valid: Iterable[str]) -> UsageError:
@@ -67,32 +82,37 @@ def csv_choices(kind: str, valid: Sequence[str]) -> Callable[[str], list[str]]:
     return parse
 
 
-def positive_float(text: str) -> float:
+def positive_float(text: str, maximum: float = MAX_NUMBER) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    if not math.isfinite(value) or not 0 < value <= maximum:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number up to {maximum:g}")
     return value
 
 
-def positive_int(text: str) -> int:
+def positive_int(text: str, maximum: int = int(MAX_NUMBER)) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
+    if not 0 < value <= maximum:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer up to {maximum:,}")
     return value
 
 
+def at_most(parse: Callable[[str, float], float], maximum: float) -> Callable[[str], float]:
+    """argparse type: `parse` (positive_float/positive_int) with a tighter upper bound."""
+    return lambda text: parse(text, maximum)
+
+
 def positive_int_list(text: str) -> list[int]:
-    """argparse type: '1,8,64' -> [1, 8, 64], every item a positive integer."""
+    """argparse type for batch sizes: '1,8,64' -> [1, 8, 64], each a positive integer up to MAX_BATCH."""
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
         raise argparse.ArgumentTypeError("empty list")
-    return [positive_int(t) for t in items]
+    return [positive_int(t, MAX_BATCH) for t in items]
 
 
 def _clean(value: object) -> object:
@@ -181,11 +201,24 @@ def csv_list(text: str) -> list[str]:
     return items
 
 
+def output_file(text: str) -> str:
+    """argparse type for a file the command will write: checked before any work is done."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name")
+    parent = path.resolve().parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text}: folder {parent} is not writable")
+    return text
+
+
 def plot_path(text: str) -> str:
-    """argparse type for --plot: a .png or .svg file name."""
+    """argparse type for --plot: a writable .png or .svg file name."""
     if not text.lower().endswith((".png", ".svg")):
         raise argparse.ArgumentTypeError(f"plot file must end in .png or .svg, got {text!r}")
-    return text
+    return output_file(text)
 
 
 def save_figure(fig, path: str) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from chipcal.cli.common import (
     Parser,
     UsageError,
+    at_most,
     plot_path,
     positive_float,
     positive_int,
@@ -37,7 +38,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help=f"one of {', '.join(technology.CIRCUITS)} (default tensor_core)")
     p.add_argument("--precision", default="bf16", type=str.lower,
                    help=f"one of {', '.join(PRECISIONS)} (default bf16)")
-    p.add_argument("--frequency", type=positive_float, default=1.0, metavar="GHZ", help="clock in GHz (default 1.0)")
+    p.add_argument("--frequency", type=at_most(positive_float, 100.0), default=1.0, metavar="GHZ",
+                   help="clock in GHz, up to 100 (default 1.0)")
     p.add_argument("--memory-bandwidth", type=positive_float, metavar="GB/S",
                    help="add DRAM power at this bandwidth (needs --memory-type)")
     p.add_argument("--memory-type", type=str.lower, help=f"one of {', '.join(technology.MEMORY_TYPES)}")

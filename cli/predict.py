@@ -18,9 +18,11 @@ from collections.abc import Callable, Sequence
 from chipcal.cli.common import (
     Parser,
     UsageError,
+    at_most,
     csv_choices,
     csv_list,
     load_registry_warn,
+    output_file,
     plot_path,
     positive_float,
     positive_int_list,
@@ -68,10 +70,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true",
                    help="energy breakdown, memory timeline and quantified opportunities per row "
                         "(re-runs the estimator; may characterize larger batches)")
-    p.add_argument("--target-utilization", type=positive_float, default=0.8,
+    p.add_argument("--target-utilization", type=at_most(positive_float, 1.0), default=0.8,
                    help="utilization the batch opportunity aims for (default 0.8)")
     p.add_argument("--json", action="store_true", help="print an array of flat records")
-    p.add_argument("--csv", metavar="FILE", help="also write the records to a CSV file")
+    p.add_argument("--csv", metavar="FILE", type=output_file, help="also write the records to a CSV file")
     p.add_argument("--plot", metavar="FILE", type=plot_path, help="roofline chart per chip (.png/.svg)")
     p.add_argument("--no-cache", action="store_true", help="characterize again instead of using the cache")
     return p
@@ -85,15 +87,9 @@ def _local_chip(calibration_dir: str | None) -> Chip:
     from chipcal.model.local import LOCAL_CHIP_NAME
 
     if calibration_dir is not None:
-        from chipcal.calibrate import store
-
-        try:
-            chip = store.load(calibration_dir).get("chip", {})
-        except ValueError:
-            chip = {}
-        if chip.get("name") == LOCAL_CHIP_NAME and chip.get("memory_bandwidth_bytes_per_s"):
-            return local_chip(chip["memory_bandwidth_bytes_per_s"], chip.get("l3_bytes"),
-                              f"calibration {calibration_dir}")
+        cal = load_calibration(calibration_dir)     # validated: a local-cpu calibration has its bandwidth
+        if cal.chip == LOCAL_CHIP_NAME:
+            return local_chip(cal.memory_bandwidth_bytes_per_s, cal.l3_bytes, f"calibration {calibration_dir}")
     from chipcal.measure.bandwidth import cached_bandwidth, local_overrides
     from chipcal.measure.system import fingerprint
 

@@ -23,20 +23,44 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def _field(doc: object, path: str, kind: type | tuple[type, ...]) -> object:
+    """doc[a][b]… for path 'a.b…' (a number indexes a list), checked to be of `kind`; ValueError
+    naming the field if not. Numbers may be null (a figure the run could not determine); bools
+    are not numbers."""
+    value = doc
+    for key in path.split("."):
+        if isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        elif isinstance(value, dict) and key in value:
+            value = value[key]
+        else:
+            raise ValueError(f"missing field {path}")
+    if kind is float:
+        if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+            return value
+    elif isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+        return value
+    raise ValueError(f"field {path} has the wrong type ({type(value).__name__})")
+
+
 def summary_record(doc: dict, path: Path) -> dict:
-    """One flat record per calibration run."""
-    row = {"machine": doc["machine_slug"], "device": doc["device"], "chip": doc["chip"]["name"],
-           "created_utc": doc["created_utc"], "quick": doc["quick"]}
-    for p in doc["peaks"]:
-        row[f"peak_flop_per_s_{p['precision']}"] = p["measured_flop_per_s"]
-        row[f"fraction_of_physics_{p['precision']}"] = p["fraction_of_physics"]
-        row[f"fraction_of_spec_{p['precision']}"] = p["fraction_of_spec"]
-    row["bandwidth_bytes_per_s"] = doc["bandwidth"]["measured_bytes_per_s"]
-    val = doc["validation"]
-    row.update({"models_validated": val["n"], "median_abs_error": val["median_abs_error"],
-                "p90_abs_error": val["p90_abs_error"], "max_abs_error": val["max_abs_error"],
-                "power_source": doc["power"]["source"] if doc["power"]["available"] else None,
-                "flags": ", ".join(dict.fromkeys(f["code"] for f in doc["flags"])) or None, "path": str(path)})
+    """One flat record per calibration run; ValueError naming the field if the document lacks one."""
+    row = {"machine": _field(doc, "machine_slug", str), "device": _field(doc, "device", str),
+           "chip": _field(doc, "chip.name", str), "created_utc": _field(doc, "created_utc", str),
+           "quick": _field(doc, "quick", bool)}
+    for i in range(len(_field(doc, "peaks", list))):
+        precision = _field(doc, f"peaks.{i}.precision", str)
+        for key, column in (("measured_flop_per_s", "peak_flop_per_s"), ("fraction_of_physics", "fraction_of_physics"),
+                            ("fraction_of_spec", "fraction_of_spec")):
+            row[f"{column}_{precision}"] = _field(doc, f"peaks.{i}.{key}", float)
+    row["bandwidth_bytes_per_s"] = _field(doc, "bandwidth.measured_bytes_per_s", float)
+    row.update({"models_validated": _field(doc, "validation.n", int),
+                **{key: _field(doc, f"validation.{key}", float)
+                   for key in ("median_abs_error", "p90_abs_error", "max_abs_error")},
+                "power_source": _field(doc, "power.source", str) if _field(doc, "power.available", bool) else None,
+                "flags": ", ".join(dict.fromkeys(_field(doc, f"flags.{i}.code", str)
+                                                 for i in range(len(_field(doc, "flags", list))))) or None,
+                "path": str(path)})
     return row
 
 
@@ -45,7 +69,7 @@ def collect(directory: Path, latest_only: bool) -> tuple[list[dict], list[str]]:
     for run_dir in store.find_runs(directory):
         try:
             rows.append(summary_record(store.load(run_dir), run_dir))
-        except (ValueError, KeyError) as exc:
+        except ValueError as exc:
             bad.append(f"{run_dir}: {exc}")
     if latest_only:
         latest: dict[tuple[str, str], dict] = {}
@@ -86,7 +110,8 @@ def _body(args: argparse.Namespace) -> int:
     for r in rows:
         peaks = _peaks_text(r)
         shown.append({"machine": r["machine"], "device": r["device"], "chip": r["chip"], "created": r["created_utc"],
-                      "peaks (of physics / spec)": peaks, "GB/s": r["bandwidth_bytes_per_s"] / 1e9,
+                      "peaks (of physics / spec)": peaks,
+                      "GB/s": None if r["bandwidth_bytes_per_s"] is None else r["bandwidth_bytes_per_s"] / 1e9,
                       "models": r["models_validated"], "median_err": r["median_abs_error"],
                       "p90_err": r["p90_abs_error"], "flags": r["flags"] or "-"})
     print_table(shown, {"GB/s": ".1f", "median_err": ".1%", "p90_err": ".1%"})

@@ -19,8 +19,10 @@ import pandas as pd
 from tqdm import tqdm
 
 from chipcal.cli.common import (
+    MAX_BATCH,
     Parser,
     UsageError,
+    at_most,
     csv_choices,
     positive_int,
     print_json,
@@ -40,7 +42,7 @@ def _input_size(text: str) -> tuple[int, ...]:
     items = [t.strip() for t in text.replace("x", ",").split(",") if t.strip()]
     if not 1 <= len(items) <= 3:
         raise argparse.ArgumentTypeError(f"{text!r}: give S, H,W or C,H,W (positive integers)")
-    sizes = [positive_int(t) for t in items]
+    sizes = [positive_int(t, 1 << 16) for t in items]
     return (3, sizes[0], sizes[0]) if len(sizes) == 1 else tuple(sizes) if len(sizes) == 3 else (3, *sizes)
 
 
@@ -48,7 +50,7 @@ def build_parser(prog: str | None = None) -> Parser:
     parser = Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, type=_models, metavar="NAME[,NAME...]",
                         help="torchvision classification model names (torchvision.models.list_models)")
-    parser.add_argument("--batch", type=positive_int, default=1, help="batch size (default 1)")
+    parser.add_argument("--batch", type=at_most(positive_int, MAX_BATCH), default=1, help="batch size (default 1)")
     parser.add_argument("--input-size", type=_input_size, default=None, metavar="S|H,W|C,H,W",
                         help="input image size (default: the model's evaluation crop, e.g. 299 for inception_v3)")
     parser.add_argument("--json", action="store_true", help="print an array of flat JSON records")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from chipcal.measure.power import PowerReading, PowerSource
 from chipcal.measure.timing import Measurement, budget_s, time_callable
-from chipcal.model.errors import UnsupportedPrecision
+from chipcal.model.errors import OutOfMemory, UnsupportedPrecision
 
 MODEL_PRECISIONS = ("fp32", "bf16", "fp16")
 
@@ -47,6 +47,23 @@ class ModelMeasurement:
     @property
     def avg_power_w(self) -> float | None:
         return None if self.power is None else self.power.avg_power_w
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """torch.OutOfMemoryError (CUDA), or the CPU allocator's / a driver's out-of-memory RuntimeError
+    (DefaultCPUAllocator: "can't allocate memory ... Cannot allocate memory")."""
+    import torch
+
+    text = str(exc).lower()
+    return isinstance(exc, torch.OutOfMemoryError) or any(
+        phrase in text for phrase in ("out of memory", "not enough memory", "can't allocate memory",
+                                      "cannot allocate memory"))
+
+
+def _oom_error(name: str, batch: int, precision: str, device: str, exc: BaseException) -> OutOfMemory:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return OutOfMemory(f"out of memory: {name} at batch {batch} ({precision}) on {device}; "
+                       f"try a smaller --batch ({first[:120]})")
 
 
 def _dtype(precision: str):
@@ -83,14 +100,20 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
     The timing budget is `max_time_s`, stretched up to 4× for slow passes so that at least 6
     samples (the fewest with a 95% CI of the median) fit.
 
-    `flop` is the work of one forward pass (2 per MAC). Raises UnsupportedPrecision when the
-    first forward pass fails at this precision on this device.
+    `flop` is the work of one forward pass (2 per MAC). Raises OutOfMemory when the model or
+    its first forward pass does not fit, UnsupportedPrecision when the first forward pass
+    fails otherwise at this precision on this device.
     """
     import torch
 
     dtype = _dtype(precision)
-    model = module.to(device=device, dtype=dtype).eval()
-    x = example_input.to(device=device, dtype=dtype)
+    try:
+        model = module.to(device=device, dtype=dtype).eval()
+        x = example_input.to(device=device, dtype=dtype)
+    except RuntimeError as exc:
+        if _out_of_memory(exc):
+            raise _oom_error(name, batch, precision, device, exc) from None
+        raise
 
     def forward():
         return model(x)
@@ -100,6 +123,8 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
             with torch.inference_mode():
                 forward()
         except (RuntimeError, NotImplementedError) as exc:
+            if _out_of_memory(exc):
+                raise _oom_error(name, batch, precision, device, exc) from None
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UnsupportedPrecision(f"unsupported: {name} at {precision} on {device}: {first}") from None
         budget = budget_s(forward, device, max_time_s, min(min_samples, 6))
@@ -136,7 +161,12 @@ def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: st
     if flop is None:
         flop = characterize_model(name, batch=batch).flop
     module = build_model(name)
-    x = torch.randn((batch, *default_input_size(name)), generator=torch.Generator().manual_seed(0))
+    try:
+        x = torch.randn((batch, *default_input_size(name)), generator=torch.Generator().manual_seed(0))
+    except RuntimeError as exc:
+        if _out_of_memory(exc):
+            raise _oom_error(name, batch, precision, "cpu", exc) from None
+        raise
     return measure_module(module, x, flop, name=name, batch=batch, precision=precision, device=device,
                           power=power, max_time_s=max_time_s, min_samples=min_samples, threads=threads,
                           clock_probe=clock_probe)

@@ -3,19 +3,32 @@
 Each (model, batch, fused|eager) is characterized once (torch, meta tensors) and stored under
 $CHIPCAL_CACHE_DIR (default ~/.cache/chipcal/workloads), keyed by a hash of the workload code
 and the torch/torchvision versions: a change to either invalidates the entry.
+
+The cache is data, never code: JSON (model/workload/serialize.py) with a SHA-256 of its content,
+checked on load. Only model names shaped like torchvision's (lowercase letters, digits, _) reach a
+file name; other names go straight to characterization, which rejects them. A cache directory
+that another user owns or that others can write is not used. Files are opened without following
+symlinks, written through `mkstemp` and renamed into place. Any unreadable, altered or foreign
+entry means: characterize again, with a one-line note.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import json
 import os
-import pickle
+import re
+import stat
+import tempfile
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
 CACHE_ENV = "CHIPCAL_CACHE_DIR"
+FORMAT = "chipcal.workload/1"
+SAFE_MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,63}")   # every torchvision model name has this shape
 
 
 def cache_dir() -> Path:
@@ -37,11 +50,33 @@ def _code_key() -> str:
     return h.hexdigest()[:16]
 
 
+def _digest(payload: dict) -> str:
+    """SHA-256 of the workload's canonical JSON text (sorted keys, no spaces)."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def unsafe_directory(path: Path) -> str | None:
+    """Why `path` must not hold a cache (another owner, writable by group/others, not a
+    directory), or None when it is safe. The directory itself is checked without following a
+    final symlink: a link could be swapped for one to somewhere else."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    if st.st_uid != os.geteuid():
+        return f"it is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"others can write it (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
 class WorkloadSource:
     """Characterizes (model, batch) once, from the disk cache when it has it.
 
-    `notify` receives one-line notes (characterizing, cache not writable); the library never prints.
-    Raises UnknownModelError or CaptureError (both ChipcalError) for a model it cannot characterize.
+    `notify` receives one-line notes (characterizing, cache entry unusable, cache directory not
+    used); the library never prints. Raises UnknownModelError or CaptureError (both
+    ChipcalError) for a model it cannot characterize.
     """
 
     def __init__(self, use_cache: bool = True, notify: Callable[[str], None] = lambda _: None):
@@ -49,41 +84,97 @@ class WorkloadSource:
         self.notify = notify
         self.memo: dict[tuple[str, int, bool], object] = {}
         self.key = _code_key() if use_cache else ""
+        self._dir: Path | None = None
+        self._dir_checked = False
 
-    def _path(self, model: str, batch: int, fuse: bool) -> Path:
-        return cache_dir() / f"{model}-b{batch}-{'fused' if fuse else 'eager'}-{self.key}.pkl"
+    def _directory(self) -> Path | None:
+        """The cache directory (created 0700 if missing), or None if it is not safe to use."""
+        if not self._dir_checked:
+            self._dir_checked = True
+            path = cache_dir()
+            try:
+                path.mkdir(mode=0o700, parents=True, exist_ok=True)
+                why = unsafe_directory(path)
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+            if why:
+                self.notify(f"warning: not using the workload cache {path}: {why}")
+            else:
+                self._dir = path
+        return self._dir
+
+    def _path(self, model: str, batch: int, fuse: bool) -> Path | None:
+        """The entry's file, or None when the name cannot safely be part of a file name."""
+        directory = self._directory()
+        if directory is None or not SAFE_MODEL_NAME.fullmatch(model) or type(batch) is not int or batch <= 0:
+            return None
+        return directory / f"{model}-b{batch}-{'fused' if fuse else 'eager'}-{self.key}.json"
 
     def get(self, model: str, batch: int, fuse: bool = True):
         if (model, batch, fuse) in self.memo:
             return self.memo[(model, batch, fuse)]
-        workload = self._load(model, batch, fuse) if self.use_cache else None
+        path = self._path(model, batch, fuse) if self.use_cache else None
+        workload = self._load(path, model, batch, fuse) if path else None
         if workload is None:
-            from chipcal.model.workload import characterize_model
+            from chipcal.model.workload import (
+                UnknownModelError,
+                characterize_model,
+                classification_models,
+            )
 
+            if model not in classification_models():    # refused in one line, before the note
+                raise UnknownModelError(model, list(classification_models()))
             self.notify(f"characterizing {model} at batch {batch} (torch, meta tensors)...")
             workload = characterize_model(model, batch, fuse=fuse)
-            if self.use_cache:
-                self._store(model, batch, fuse, workload)
+            if path:
+                self._store(path, (model, batch, fuse), workload)
         self.memo[(model, batch, fuse)] = workload
         return workload
 
-    def _load(self, model: str, batch: int, fuse: bool):
+    def _load(self, path: Path, model: str, batch: int, fuse: bool):
+        """The cached workload, or None (a miss, or any problem with the entry: noted)."""
+        from chipcal.model.workload.serialize import workload_from_dict
+
         try:
-            with open(self._path(model, batch, fuse), "rb") as f:
-                return pickle.load(f)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self.notify(f"note: cache entry {path.name} unreadable ({exc.strerror}); characterizing again")
+            return None
+        try:
+            with os.fdopen(fd, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                    raise ValueError("not a regular file of yours")
+                doc = json.loads(fh.read())
+            if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+                raise ValueError(f"not a {FORMAT} file")
+            if (doc.get("key"), doc.get("model"), doc.get("batch"), doc.get("fused")) != (self.key, model, batch, fuse):
+                raise ValueError("written for another model, batch or code version")
+            if doc.get("sha256") != _digest(doc.get("workload")):
+                raise ValueError("content hash does not match")
+            return workload_from_dict(doc["workload"])
+        except (OSError, ValueError, TypeError, RecursionError) as exc:
+            self.notify(f"note: cache entry {path.name} unusable ({str(exc)[:80]}); characterizing again")
             return None
 
-    def _store(self, model: str, batch: int, fuse: bool, workload) -> None:
-        path = self._path(model, batch, fuse)
+    def _store(self, path: Path, entry: tuple[str, int, bool], workload) -> None:
+        from chipcal.model.workload.serialize import workload_to_dict
+
+        payload = workload_to_dict(workload)
+        model, batch, fuse = entry
+        doc = {"format": FORMAT, "key": self.key, "model": model, "batch": batch, "fused": fuse,
+               "sha256": _digest(payload), "workload": payload}
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            with open(tmp, "wb") as f:
-                pickle.dump(workload, f, protocol=pickle.HIGHEST_PROTOCOL)
-            tmp.replace(path)
-        except OSError as exc:
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+            try:
+                with os.fdopen(fd, "w") as fh:
+                    json.dump(doc, fh, allow_nan=False)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except (OSError, ValueError) as exc:
             self.notify(f"warning: cannot cache the workload in {path.parent}: {exc}")
-
-
-

@@ -22,3 +22,11 @@ class DeviceError(ChipcalError, ValueError):
 
 class MeasurementUnavailable(ChipcalError, RuntimeError):
     """A probe cannot measure here (no sensor, no driver, no permission); the message says why."""
+
+
+class OutOfMemory(ChipcalError, RuntimeError):
+    """The device ran out of memory for this problem size; the message says what to reduce."""
+
+
+class ResultsWriteError(ChipcalError, OSError):
+    """Results could not be written where asked; the message says where the data went instead."""

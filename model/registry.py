@@ -37,10 +37,27 @@ class UnknownChipError(ChipcalError, KeyError):
         return str(self.args[0])
 
 
+# No registry figure comes near this (the largest peaks are ~1e18 FLOP/s); it keeps products of a
+# few figures far from float overflow, where inf and then nan would reach the tables.
+MAX_NUMBER = 1e24
+
+
 def _positive(file: str, where: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise RegistryError(file, where, f"must be a positive number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_NUMBER:
+        raise RegistryError(file, where, f"must be a positive finite number up to {MAX_NUMBER:g}, got {value!r:.40}")
     return float(value)
+
+
+def _count(file: str, where: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_NUMBER:
+        raise RegistryError(file, where, f"must be a positive integer up to {MAX_NUMBER:g}, got {value!r:.40}")
+    return value
+
+
+def _table(file: str, where: str, value: object) -> dict:
+    if not isinstance(value, dict):
+        raise RegistryError(file, where, f"must be a table, got {type(value).__name__}")
+    return value
 
 
 def _text(file: str, where: str, table: dict, key: str, required: bool = True) -> str:
@@ -97,6 +114,7 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
     engines = []
     for i, e in enumerate(raw_engines):
         where = f"engines[{i}]."
+        _table(file, f"engines[{i}]", e)
         circuit = _text(file, where, e, "circuit")
         if circuit not in CIRCUITS:
             raise RegistryError(file, where + "circuit", f"{circuit!r} is not one of {', '.join(CIRCUITS)}")
@@ -107,9 +125,7 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
             if p not in PRECISIONS:
                 raise RegistryError(file, f"{where}macs_per_unit_per_clock.{p}", f"unknown precision; valid: {', '.join(PRECISIONS)}")
             _positive(file, f"{where}macs_per_unit_per_clock.{p}", r)
-        units = e.get("units")
-        if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
-            raise RegistryError(file, where + "units", f"must be a positive integer, got {units!r}")
+        units = _count(file, where + "units", e.get("units"))
         shares = e.get("shares_hardware_with")
         if shares is not None and not isinstance(shares, str):
             raise RegistryError(file, where + "shares_hardware_with", "must be an engine name")
@@ -136,6 +152,9 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
             raise RegistryError(file, f"microarch.{key}", f"required for kind {kind!r}")
         if key != "matrix_engine":
             _positive(file, f"microarch.{key}", micro[key])
+    for key, value in micro.items():      # optional figures (mesh_rows, dla_count…) too: no nan/inf
+        if isinstance(value, float | int) and not isinstance(value, bool):
+            _positive(file, f"microarch.{key}", value)
     _source(file, "microarch.", micro)
 
     stated = data.get("stated_peak_flop_per_s", {})
@@ -153,8 +172,12 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
             peaks[p] = _positive(file, f"stated_peak_flop_per_s.{p}", v)
 
     modes = []
-    for i, m in enumerate(power.get("modes", [])):
+    raw_modes = power.get("modes", [])
+    if not isinstance(raw_modes, list):
+        raise RegistryError(file, "power.modes", "must be an array of tables ([[power.modes]])")
+    for i, m in enumerate(raw_modes):
         where = f"power.modes[{i}]."
+        _table(file, f"power.modes[{i}]", m)
         clocks = m.get("clock_hz", {})
         if not isinstance(clocks, dict):
             raise RegistryError(file, where + "clock_hz", "must be a table of engine name -> Hz")
@@ -168,8 +191,7 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
         for eng, n in units.items():
             if eng not in engine_names:
                 raise RegistryError(file, f"{where}units.{eng}", f"no engine named {eng!r}; engines: {', '.join(sorted(engine_names))}")
-            if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-                raise RegistryError(file, f"{where}units.{eng}", f"must be a positive integer, got {n!r}")
+            _count(file, f"{where}units.{eng}", n)
         bandwidth = m.get("memory_bandwidth_bytes_per_s")
         modes.append(PowerMode(
             name=_text(file, where, m, "name"),
@@ -198,15 +220,21 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
         stated_peak_source=stated_source,
         power_modes=tuple(modes),
         idle_w=idle_w,
-        notes=data.get("notes", ""),
+        notes=_text(file, "", data, "notes", required=False),
     )
 
 
 def load_chip(path: Path) -> Chip:
+    """The chip in one registry file; RegistryError for a file that cannot be read or is malformed
+    (a dangling symlink, bytes that are not UTF-8, bad TOML, a bad field)."""
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise RegistryError(path.name, "<toml>", str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise RegistryError(path.name, "<file>", f"not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise RegistryError(path.name, "<file>", f"cannot read: {exc.strerror or exc}") from None
     return chip_from_dict(data, path.name)
 
 

@@ -62,3 +62,16 @@ def test_report_skips_corrupt_runs_and_rejects_missing_dir(cli, tmp_path):
     assert rc == 0 and "skipped" in err
     rc, _, err = cli(report_cli.main, [str(tmp_path / "nope")])
     assert rc == 2 and "not a directory" in err
+
+
+def test_calibrate_bad_out_fails_at_start_up(cli, tmp_path, monkeypatch):
+    from chipcal.calibrate import run as run_module
+
+    def never(*a, **k):
+        raise AssertionError("measured although --out is unusable")
+
+    monkeypatch.setattr(run_module, "run_calibration", never)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    rc, _, err = cli(calibrate_cli.main, ["--out", str(blocker / "results")])
+    assert rc == 2 and "cannot write results" in err and err.count("\n") == 1

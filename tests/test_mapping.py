@@ -14,6 +14,7 @@ import pytest
 from chipcal.model.mapping import default_params, map_subgraph, onchip_capacity
 from chipcal.model.mapping.base import UnsupportedPrecision, wave_schedule
 from chipcal.model.mapping.params import (
+    CALIBRATION_SCHEMA,
     CalibrationError,
     FamilyParams,
     load_calibration,
@@ -238,14 +239,14 @@ def test_family_params_round_trip_and_validation():
 def test_calibration_applies_to_its_chip_only(tmp_path):
     fitted = custom_params("gpu", efficiency=0.3, source="calibration: test")
     (tmp_path / "calibration.json").write_text(json.dumps(
-        {"parameters": {"chip": "h100-sxm5", "family_params": fitted.to_dict()}}))
+        {"schema": CALIBRATION_SCHEMA, "parameters": {"chip": "h100-sxm5", "family_params": fitted.to_dict()}}))
     cal = load_calibration(tmp_path)
     assert (cal.chip, cal.params, cal.path) == ("h100-sxm5", fitted, tmp_path / "calibration.json")
     assert params_for("h100-sxm5", "gpu", cal) == fitted
     assert params_for("a100-sxm4-80gb", "gpu", cal) == default_params("gpu")
     with pytest.raises(CalibrationError, match="no calibration.json"):
         load_calibration(tmp_path / "nowhere")
-    (tmp_path / "calibration.json").write_text(json.dumps({"parameters": {"chip": "x"}}))
+    (tmp_path / "calibration.json").write_text(json.dumps({"schema": CALIBRATION_SCHEMA, "parameters": {"chip": "x"}}))
     with pytest.raises(CalibrationError, match="family_params"):
         load_calibration(tmp_path)
 
@@ -253,7 +254,7 @@ def test_calibration_applies_to_its_chip_only(tmp_path):
 def test_calibration_for_another_family_is_refused(tmp_path):
     fitted = custom_params("cpu")
     (tmp_path / "calibration.json").write_text(json.dumps(
-        {"parameters": {"chip": "h100-sxm5", "family_params": fitted.to_dict()}}))
+        {"schema": CALIBRATION_SCHEMA, "parameters": {"chip": "h100-sxm5", "family_params": fitted.to_dict()}}))
     with pytest.raises(CalibrationError, match="family 'cpu'"):
         params_for("h100-sxm5", "gpu", load_calibration(tmp_path))
 

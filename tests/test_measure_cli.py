@@ -13,6 +13,7 @@ from chipcal.cli import measure_peak as mp
 from chipcal.measure import bandwidth as bw_mod
 from chipcal.measure import models as models_mod
 from chipcal.measure import peak as peak_mod
+from chipcal.measure import reference as reference_mod
 from chipcal.measure.models import measure_module
 
 PEAK_BAD = [
@@ -79,8 +80,11 @@ def test_unknown_model_suggests(cli):
 
 @pytest.fixture
 def tiny_sweep(tmp_path, monkeypatch):
-    """Small GEMM shapes and bandwidth sizes, a private cache dir."""
+    """Small GEMM shapes and bandwidth sizes, a private cache dir, and no registry match: the host
+    CPU may be a registry chip (Xeon 8480+, EPYC 9654, i7-12700K), which would give it a vendor
+    spec; these tests are about the local-CPU path, on any host."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(reference_mod, "match_registry_chip", lambda *a, **k: None)
     monkeypatch.setattr(peak_mod, "default_shapes", lambda device: ((64, 64, 64), (128, 64, 32)))
     monkeypatch.setitem(bw_mod.DEFAULT_BANDWIDTH_SIZES, "cpu", (64 * 1024, 256 * 1024))
     real = peak_mod.measure_gemm_peak

@@ -8,6 +8,7 @@ from torch import nn
 
 from chipcal.measure.models import UnsupportedPrecision, measure_model, measure_module
 from chipcal.measure.power import UnavailableSource
+from chipcal.model.errors import OutOfMemory
 
 
 def test_delivered_flop_per_s_uses_two_flop_per_mac():
@@ -70,3 +71,23 @@ def test_measure_model_resnet18_end_to_end():
     # torchvision: resnet18 is 1.81 "GFLOPS" (= GMACs) at 224×224 -> 3.6 GFLOP
     assert m.flop == pytest.approx(3.64e9, rel=0.02)
     assert m.delivered_flop_per_s == pytest.approx(m.flop / m.latency.median_s)
+
+
+class _Exhausts(nn.Module):
+    """A module whose forward pass fails the way CUDA's caching allocator does when memory runs out."""
+
+    def forward(self, x):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+
+def test_out_of_memory_is_not_reported_as_unsupported_precision():
+    with pytest.raises(OutOfMemory, match="out of memory: big at batch 64 .*smaller --batch") as info:
+        measure_module(_Exhausts(), torch.ones(2, 2), 8, name="big", batch=64, precision="fp32")
+    assert not isinstance(info.value, UnsupportedPrecision)
+
+
+def test_input_larger_than_the_address_space_is_out_of_memory():
+    # 1e12 images of 3x224x224 fp32 = 6e17 bytes, beyond any 48-bit address space: the CPU
+    # allocator refuses at once (no pages are touched, whatever the overcommit policy).
+    with pytest.raises(OutOfMemory, match="resnet18 at batch 1000000000000"):
+        measure_model("resnet18", batch=10**12, flop=1)

@@ -24,7 +24,7 @@ from chipcal.model.estimate.prediction import predict
 from chipcal.model.estimate.roofline import estimate_subgraph
 from chipcal.model.estimate.schedule import stage_time
 from chipcal.model.mapping import default_params
-from chipcal.model.mapping.params import load_calibration
+from chipcal.model.mapping.params import CALIBRATION_SCHEMA, load_calibration
 from chipcal.model.workload.types import GemmShape, Op, Parallelism, Subgraph, TensorSpec
 
 # H100 SXM5 (registry): CUDA cores 16,896 × 1 fp32 MAC/clk × 1.98 GHz; tensor cores 528 × 512 fp16
@@ -227,7 +227,7 @@ def test_every_registry_chip_predicts_or_says_unsupported():
 def test_calibration_changes_only_its_chip(tmp_path):
     fitted = custom_params("gpu", efficiency=0.1, overhead_s=1e-3, source="calibration: test")
     (tmp_path / "calibration.json").write_text(json.dumps(
-        {"parameters": {"chip": "h100-sxm5", "family_params": fitted.to_dict()}}))
+        {"schema": CALIBRATION_SCHEMA, "parameters": {"chip": "h100-sxm5", "family_params": fitted.to_dict()}}))
     cal = load_calibration(tmp_path)
     w = mlp(16)
     h100 = predict(w, chip("h100-sxm5"), "fp16", calibration=cal)

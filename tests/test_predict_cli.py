@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 from test_mapping import custom_params, mlp
 
 from chipcal.cli import predict as predict_cli
 from chipcal.measure import workloads
+from chipcal.measure.system import local_chip
+from chipcal.model.mapping.params import CALIBRATION_SCHEMA
 
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
+    """No user cache is read: workloads (CHIPCAL_CACHE_DIR) and measurements (XDG_CACHE_HOME,
+    e.g. the bandwidth `--hardware local` would otherwise take from this host's last run)."""
     monkeypatch.setenv(workloads.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
 
 
 @pytest.fixture
@@ -106,7 +113,7 @@ def test_text_comparison_layers_explain_csv_and_plot(cli, hand_mlp, tmp_path):
 def test_calibration_flag_applies_to_its_chip(cli, hand_mlp, tmp_path):
     fitted = custom_params("gpu", efficiency=0.1, overhead_s=1e-3, source="calibration: test")
     (tmp_path / "calibration.json").write_text(json.dumps(
-        {"parameters": {"chip": "h100-sxm5", "family_params": fitted.to_dict()}}))
+        {"schema": CALIBRATION_SCHEMA, "parameters": {"chip": "h100-sxm5", "family_params": fitted.to_dict()}}))
     rc, out, _ = cli(predict_main, ["--model", "mlp1024", "--hardware", "h100-sxm5,a100-sxm4-80gb",
                                     "--calibration", str(tmp_path), "--json"])
     rows = {r["chip"]: r for r in json.loads(out)}
@@ -145,6 +152,40 @@ def test_local_chip_with_explain_json(cli, hand_mlp):
     assert rc == 0, err
     rows = {r["chip"]: r for r in json.loads(out)}
     assert rows["local-cpu"]["kind"] == "cpu" and rows["local-cpu"]["status"] == "ok"
+    # no measurement in the (private) cache: the documented assumed bandwidth, whatever this host ran before
+    assert rows["local-cpu"]["bandwidth_bytes_per_s"] == local_chip().memory.bandwidth_bytes_per_s
     # opportunities flattened into the same flat record
     assert rows["kpu-t64"]["opportunity_batch_batch"] >= 16
     assert "opportunity_checkpointing_saved_bytes" in rows["kpu-t64"]
+
+
+REFERENCE_RUN = sorted((Path(__file__).parent.parent / "results").rglob("calibration.json"))[0]
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda t: t.replace(f'"schema": "{CALIBRATION_SCHEMA}"', '"schema": "chipcal.calibration/0"'), "schema"),
+    (lambda t: t.replace(f'"schema": "{CALIBRATION_SCHEMA}",', ""), "expected 'chipcal.calibration/1'"),
+    (lambda t: re.sub(r'"memory_bandwidth_bytes_per_s": [0-9.e+]+', '"memory_bandwidth_bytes_per_s": NaN', t),
+     "NaN is not a JSON number"),
+    (lambda t: re.sub(r'"memory_bandwidth_bytes_per_s": [0-9.e+]+', '"memory_bandwidth_bytes_per_s": null', t),
+     "needs chip.memory_bandwidth_bytes_per_s"),
+    (lambda t: re.sub(r'"memory_bandwidth_bytes_per_s": [0-9.e+]+', '"memory_bandwidth_bytes_per_s": 1e999', t),
+     "finite number"),
+    (lambda t: "[" + t + "]", "a JSON list"),
+])
+def test_old_or_foreign_calibration_is_refused_not_half_applied(cli, hand_mlp, tmp_path, edit, says):
+    """Once a foreign file was applied without its bandwidth and the table said 'bw nan%'."""
+    text = REFERENCE_RUN.read_text()
+    assert '"memory_bandwidth_bytes_per_s": ' in text and f'"schema": "{CALIBRATION_SCHEMA}",' in text
+    (tmp_path / "calibration.json").write_text(edit(text))
+    rc, out, err = cli(predict_main, ["--model", "mlp1024", "--hardware", "local", "--calibration", str(tmp_path)])
+    assert rc == 2 and says in err and len(err.strip().splitlines()) == 1 and "nan" not in out
+
+
+def test_reference_calibration_applies_its_measured_bandwidth(cli, hand_mlp):
+    bandwidth = json.loads(REFERENCE_RUN.read_text())["chip"]["memory_bandwidth_bytes_per_s"]
+    rc, out, _ = cli(predict_main, ["--model", "mlp1024", "--hardware", "local", "--calibration",
+                                    str(REFERENCE_RUN.parent), "--json"])
+    (row,) = json.loads(out)
+    assert rc == 0 and row["params_source"].startswith("calibration")
+    assert row["bandwidth_bytes_per_s"] == pytest.approx(bandwidth)   # the chip model's DRAM figure

@@ -279,6 +279,16 @@ MALFORMED = [
     ("unknown_stated_precision.toml",
      lambda t: t.replace("fp32 = 8.1e12", "fp24 = 8.1e12"), "stated_peak_flop_per_s.fp24"),
     ("bad_syntax.toml", lambda t: t.replace("[power]", "[power"), "<toml>"),
+    ("nan_tdp.toml", lambda t: t.replace("tdp_w = 70\n", "tdp_w = nan\n"), "power.tdp_w"),
+    ("inf_bandwidth.toml", lambda t: t.replace("= 320e9", "= inf"), "memory.bandwidth_bytes_per_s"),
+    ("huge_clock.toml", lambda t: t.replace("clock_hz = 1.59e9", "clock_hz = 1e308", 1), "engines[0].clock_hz"),
+    ("huge_units.toml", lambda t: t.replace("units = 2560", "units = " + "9" * 40), "engines[0].units"),
+    ("engine_not_table.toml", lambda t: t.replace("[power]", 'engines = ["x"]\n[power]').replace("[[engines]]", "[[unused]]"),
+     "engines[0]"),
+    ("modes_not_array.toml", lambda t: t.replace('tdp_w = 70\n', 'tdp_w = 70\nmodes = "fast"\n'), "power.modes"),
+    ("modes_a_table.toml", lambda t: t.replace('tdp_w = 70\n', 'tdp_w = 70\nmodes = { a = 1 }\n'), "power.modes"),
+    ("mode_not_table.toml", lambda t: t.replace('tdp_w = 70\n', 'tdp_w = 70\nmodes = [1]\n'), "power.modes[0]"),
+    ("notes_not_text.toml", lambda t: t.replace('hypothetical = false', 'hypothetical = false\nnotes = 3'), "notes"),
 ]
 
 
@@ -343,3 +353,14 @@ def test_mode_unit_and_bandwidth_overrides_are_validated(tmp_path):
     doc["power"]["modes"][0]["units"] = {"tensor_cores": -1}
     with pytest.raises(RegistryError, match=r"units\.tensor_cores"):
         chip_from_dict(doc, "nano.toml")
+
+
+def test_unreadable_files_are_skipped_with_an_error(tmp_path):
+    """A file that is not UTF-8 and a dangling symlink once crashed every registry CLI."""
+    (tmp_path / "t4.toml").write_text(GOOD)
+    (tmp_path / "latin1.toml").write_bytes(GOOD.replace('name = "t4"', 'name = "l1"').encode() + b"# caf\xe9\n")
+    (tmp_path / "dangling.toml").symlink_to(tmp_path / "gone.toml")
+    reg = load_registry(tmp_path)
+    assert reg.names == ["t4"]
+    assert sorted((e.file, e.field) for e in reg.errors) == [("dangling.toml", "<file>"), ("latin1.toml", "<file>")]
+    assert "not UTF-8" in str(next(e for e in reg.errors if e.file == "latin1.toml"))

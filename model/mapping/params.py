@@ -16,8 +16,10 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
                            multiple of the spec DRAM bandwidth: cache-resident traffic is not free
 
 A calibration directory holds `calibration.json` with at least
-``{"parameters": {"chip": NAME, "family_params": FamilyParams.to_dict()}}``; prediction applies
-it to the chip called NAME only (every other chip keeps its family defaults).
+``{"schema": CALIBRATION_SCHEMA, "parameters": {"chip": NAME, "family_params": FamilyParams.to_dict()}}``;
+prediction applies it to the chip called NAME only (every other chip keeps its family defaults).
+A calibration of the local CPU also carries the DRAM bandwidth it was fitted against
+(`chip.memory_bandwidth_bytes_per_s`): its bandwidth_efficiency means nothing without it.
 Why each default has its value: docs/prediction.md, "Parameters".
 """
 
@@ -32,6 +34,7 @@ from types import MappingProxyType
 
 from chipcal.model.chip import KINDS
 from chipcal.model.errors import ChipcalError
+from chipcal.model.local import LOCAL_CHIP_NAME
 from chipcal.model.workload.types import OP_CLASSES
 
 FAMILIES = KINDS
@@ -39,6 +42,7 @@ FAMILIES = KINDS
 # torch.compile, dataflow compilers); "eager" = one kernel per op (PyTorch eager mode).
 RUNTIMES = ("fused", "eager")
 CALIBRATION_FILE = "calibration.json"
+CALIBRATION_SCHEMA = "chipcal.calibration/1"
 
 
 class CalibrationError(ChipcalError, ValueError):
@@ -215,6 +219,8 @@ class CalibrationParams:
     params: FamilyParams
     path: Path
     runtime: str = "fused"     # the runtime the parameters were fitted under (RUNTIMES)
+    memory_bandwidth_bytes_per_s: float | None = None   # the chip model's DRAM bandwidth in the fit
+    l3_bytes: int | None = None                          # its last-level cache, where recorded
 
     def applies_to(self, chip_name: str, mode: str | None = None) -> bool:
         """True for the chip the calibration was fitted on (also as NAME@MODE for its power mode)."""
@@ -224,16 +230,31 @@ class CalibrationParams:
         return self.chip.lower() in names
 
 
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def load_calibration(directory: str | Path) -> CalibrationParams:
-    """Read <directory>/calibration.json; CalibrationError names the file and what is wrong."""
+    """Read <directory>/calibration.json; CalibrationError names the file and what is wrong.
+
+    The schema must be CALIBRATION_SCHEMA (an older or foreign document is refused, not half
+    applied); NaN/Infinity literals are refused.
+    """
     path = Path(directory) / CALIBRATION_FILE
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes(), parse_constant=_no_constant)
     except FileNotFoundError:
         raise CalibrationError(f"no {CALIBRATION_FILE} in {directory} (write one with `chipcal calibrate`)") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CalibrationError(f"cannot read {path}: {exc}") from None
-    parameters = data.get("parameters") if isinstance(data, dict) else None
+    except OSError as exc:
+        raise CalibrationError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:   # bad JSON, bad UTF-8, NaN literal, deep nesting
+        raise CalibrationError(f"{path}: not a calibration document ({str(exc)[:80]})") from None
+    if not isinstance(data, dict):
+        raise CalibrationError(f"{path}: not a calibration document (a JSON {type(data).__name__})")
+    if data.get("schema") != CALIBRATION_SCHEMA:
+        raise CalibrationError(f"{path}: schema {str(data.get('schema'))[:40]!r}, expected {CALIBRATION_SCHEMA!r} "
+                               "(an older or foreign file; run `chipcal calibrate` again)")
+    parameters = data.get("parameters")
     if not isinstance(parameters, dict):
         raise CalibrationError(f"{path}: missing table 'parameters'")
     chip = parameters.get("chip")
@@ -245,8 +266,29 @@ def load_calibration(directory: str | Path) -> CalibrationParams:
         raise CalibrationError(f"{path}: parameters.family_params: {exc}") from None
     runtime = parameters.get("runtime", "fused")
     if runtime not in RUNTIMES:
-        raise CalibrationError(f"{path}: 'parameters.runtime' {runtime!r} is not one of {', '.join(RUNTIMES)}")
-    return CalibrationParams(chip=chip.strip().lower(), params=params, path=path, runtime=runtime)
+        raise CalibrationError(f"{path}: 'parameters.runtime' {str(runtime)[:40]!r} is not one of {', '.join(RUNTIMES)}")
+    bandwidth, l3 = _chip_memory(path, data.get("chip", {}))
+    if chip.strip().lower() == LOCAL_CHIP_NAME and bandwidth is None:
+        raise CalibrationError(f"{path}: a calibration of {LOCAL_CHIP_NAME} needs chip.memory_bandwidth_bytes_per_s "
+                               "(the bandwidth its bandwidth_efficiency was fitted against)")
+    return CalibrationParams(chip=chip.strip().lower(), params=params, path=path, runtime=runtime,
+                             memory_bandwidth_bytes_per_s=bandwidth, l3_bytes=l3)
+
+
+def _chip_memory(path: Path, chip: object) -> tuple[float | None, int | None]:
+    """(DRAM bandwidth, L3 bytes) recorded in the document's `chip` table; None where absent."""
+    if not isinstance(chip, dict):
+        raise CalibrationError(f"{path}: 'chip' must be a table")
+    bandwidth = chip.get("memory_bandwidth_bytes_per_s")
+    if bandwidth is not None:
+        try:
+            bandwidth = _number("chip.memory_bandwidth_bytes_per_s", bandwidth, allow_zero=False)
+        except CalibrationError as exc:
+            raise CalibrationError(f"{path}: {exc}") from None
+    l3 = chip.get("l3_bytes")
+    if l3 is not None and (isinstance(l3, bool) or not isinstance(l3, int) or l3 <= 0):
+        raise CalibrationError(f"{path}: chip.l3_bytes must be a positive integer, got {str(l3)[:40]}")
+    return bandwidth, l3
 
 
 def params_for(chip_name: str, family: str, calibration: CalibrationParams | None = None,
