@@ -74,6 +74,20 @@ class PowerMode:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """A published measurement of the chip under sustained dense GEMM, with its citation."""
+
+    precision: str
+    flop_per_s: float              # best sustained dense GEMM throughput
+    title: str
+    url: str
+    date: str
+    notes: str = ""
+    board_power_w: float | None = None
+    sm_clock_hz: float | None = None
+
+
+@dataclass(frozen=True)
 class Chip:
     name: str
     display_name: str
@@ -93,6 +107,14 @@ class Chip:
     idle_w: float | None = None
     notes: str = ""
     active_mode: str | None = None
+    base_clock_hz: float | None = None
+    boost_clock_hz: float | None = None
+    clock_source: str = ""
+    measured: tuple[Measured, ...] = ()
+
+    def measured_for(self, precision: str) -> Measured | None:
+        """The published sustained-GEMM measurement at `precision` (None if there is none)."""
+        return next((m for m in self.measured if m.precision == precision), None)
 
     @property
     def precisions(self) -> tuple[str, ...]:

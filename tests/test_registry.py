@@ -325,7 +325,7 @@ def test_engines_sharing_hardware_count_once_in_combined_power(registry):
     from chipcal.model.tdp import compare_chip
 
     c = compare_chip(registry.get("h100-sxm5"), "fp64")
-    by_engine = {e.engine: e.compute_w + e.delivery_w for e in c.engines}
+    by_engine = {e.engine: e.dynamic_w for e in c.engines}
     # tensor_cores_fp64 runs on the tensor cores: combined = cuda + max(two tensor paths)
     expected = by_engine["cuda_cores"] + max(by_engine["tensor_cores"], by_engine["tensor_cores_fp64"])
     assert c.combined_tdp_w == pytest.approx(expected + c.memory_w + c.static_w)
