@@ -39,6 +39,7 @@ class Engine:
     macs_per_unit_per_clock: Mapping[str, float]
     source: str
     shares_hardware_with: str | None = None   # another engine's name: same silicon, never both at once
+    mma_shape: tuple[int, int, int] | None = None  # matrix instruction m x n x k (tensor cores), sourced
 
     @property
     def hardware(self) -> str:

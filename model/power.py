@@ -49,6 +49,7 @@ from chipcal.model.technology import (
     check_memory_type,
     check_reuse,
     mac_energy,
+    mma_reuse,
     sram_energy_per_byte_j,
 )
 
@@ -125,12 +126,15 @@ def dram_bytes_per_mac(onchip_bytes: float, precision: str) -> float:
 
 
 def mac_breakdown(process_nm: float, circuit: str, precision: str, memory_type: str,
-                  onchip_bytes: float, k: Constants = NOMINAL) -> MacBreakdown:
-    """All-in energy per MAC (module docstring) at the boost voltage."""
+                  onchip_bytes: float, k: Constants = NOMINAL,
+                  mma_shape: tuple[int, int, int] | None = None) -> MacBreakdown:
+    """All-in energy per MAC (module docstring) at the boost voltage. `mma_shape` (m, n, k) of
+    the engine's matrix instruction replaces the circuit's default register-file reuse."""
     reuse = check_reuse(circuit)
     b = BYTES_PER_ELEMENT[precision]
     arith = mac_energy(process_nm, circuit, precision).compute_j
-    rf_bytes = reuse.rf_operands * b + reuse.rf_accumulator * ACCUMULATOR_BYTES[precision]
+    operands, accumulators = mma_reuse(*mma_shape) if mma_shape else (reuse.rf_operands, reuse.rf_accumulator)
+    rf_bytes = operands * b + accumulators * ACCUMULATOR_BYTES[precision]
     rf = k.delivery_scale * rf_bytes * sram_energy_per_byte_j(process_nm, RF_LEVEL)
     l1 = k.delivery_scale * reuse.l1 * b * sram_energy_per_byte_j(process_nm, L1_LEVEL)
     l2 = k.delivery_scale * reuse.l2 * b * sram_energy_per_byte_j(process_nm, L2_LEVEL)
@@ -251,7 +255,8 @@ def gemm_power(chip: Chip, precision: str, k: Constants = NOMINAL, engine: Engin
     rate = engine.macs_per_unit_per_clock.get(precision)
     if rate is None:
         raise ValueError(f"engine {engine.name} of {chip.name} does not run {precision}")
-    mac = mac_breakdown(chip.process_nm, engine.circuit, precision, chip.memory.type, onchip_bytes(chip), k)
+    mac = mac_breakdown(chip.process_nm, engine.circuit, precision, chip.memory.type, onchip_bytes(chip), k,
+                        engine.mma_shape)
     return GemmPower(chip=chip.name, engine=engine.name, precision=precision,
                      macs_per_clock=engine.units * rate, spec_clock_hz=engine.clock_hz,
                      boost_clock_hz=boost_clock_hz(chip, engine), tdp_w=chip.tdp_w, mac=mac,

@@ -121,6 +121,7 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
             macs_per_unit_per_clock={p: float(r) for p, r in rates.items()},
             source=_source(file, where, e),
             shares_hardware_with=shares,
+            mma_shape=mma_shape_from_dict(e, file, where),
         ))
     engine_names = {e.name for e in engines}
     for i, e in enumerate(engines):
@@ -202,6 +203,19 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
         **clocks_from_dict(data, file),
         measured=measured_from_dict(data, file),
     )
+
+
+def mma_shape_from_dict(engine: dict, file: str, where: str) -> tuple[int, int, int] | None:
+    """Optional engine `mma_shape = [m, n, k]` (the matrix instruction GEMM kernels issue) with
+    its `mma_source`; absent: the circuit's default reuse (technology.REUSE_TABLE)."""
+    shape = engine.get("mma_shape")
+    if shape is None:
+        return None
+    if (not isinstance(shape, list) or len(shape) != 3
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in shape)):
+        raise RegistryError(file, where + "mma_shape", f"must be [m, n, k] positive integers, got {shape!r}")
+    _text(file, where, engine, "mma_source")
+    return tuple(shape)
 
 
 def clocks_from_dict(data: dict, file: str) -> dict:

@@ -366,12 +366,13 @@ class Reuse:
     source: str
 
 
-def _tile(m: int, n: int, k: int) -> tuple[float, float]:
-    """(operand elements, accumulator elements read+written) per MAC of an m x n x k MMA."""
+def mma_reuse(m: int, n: int, k: int) -> tuple[float, float]:
+    """(operand elements, accumulator elements read+written) per MAC of an m x n x k MMA:
+    A (m x k) and B (k x n) are read, C (m x n) read and D written, for m n k MACs."""
     return (m * k + k * n) / (m * n * k), 2 * m * n / (m * n * k)
 
 
-_MMA = _tile(16, 8, 16)        # mma.sync m16n8k16: 0.1875 operands, 0.0625 accumulators per MAC
+_MMA = mma_reuse(16, 8, 16)    # mma.sync m16n8k16: 0.1875 operands, 0.125 accumulators per MAC
 REUSE_TABLE: dict[str, Reuse] = {
     # Issue: Horowitz 2014's ~70 pJ per out-of-order instruction at 45 nm over the lanes one
     # instruction drives, relative to a 4.6 pJ fp32 MAC: 16 AVX-512 lanes -> 0.95; a 32-thread
