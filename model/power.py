@@ -147,6 +147,23 @@ def mac_breakdown(process_nm: float, circuit: str, precision: str, memory_type: 
                         dram_bytes_per_mac(onchip_bytes, precision), pj_bit * 8 * PJ)
 
 
+def core_energy_per_mac_j(process_nm: float, circuit: str, precision: str,
+                          mma_shape: tuple[int, int, int] | None = None, k: Constants = NOMINAL) -> float:
+    """All-in core energy per MAC at the boost voltage without the last-level SRAM and network
+    traffic, which a whole-model prediction charges per byte it actually moves
+    (onchip_energy_per_byte_j): (1 + c_clk)(E_arith (1 + issue) + RF + L1)."""
+    m = mac_breakdown(process_nm, circuit, precision, "hbm2", float("inf"), k, mma_shape)
+    return (1 + k.clock_control_fraction) * (m.arithmetic_j + m.issue_j + m.register_file_j + m.l1_j)
+
+
+def onchip_energy_per_byte_j(process_nm: float, level: str, k: Constants = NOMINAL) -> float:
+    """Energy per byte through an on-chip SRAM level and across the chip to the compute units:
+    (1 + c_clk)(s E_sram(level) + 8 e_wire d)."""
+    sram = k.delivery_scale * sram_energy_per_byte_j(process_nm, level)
+    wire = 8 * k.noc_pj_per_bit_mm * k.noc_distance_mm * PJ
+    return (1 + k.clock_control_fraction) * (sram + wire)
+
+
 def onchip_bytes(chip: Chip) -> float:
     """On-chip capacity a GEMM blocks into (L2; L3 + L2s; SRAM; scratchpads)."""
     from chipcal.model.mapping import onchip_capacity
