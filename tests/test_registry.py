@@ -279,6 +279,14 @@ MALFORMED = [
     ("unknown_stated_precision.toml",
      lambda t: t.replace("fp32 = 8.1e12", "fp24 = 8.1e12"), "stated_peak_flop_per_s.fp24"),
     ("bad_syntax.toml", lambda t: t.replace("[power]", "[power"), "<toml>"),
+    ("negative_measured.toml", lambda t: t.replace("flop_per_s = 24e12", "flop_per_s = -24e12"),
+     "measured[0].flop_per_s"),
+    ("measured_without_url.toml",
+     lambda t: t.replace('url = "https://forums.developer.nvidia.com/t/about-gpu-peak-performance/264462"\n', ""),
+     "measured[0].url"),
+    ("base_above_boost.toml", lambda t: t.replace("base_hz = 585e6", "base_hz = 2585e6"), "clocks.base_hz"),
+    ("short_mma_shape.toml", lambda t: t.replace("mma_shape = [16, 8, 8]", "mma_shape = [16, 8]"),
+     "engines[1].mma_shape"),
 ]
 
 
@@ -310,6 +318,20 @@ def test_all_malformed_files_together_leave_the_good_chips(tmp_path):
     reg = load_registry(tmp_path)
     assert reg.names == ["l4", "t4", "tpu-v4"]
     assert sorted(e.file for e in reg.errors) == sorted(m[0] for m in MALFORMED)
+
+
+def test_clocks_shapes_and_measured_evidence_are_parsed(registry):
+    t4 = registry.get("t4")
+    assert (t4.base_clock_hz, t4.boost_clock_hz) == (585e6, 1590e6)
+    assert t4.engine_for("fp16").mma_shape == (16, 8, 8)
+    assert t4.measured_for("fp16").flop_per_s == 24e12 and t4.measured_for("int8") is None
+    measured = [c for c in registry.chips.values() if c.measured]
+    assert len(measured) >= 6
+    for chip in measured:
+        for m in chip.measured:
+            assert m.url.startswith("https://") and m.title and m.date
+            # a sustained measurement can not beat the datasheet by more than a boost-clock margin
+            assert m.flop_per_s <= 1.05 * chip.peak_flop_per_s(m.precision)
 
 
 def test_duplicate_name_is_an_error_naming_the_second_file(tmp_path):
