@@ -133,7 +133,13 @@ def mac_breakdown(process_nm: float, circuit: str, precision: str, memory_type: 
     reuse = check_reuse(circuit)
     b = BYTES_PER_ELEMENT[precision]
     arith = mac_energy(process_nm, circuit, precision).compute_j
-    operands, accumulators = mma_reuse(*mma_shape) if mma_shape else (reuse.rf_operands, reuse.rf_accumulator)
+    if mma_shape:
+        # the shape is the 16-bit one; the MMA's K spans a fixed 32 bytes of depth (PTX: m16n8k16
+        # f16, m16n8k8 tf32, m16n8k32 int8/fp8; wgmma k16 / k8 / k32)
+        m, n, k16 = mma_shape
+        operands, accumulators = mma_reuse(m, n, max(1.0, k16 * 2 / b))
+    else:
+        operands, accumulators = reuse.rf_operands, reuse.rf_accumulator
     rf_bytes = operands * b + accumulators * ACCUMULATOR_BYTES[precision]
     rf = k.delivery_scale * rf_bytes * sram_energy_per_byte_j(process_nm, RF_LEVEL)
     l1 = k.delivery_scale * reuse.l1 * b * sram_energy_per_byte_j(process_nm, L1_LEVEL)

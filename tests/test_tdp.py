@@ -123,8 +123,8 @@ def test_registry_h100_is_power_limited_and_carries_evidence(registry):
     assert c.power_at_spec_low_w < c.power_at_spec_w < c.power_at_spec_high_w
     assert c.power_at_spec_w > 700 and c.sustained_clock_hz < 1.83e9
     assert c.sustainable_peak_flop_per_s == pytest.approx(2 * 528 * 512 * c.sustained_clock_hz)
-    # MAMF table (stas00/ml-engineering): 792.1 TFLOPS bf16 on H100 SXM
-    assert c.measured_peak_flop_per_s == pytest.approx(792.1e12) and "ml-engineering" in c.measured_source
+    # MAMF table (stas00/ml-engineering, 2025 revision): 794.5 TFLOPS bf16 on H100 SXM
+    assert c.measured_peak_flop_per_s == pytest.approx(794.5e12) and "ml-engineering" in c.measured_source
 
 
 def test_t4_spec_peak_needs_more_than_its_70_w(registry):
