@@ -24,6 +24,7 @@ from chipcal.cli.common import (
     run,
     save_figure,
 )
+from chipcal.model.estimate.prediction import chip_label
 from chipcal.model.precision import PRECISIONS
 from chipcal.model.tdp import (
     VERDICT_UNCERTAIN,
@@ -52,7 +53,7 @@ def record(c: ChipTdpComparison) -> dict:
     chip = c.chip
     parts = c.components_at_spec_w
     return {
-        "hardware": chip.name, "process_nm": chip.process_nm, "precision": c.precision,
+        "hardware": chip_label(chip), "process_nm": chip.process_nm, "precision": c.precision,
         "spec_tdp_w": chip.tdp_w, "peak_engine": c.peak_engine,
         "engines": "; ".join(f"{e.engine}({e.precision})={e.dynamic_w:.1f}W" for e in c.engines),
         "spec_peak_flop_per_s": c.spec_peak_flop_per_s, "spec_clock_hz": c.gemm.spec_clock_hz,
@@ -87,7 +88,7 @@ NUMERIC_FIELDS = ("spec_peak_flop_per_s", "spec_clock_hz", "boost_clock_hz", "po
 
 
 def unsupported_record(chip, precision: str) -> dict:
-    row = {"hardware": chip.name, "process_nm": chip.process_nm, "precision": precision, "spec_tdp_w": chip.tdp_w}
+    row = {"hardware": chip_label(chip), "process_nm": chip.process_nm, "precision": precision, "spec_tdp_w": chip.tdp_w}
     row.update(dict.fromkeys(NUMERIC_FIELDS))
     row.update({"verdict": f"unsupported: runs {', '.join(chip.precisions)}", "hypothetical": chip.hypothetical})
     return row

@@ -40,6 +40,7 @@ class Engine:
     source: str
     shares_hardware_with: str | None = None   # another engine's name: same silicon, never both at once
     mma_shape: tuple[int, int, int] | None = None  # matrix instruction m x n x k (tensor cores), sourced
+    boost_clock_hz: float | None = None   # set by a power mode: the full-power clock the V-f curve tops at
 
     @property
     def hardware(self) -> str:
@@ -149,8 +150,10 @@ class Chip:
         for m in self.power_modes:
             if m.name.lower() == name.lower():
                 engines = tuple(
+                    # a mode lowers the clock, not the voltage-frequency curve: the boost stays
                     dataclasses.replace(e, clock_hz=m.clock_hz.get(e.name, e.clock_hz),
-                                        units=m.units.get(e.name, e.units))
+                                        units=m.units.get(e.name, e.units),
+                                        boost_clock_hz=e.boost_clock_hz or e.clock_hz)
                     for e in self.engines
                 )
                 memory = self.memory

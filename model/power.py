@@ -178,8 +178,15 @@ def onchip_bytes(chip: Chip) -> float:
 
 
 def boost_clock_hz(chip: Chip, engine: Engine) -> float:
-    """The clock V reaches 1.0 at: the chip's sourced boost clock, else the engine's spec clock."""
-    return max(chip.boost_clock_hz or 0.0, engine.clock_hz)
+    """The clock V reaches 1.0 at: the chip's sourced boost clock, else the engine's own clock
+    (its full-power clock when a power mode has lowered it)."""
+    return max(chip.boost_clock_hz or 0.0, engine.boost_clock_hz or 0.0, engine.clock_hz)
+
+
+def engine_voltage(chip: Chip, engine: Engine, k: Constants = NOMINAL) -> float:
+    """Supply voltage (relative to boost) the engine runs at its listed clock: < 1 when the
+    spec clock sits below boost (H100 tensor cores) or a power mode has lowered it."""
+    return voltage(engine.clock_hz, boost_clock_hz(chip, engine), k)
 
 
 def static_w(chip: Chip, k: Constants = NOMINAL) -> float:

@@ -133,3 +133,14 @@ def test_t4_spec_peak_needs_more_than_its_70_w(registry):
     c = compare_chip(registry.get("t4"), "fp16")
     assert c.power_at_spec_w > 70 and c.sustainable_fraction < 1
     assert c.measured_peak_flop_per_s == pytest.approx(24e12)
+
+
+def test_power_mode_lowers_the_clock_on_the_same_voltage_curve(registry):
+    # Orin 15 W mode: tensor cores at 408 MHz of their 1300.5 MHz full clock, below the knee
+    # (0.5 x 1300.5 MHz), so at the 0.7 voltage floor: dynamic power x 0.49 vs running at V = 1.
+    full = compare_chip(registry.get("jetson-agx-orin-64gb"), "bf16").gemm
+    low = compare_chip(registry.get("jetson-agx-orin-64gb@15W"), "bf16").gemm
+    assert low.boost_clock_hz == full.spec_clock_hz == 1300.5e6
+    core = low.components_w(low.spec_clock_hz)
+    at_v1 = low.macs_per_clock * 408e6 * low.mac.arithmetic_j
+    assert core["arithmetic_w"] == pytest.approx(0.49 * at_v1)
