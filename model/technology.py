@@ -190,7 +190,9 @@ def mac_energy(process_nm: float, circuit: str, precision: str) -> MacEnergy:
 
 
 def energy_per_mac_j(process_nm: float, circuit: str, precision: str) -> float:
-    """Total compute energy per MAC including operand delivery, joules."""
+    """The floor model's energy per MAC: datapath x (1 + the circuit's lumped delivery factor),
+    joules, at the nominal voltage. The all-in energy a GEMM spends (operand traffic, network,
+    clock/control, and its voltage) is model/power.py's."""
     return mac_energy(process_nm, circuit, precision).total_j
 
 
@@ -274,15 +276,6 @@ def sram_energy_per_byte_j(process_nm: float, level: str = "l2") -> float:
     node = check_process(process_nm)
     slope = math.log(e45 / e7) / math.log(45.0 / 7.0)
     return e45 * (node / 45.0) ** slope / 8 * PJ
-
-
-# --- static power -------------------------------------------------------------------------
-
-STATIC_FRACTION_OF_TDP = 0.10
-STATIC_SOURCE = ("assumed: leakage + always-on power ~10% of TDP (datacenter GPUs idle at "
-                 "roughly 8-15% of TDP in nvidia-smi); replaced by a chip's sourced idle_w, "
-                 "or by the measured idle baseline in calibration")
-
 
 
 # --- all-in energy: operand delivery, on-chip network, clock/control, static, DVFS ---------
