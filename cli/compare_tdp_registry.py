@@ -1,8 +1,11 @@
-"""`compare_tdp_registry`: physics TDP at the derived peak vs spec TDP for registry chips.
+"""`compare_tdp_registry`: can each registry chip sustain its datasheet peak inside its TDP?
 
-For each chip: each engine's power flat out (CUDA cores, tensor cores, ...), the peak engine
-plus DRAM at full bandwidth plus static power, its ratio to the spec TDP, the pJ/MAC at which
-compute alone would exhaust the TDP, and a verdict. Does not import torch.
+Per chip and precision: spec peak; all-in power of a dense GEMM at the spec clock with its
+low-high band; TDP; the power-limited (DVFS) sustained clock and the sustainable peak with its
+fraction of spec; the verdict (sustainable / exceeds TDP even at the optimistic end / uncertain);
+and the published measured peak where the registry has one. `--fitted` uses the constants fitted
+on those measurements (calibrate/evidence.py, needs scipy) instead of the nominal ones, and
+`--evidence` prints the leave-one-chip-out validation instead. Does not import torch.
 """
 
 from __future__ import annotations
@@ -21,8 +24,14 @@ from chipcal.cli.common import (
     run,
     save_figure,
 )
+from chipcal.model.estimate.prediction import chip_label
 from chipcal.model.precision import PRECISIONS
-from chipcal.model.tdp import ChipTdpComparison, compare_chip
+from chipcal.model.tdp import (
+    VERDICT_UNCERTAIN,
+    VERDICT_UNSUSTAINABLE,
+    ChipTdpComparison,
+    compare_chip,
+)
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -32,40 +41,73 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help=f"assess every chip at this precision ({', '.join(PRECISIONS)}); "
                         "default: each chip's headline precision (bf16/fp16, else int8, else fp32)")
     p.add_argument("--plot", type=plot_path, metavar="FILE", help="estimated vs spec TDP chart (.png/.svg)")
+    p.add_argument("--fitted", action="store_true",
+                   help="use the constants fitted on the registry's published measurements")
+    p.add_argument("--evidence", action="store_true",
+                   help="print the physics-only and leave-one-chip-out fitted errors on the measured chips")
     p.add_argument("--json", action="store_true", help="print an array of flat records")
     return p
 
 
 def record(c: ChipTdpComparison) -> dict:
     chip = c.chip
+    parts = c.components_at_spec_w
     return {
-        "hardware": chip.name, "process_nm": chip.process_nm, "precision": c.precision,
-        "spec_tdp_w": chip.tdp_w,
-        "engines": "; ".join(f"{e.engine}({e.precision})={e.compute_w + e.delivery_w:.1f}W" for e in c.engines),
-        "peak_engine": c.peak_engine, "peak_ops_per_s": 2 * c.peak_macs_per_s,
-        "pj_per_mac": c.peak_engine_tdp.pj_per_mac, "compute_w": c.compute_w,
-        "memory_w": c.memory_w, "static_w": c.static_w, "estimated_tdp_w": c.estimated_tdp_w,
-        "combined_tdp_w": c.combined_tdp_w, "ratio": c.ratio,
+        "hardware": chip_label(chip), "process_nm": chip.process_nm, "precision": c.precision,
+        "spec_tdp_w": chip.tdp_w, "peak_engine": c.peak_engine,
+        "engines": "; ".join(f"{e.engine}({e.precision})={e.dynamic_w:.1f}W" for e in c.engines),
+        "spec_peak_flop_per_s": c.spec_peak_flop_per_s, "spec_clock_hz": c.gemm.spec_clock_hz,
+        "boost_clock_hz": c.gemm.boost_clock_hz,
+        "power_at_spec_w": c.power_at_spec_w, "power_at_spec_low_w": c.power_at_spec_low_w,
+        "power_at_spec_high_w": c.power_at_spec_high_w,
+        **{k[:-2] + "_at_spec_w": v for k, v in parts.items()},
+        "pj_per_mac": c.peak_engine_tdp.pj_per_mac, "pj_per_flop_at_spec": c.gemm.pj_per_flop_at_spec,
+        "compute_w": c.compute_w, "memory_w": c.memory_w, "static_w": c.static_w,
+        "estimated_tdp_w": c.estimated_tdp_w, "combined_tdp_w": c.combined_tdp_w, "ratio": c.ratio,
         "max_sustainable_pj_per_mac": c.max_sustainable_pj_per_mac, "margin": c.margin,
-        "verdict": c.verdict, "hypothetical": chip.hypothetical,
+        "sustained_clock_hz": c.sustained_clock_hz,
+        "sustainable_peak_flop_per_s": c.sustainable_peak_flop_per_s,
+        "sustainable_fraction": c.sustainable_fraction,
+        "sustainable_fraction_low": c.low.sustainable_fraction,
+        "sustainable_fraction_high": c.high.sustainable_fraction,
+        "verdict": c.verdict,
+        "measured_peak_flop_per_s": c.measured_peak_flop_per_s, "measured_source": c.measured_source,
+        "measured_fraction": (None if c.measured is None else c.measured.flop_per_s / c.spec_peak_flop_per_s),
+        "hypothetical": chip.hypothetical,
     }
 
 
+COMPONENTS = ("arithmetic", "issue", "register_file", "l1", "l2", "network", "clock_control", "dram", "static")
+NUMERIC_FIELDS = ("spec_peak_flop_per_s", "spec_clock_hz", "boost_clock_hz", "power_at_spec_w",
+                  "power_at_spec_low_w", "power_at_spec_high_w", "pj_per_mac", "pj_per_flop_at_spec",
+                  "compute_w", "memory_w", "static_w", "estimated_tdp_w", "combined_tdp_w", "ratio",
+                  "max_sustainable_pj_per_mac", "margin", "sustained_clock_hz", "sustainable_peak_flop_per_s",
+                  "sustainable_fraction", "sustainable_fraction_low", "sustainable_fraction_high",
+                  "measured_peak_flop_per_s", "measured_source", "measured_fraction", "engines", "peak_engine",
+                  *(f"{c}_at_spec_w" for c in COMPONENTS))
+
+
 def unsupported_record(chip, precision: str) -> dict:
-    return {"hardware": chip.name, "process_nm": chip.process_nm, "precision": precision,
-            "spec_tdp_w": chip.tdp_w, "engines": None, "peak_engine": None, "peak_ops_per_s": None,
-            "pj_per_mac": None, "compute_w": None, "memory_w": None, "static_w": None,
-            "estimated_tdp_w": None, "combined_tdp_w": None, "ratio": None,
-            "max_sustainable_pj_per_mac": None, "margin": None,
-            "verdict": f"unsupported: runs {', '.join(chip.precisions)}", "hypothetical": chip.hypothetical}
+    row = {"hardware": chip_label(chip), "process_nm": chip.process_nm, "precision": precision, "spec_tdp_w": chip.tdp_w}
+    row.update(dict.fromkeys(NUMERIC_FIELDS))
+    row.update({"verdict": f"unsupported: runs {', '.join(chip.precisions)}", "hypothetical": chip.hypothetical})
+    return row
+
+
+def _tera(x):
+    return None if x is None else x / 1e12
 
 
 def _display(r: dict) -> dict:
+    band = (f"{r['power_at_spec_low_w']:.0f}-{r['power_at_spec_high_w']:.0f}"
+            if r["power_at_spec_w"] is not None else "-")
     return {"hardware": r["hardware"], "nm": r["process_nm"], "prec": r["precision"],
-            "spec_W": r["spec_tdp_w"], "engines (flat out)": r["engines"] or "-",
-            "pJ/MAC": r["pj_per_mac"], "mem_W": r["memory_w"], "static_W": r["static_w"],
-            "est_W": r["estimated_tdp_w"], "est/spec": r["ratio"],
-            "max_pJ/MAC": r["max_sustainable_pj_per_mac"], "verdict": r["verdict"]}
+            "spec_TFLOPS": _tera(r["spec_peak_flop_per_s"]), "pJ/FLOP": r["pj_per_flop_at_spec"],
+            "P_spec_W": r["power_at_spec_w"], "band_W": band, "TDP_W": r["spec_tdp_w"],
+            "f_sust_GHz": None if r["sustained_clock_hz"] is None else r["sustained_clock_hz"] / 1e9,
+            "sust_TFLOPS": _tera(r["sustainable_peak_flop_per_s"]), "sust/spec": r["sustainable_fraction"],
+            "meas_TFLOPS": _tera(r["measured_peak_flop_per_s"]), "meas/spec": r["measured_fraction"],
+            "verdict": r["verdict"]}
 
 
 def _plot(path: str, records: list[dict]) -> None:
@@ -74,42 +116,71 @@ def _plot(path: str, records: list[dict]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in records if r["estimated_tdp_w"] is not None]
+    rows = [r for r in records if r["power_at_spec_w"] is not None]
     fig, ax = plt.subplots(figsize=(8, 6))
     for r in rows:
-        colour = "tab:red" if r["verdict"].startswith("UNSUSTAINABLE") else (
-            "tab:orange" if r["verdict"].startswith("tight") else "tab:green")
-        ax.scatter(r["spec_tdp_w"], r["estimated_tdp_w"], color=colour, marker="x" if r["hypothetical"] else "o")
-        ax.annotate(r["hardware"], (r["spec_tdp_w"], r["estimated_tdp_w"]), fontsize=7,
-                    xytext=(3, 3), textcoords="offset points")
-    lo = min(min(r["spec_tdp_w"], r["estimated_tdp_w"]) for r in rows) / 1.5
-    hi = max(max(r["spec_tdp_w"], r["estimated_tdp_w"]) for r in rows) * 1.5
+        colour = {VERDICT_UNSUSTAINABLE: "tab:red", VERDICT_UNCERTAIN: "tab:orange"}.get(r["verdict"], "tab:green")
+        y = r["power_at_spec_w"]
+        ax.errorbar(r["spec_tdp_w"], y, yerr=[[y - r["power_at_spec_low_w"]], [r["power_at_spec_high_w"] - y]],
+                    color=colour, fmt="x" if r["hypothetical"] else "o", elinewidth=0.6, capsize=2)
+        ax.annotate(r["hardware"], (r["spec_tdp_w"], y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    lo = min(min(r["spec_tdp_w"], r["power_at_spec_low_w"]) for r in rows) / 1.5
+    hi = max(max(r["spec_tdp_w"], r["power_at_spec_high_w"]) for r in rows) * 1.5
     ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="estimate = spec")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("spec TDP (W)")
-    ax.set_ylabel("physics estimate at spec peak (W)")
-    ax.set_title("Physics TDP vs spec (red: compute alone exceeds TDP; x: hypothetical)")
+    ax.set_ylabel("all-in GEMM power at the spec clock (W), with band")
+    ax.set_title("Power at spec peak vs TDP (red: exceeds even optimistic; orange: uncertain; x: hypothetical)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     save_figure(fig, path)
 
 
+def _evidence(registry, as_json: bool) -> int:
+    from chipcal.calibrate.evidence import validate
+
+    report = validate(registry)
+    if as_json:
+        print_json(r.record() for r in report.rows)
+        return 0
+    print_table([{"hardware": r.chip, "prec": r.precision, "meas_TFLOPS": r.measured_flop_per_s / 1e12,
+                  "physics_TFLOPS": r.physics_flop_per_s / 1e12, "physics_err": r.physics_error,
+                  "loo_TFLOPS": r.loo_flop_per_s / 1e12, "loo_err": r.loo_error, "source": r.source}
+                 for r in report.rows],
+                {"meas_TFLOPS": ".1f", "physics_TFLOPS": ".1f", "physics_err": "+.1%", "loo_TFLOPS": ".1f",
+                 "loo_err": "+.1%"})
+    print(f"median |error|: physics-only {report.physics_median_abs_error:.1%}, "
+          f"leave-one-chip-out fitted {report.loo_median_abs_error:.1%}; fitted on all: "
+          + ", ".join(f"{k}={v:.3g}" for k, v in report.fitted.items()))
+    return 0
+
+
 def _body(args: argparse.Namespace) -> int:
     registry = load_registry_warn()
     chips = resolve_chips(args.hardware, registry)
+    if args.evidence:
+        return _evidence(registry, args.json)
+    constants = None
+    if args.fitted:
+        from chipcal.calibrate.evidence import fit_constants
+
+        constants = fit_constants(registry.chips.values()).constants
     records = []
     for chip in chips:
         if args.precision and not chip.supports(args.precision):
             records.append(unsupported_record(chip, args.precision))
+        elif constants is not None:
+            records.append(record(compare_chip(chip, args.precision, constants)))
         else:
             records.append(record(compare_chip(chip, args.precision)))
     if args.json:
         print_json(records)
     else:
         print_table([_display(r) for r in records],
-                    {"nm": "g", "spec_W": ".0f", "pJ/MAC": ".3f", "mem_W": ".0f", "static_W": ".0f",
-                     "est_W": ".0f", "est/spec": ".2f", "max_pJ/MAC": ".3f"})
+                    {"nm": "g", "spec_TFLOPS": ".4g", "pJ/FLOP": ".2f", "P_spec_W": ".0f", "TDP_W": ".0f",
+                     "f_sust_GHz": ".3g", "sust_TFLOPS": ".4g", "sust/spec": ".2f", "meas_TFLOPS": ".4g",
+                     "meas/spec": ".2f"})
     if args.plot:
         _plot(args.plot, records)
     return 0

@@ -1,6 +1,7 @@
-"""`estimate_tdp`: physics TDP of a MAC array, and sweeps over precision, circuit or node.
+"""`estimate_tdp`: all-in power of a MAC array running a dense GEMM, and sweeps over precision, circuit or node.
 
-Prints TDP, pJ/MAC, TOPS and TOPS/W; `--plot` draws TDP against ALU count (log-log), one
+Prints the all-in pJ/MAC (datapath, issue, operand delivery, network, clock/control), TDP with
+its low-high band, TOPS and TOPS/W (`--json` has every component); `--plot` draws TDP against ALU count (log-log), one
 line per swept value. Does not import torch.
 """
 
@@ -57,6 +58,9 @@ def record(e: TdpEstimate) -> dict:
         "process_nm": e.process_nm, "circuit": e.circuit, "precision": e.precision, "alus": e.alus,
         "frequency_hz": e.frequency_hz, "pj_per_mac": e.pj_per_mac, "compute_w": e.compute_w,
         "delivery_w": e.delivery_w, "memory_w": e.memory_w, "static_w": e.static_w, "tdp_w": e.tdp_w,
+        "tdp_low_w": e.tdp_low_w, "tdp_high_w": e.tdp_high_w,
+        **{f"{k}_pj_per_mac": getattr(e.mac, f"{k}_j") / technology.PJ
+           for k in ("arithmetic", "issue", "register_file", "l1", "l2", "network", "clock_control")},
         "peak_ops_per_s": e.peak_ops_per_s, "ops_per_w": e.ops_per_w,
         "extrapolated_node": e.extrapolated_node,
     }
@@ -67,6 +71,7 @@ def _display(e: TdpEstimate) -> dict:
         "node_nm": e.process_nm, "circuit": e.circuit, "precision": e.precision, "alus": e.alus,
         "GHz": e.frequency_hz / GHZ, "pJ/MAC": e.pj_per_mac, "compute_W": e.compute_w + e.delivery_w,
         "memory_W": e.memory_w, "static_W": e.static_w, "TDP_W": e.tdp_w,
+        "band_W": f"{e.tdp_low_w:.3g}-{e.tdp_high_w:.3g}",
         "TOPS": e.peak_ops_per_s / 1e12, "TOPS/W": e.ops_per_w / 1e12,
         "note": "extrapolated <7nm" if e.extrapolated_node else "",
     }

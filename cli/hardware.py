@@ -53,6 +53,13 @@ def show_record(chip: Chip) -> dict:
     for i, e in enumerate(chip.engines):
         rates = ", ".join(f"{p}={r:g}" for p, r in e.macs_per_unit_per_clock.items())
         row[f"engine_{i}"] = f"{e.name} [{e.circuit}] {e.units} units @ {e.clock_hz / 1e9:g} GHz; MAC/unit/clk: {rates}"
+    row["base_clock_hz"], row["boost_clock_hz"] = chip.base_clock_hz, chip.boost_clock_hz
+    row["clock_source"] = chip.clock_source or None
+    for i, m in enumerate(chip.measured):
+        extra = "".join(f", {label} {value:g}" for label, value in
+                        (("board W", m.board_power_w), ("SM GHz", m.sm_clock_hz and m.sm_clock_hz / 1e9)) if value)
+        row[f"measured_{i}"] = (f"{m.precision} {m.flop_per_s / 1e12:.4g} TFLOP/s sustained GEMM{extra}: "
+                                f"{m.title}, {m.url} ({m.date})")
     row["microarch"] = ", ".join(f"{k}={v}" for k, v in chip.microarch.items() if k != "source")
     row["sources"] = " | ".join(chip.sources)
     row["power_source"] = chip.power_source

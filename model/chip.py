@@ -39,6 +39,8 @@ class Engine:
     macs_per_unit_per_clock: Mapping[str, float]
     source: str
     shares_hardware_with: str | None = None   # another engine's name: same silicon, never both at once
+    mma_shape: tuple[int, int, int] | None = None  # matrix instruction m x n x k (tensor cores), sourced
+    boost_clock_hz: float | None = None   # set by a power mode: the full-power clock the V-f curve tops at
 
     @property
     def hardware(self) -> str:
@@ -74,6 +76,20 @@ class PowerMode:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """A published measurement of the chip under sustained dense GEMM, with its citation."""
+
+    precision: str
+    flop_per_s: float              # best sustained dense GEMM throughput
+    title: str
+    url: str
+    date: str
+    notes: str = ""
+    board_power_w: float | None = None
+    sm_clock_hz: float | None = None
+
+
+@dataclass(frozen=True)
 class Chip:
     name: str
     display_name: str
@@ -93,6 +109,14 @@ class Chip:
     idle_w: float | None = None
     notes: str = ""
     active_mode: str | None = None
+    base_clock_hz: float | None = None
+    boost_clock_hz: float | None = None
+    clock_source: str = ""
+    measured: tuple[Measured, ...] = ()
+
+    def measured_for(self, precision: str) -> Measured | None:
+        """The published sustained-GEMM measurement at `precision` (None if there is none)."""
+        return next((m for m in self.measured if m.precision == precision), None)
 
     @property
     def precisions(self) -> tuple[str, ...]:
@@ -126,8 +150,10 @@ class Chip:
         for m in self.power_modes:
             if m.name.lower() == name.lower():
                 engines = tuple(
+                    # a mode lowers the clock, not the voltage-frequency curve: the boost stays
                     dataclasses.replace(e, clock_hz=m.clock_hz.get(e.name, e.clock_hz),
-                                        units=m.units.get(e.name, e.units))
+                                        units=m.units.get(e.name, e.units),
+                                        boost_clock_hz=e.boost_clock_hz or e.clock_hz)
                     for e in self.engines
                 )
                 memory = self.memory

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from chipcal.model.chip import KINDS, REQUIRED_MICROARCH, Chip, Engine, Memory, PowerMode
+from chipcal.model.chip import KINDS, REQUIRED_MICROARCH, Chip, Engine, Measured, Memory, PowerMode
 from chipcal.model.errors import ChipcalError
 from chipcal.model.precision import PRECISIONS
 from chipcal.model.technology import CIRCUITS, MEMORY_TYPES
@@ -137,6 +137,7 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
             macs_per_unit_per_clock={p: float(r) for p, r in rates.items()},
             source=_source(file, where, e),
             shares_hardware_with=shares,
+            mma_shape=mma_shape_from_dict(e, file, where),
         ))
     engine_names = {e.name for e in engines}
     for i, e in enumerate(engines):
@@ -221,7 +222,60 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
         power_modes=tuple(modes),
         idle_w=idle_w,
         notes=_text(file, "", data, "notes", required=False),
+        **clocks_from_dict(data, file),
+        measured=measured_from_dict(data, file),
     )
+
+
+def mma_shape_from_dict(engine: dict, file: str, where: str) -> tuple[int, int, int] | None:
+    """Optional engine `mma_shape = [m, n, k]` (the matrix instruction GEMM kernels issue) with
+    its `mma_source`; absent: the circuit's default reuse (technology.REUSE_TABLE)."""
+    shape = engine.get("mma_shape")
+    if shape is None:
+        return None
+    if (not isinstance(shape, list) or len(shape) != 3
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in shape)):
+        raise RegistryError(file, where + "mma_shape", f"must be [m, n, k] positive integers, got {shape!r}")
+    _text(file, where, engine, "mma_source")
+    return tuple(shape)
+
+
+def clocks_from_dict(data: dict, file: str) -> dict:
+    """Optional [clocks] table: base_hz, boost_hz (positive, base <= boost) and their source."""
+    table = data.get("clocks")
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise RegistryError(file, "clocks", "must be a table")
+    out = {"clock_source": _source(file, "clocks.", table)}
+    for key, field in (("base_hz", "base_clock_hz"), ("boost_hz", "boost_clock_hz")):
+        if key in table:
+            out[field] = _positive(file, f"clocks.{key}", table[key])
+    if out.get("base_clock_hz", 0) > out.get("boost_clock_hz", float("inf")):
+        raise RegistryError(file, "clocks.base_hz", "must not exceed boost_hz")
+    return out
+
+
+def measured_from_dict(data: dict, file: str) -> tuple[Measured, ...]:
+    """Optional [[measured]] array: published sustained dense-GEMM results with citations
+    (precision, flop_per_s, title, url, date; optional board_power_w, sm_clock_hz, notes)."""
+    rows = data.get("measured", [])
+    if not isinstance(rows, list):
+        raise RegistryError(file, "measured", "must be an array of tables")
+    out = []
+    for i, m in enumerate(rows):
+        where = f"measured[{i}]."
+        if not isinstance(m, dict):
+            raise RegistryError(file, f"measured[{i}]", "must be a table")
+        precision = _text(file, where, m, "precision")
+        if precision not in PRECISIONS:
+            raise RegistryError(file, where + "precision", f"unknown precision; valid: {', '.join(PRECISIONS)}")
+        optional = {k: _positive(file, where + k, m[k]) for k in ("board_power_w", "sm_clock_hz") if k in m}
+        out.append(Measured(precision=precision, flop_per_s=_positive(file, where + "flop_per_s", m.get("flop_per_s")),
+                            title=_text(file, where, m, "title"), url=_text(file, where, m, "url"),
+                            date=_text(file, where, m, "date"), notes=_text(file, where, m, "notes", required=False),
+                            **optional))
+    return tuple(out)
 
 
 def load_chip(path: Path) -> Chip:

@@ -1,45 +1,79 @@
-"""Physics TDP estimate: can a chip sustain its datasheet peak inside its TDP?
+"""Can a chip sustain its datasheet peak inside its TDP? All-in power and the power-limited clock.
 
-    P_compute  = E_MAC(node, circuit, precision) x MAC_units x clock      (datapath + delivery)
-    P_memory   = E_DRAM(type) per byte x bandwidth                           (at full bandwidth)
-    P_static   = leakage/always-on power (sourced idle_w, else a fraction of TDP)
-    TDP_est    = P_compute + P_memory + P_static
+For a registry chip at a precision (model/power.py has the formulas):
 
-Sensitivity: the energy per MAC at which compute alone would exhaust the spec TDP is
-TDP_spec / peak_MAC/s; margin = that / the model's pJ/MAC (below 1 = peak unsustainable).
+    P_spec      = all-in power of a dense GEMM at the engine's spec clock: datapath, issue,
+                  operand delivery (RF, L1, L2), on-chip network, clock/control, DRAM at the
+                  GEMM's traffic, static power
+    band        = the same with every uncertain constant at its optimistic / pessimistic end
+    f_sustained = the clock at which P = TDP (DVFS: V falls with f), capped at the spec clock
+    sustainable peak = 2 x MACs/clock x f_sustained
+
+Verdict: `sustainable` when even the pessimistic end fits the TDP at the spec clock; `exceeds`
+when even the optimistic end does not; `uncertain` in between. A published measurement
+(registry `[[measured]]`) is shown beside it where one exists.
+
+`estimate_tdp` gives the same decomposition for a hypothetical MAC array at a fixed clock.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chipcal.model.chip import Chip, Engine
+from chipcal.model import power
+from chipcal.model.chip import Chip, Engine, Measured
 from chipcal.model.precision import FLOP_PER_MAC, check_precision
 from chipcal.model.technology import (
     PJ,
-    STATIC_FRACTION_OF_TDP,
     check_circuit,
     dram_energy_per_byte_j,
     is_extrapolated,
-    mac_energy,
 )
+
+VERDICT_OK = "sustainable"
+VERDICT_UNSUSTAINABLE = "exceeds TDP even at the optimistic end of the band"
+VERDICT_UNCERTAIN = "uncertain"
 
 
 @dataclass(frozen=True)
 class TdpEstimate:
-    """TDP of `alus` MAC units at `frequency_hz`, with its breakdown (watts)."""
+    """Power of `alus` MAC units at `frequency_hz` running a dense GEMM, by component (watts).
+
+    Static power is `static_fraction` of the total; DRAM at the given bandwidth. tdp_low_w and
+    tdp_high_w repeat the estimate with every uncertain constant at its optimistic/pessimistic end.
+    """
 
     process_nm: float
     circuit: str
     precision: str
     alus: int
     frequency_hz: float
-    pj_per_mac: float
-    compute_w: float
-    delivery_w: float
+    mac: power.MacBreakdown
     memory_w: float
     static_w: float
+    tdp_low_w: float
+    tdp_high_w: float
     extrapolated_node: bool
+
+    @property
+    def macs_per_s(self) -> float:
+        return self.alus * self.frequency_hz
+
+    @property
+    def pj_per_mac(self) -> float:
+        """All-in core dynamic energy per MAC (DRAM and static excluded), pJ."""
+        return self.mac.dynamic_j / PJ
+
+    @property
+    def compute_w(self) -> float:
+        """Datapath + instruction issue."""
+        return self.macs_per_s * (self.mac.arithmetic_j + self.mac.issue_j)
+
+    @property
+    def delivery_w(self) -> float:
+        """Operand delivery (RF, L1, L2) + on-chip network + clock/control."""
+        m = self.mac
+        return self.macs_per_s * (m.register_file_j + m.l1_j + m.l2_j + m.network_j + m.clock_control_j)
 
     @property
     def tdp_w(self) -> float:
@@ -48,38 +82,49 @@ class TdpEstimate:
     @property
     def peak_ops_per_s(self) -> float:
         """2 ops per MAC per clock per ALU (FLOP/s for float precisions)."""
-        return FLOP_PER_MAC * self.alus * self.frequency_hz
+        return FLOP_PER_MAC * self.macs_per_s
 
     @property
     def ops_per_w(self) -> float:
         return self.peak_ops_per_s / self.tdp_w
 
 
+def _array_power(alus, frequency_hz, process_nm, circuit, precision, memory_w, static_fraction,
+                 k: power.Constants) -> tuple[power.MacBreakdown, float, float]:
+    """(MAC breakdown, static W, total W) of the array under constants `k`."""
+    # DRAM is charged at the given bandwidth, not through the GEMM's blocking: onchip = inf.
+    mac = power.mac_breakdown(process_nm, circuit, precision, "hbm2", float("inf"), k)
+    dynamic = alus * frequency_hz * mac.dynamic_j + memory_w
+    static = dynamic * static_fraction / (1 - static_fraction)
+    return mac, static, dynamic + static
+
+
 def estimate_tdp(alus: int, frequency_hz: float, process_nm: float, circuit: str, precision: str,
                  memory_bandwidth_bytes_per_s: float = 0.0, memory_type: str | None = None,
-                 static_fraction: float = STATIC_FRACTION_OF_TDP) -> TdpEstimate:
-    """TDP of a MAC array; static power is `static_fraction` of the resulting total."""
+                 static_fraction: float | None = None) -> TdpEstimate:
+    """All-in power of a MAC array flat out (module docstring). `static_fraction` of the total
+    is static power; default: the model's nominal static fraction (technology.STATIC_FRACTION_BAND)."""
     if alus <= 0 or frequency_hz <= 0:
         raise ValueError("alus and frequency must be positive")
-    if not 0 <= static_fraction < 1:
+    if static_fraction is not None and not 0 <= static_fraction < 1:
         raise ValueError("static_fraction must be in [0, 1)")
     precision = check_precision(precision)
     circuit = check_circuit(circuit).name
-    e = mac_energy(process_nm, circuit, precision)
-    macs_per_s = alus * frequency_hz
     memory_w = 0.0
     if memory_bandwidth_bytes_per_s:
         if memory_type is None:
             raise ValueError("memory_type is required with a memory bandwidth")
         memory_w = dram_energy_per_byte_j(memory_type) * memory_bandwidth_bytes_per_s
-    dynamic = macs_per_s * e.total_j + memory_w
-    return TdpEstimate(
-        process_nm=float(process_nm), circuit=circuit, precision=precision, alus=alus,
-        frequency_hz=frequency_hz, pj_per_mac=e.total_j / PJ,
-        compute_w=macs_per_s * e.compute_j, delivery_w=macs_per_s * e.delivery_j,
-        memory_w=memory_w, static_w=dynamic * static_fraction / (1 - static_fraction),
-        extrapolated_node=is_extrapolated(process_nm),
-    )
+    args = (alus, frequency_hz, process_nm, circuit, precision, memory_w)
+    ends = {}
+    for name, k in (("nominal", power.NOMINAL), ("low", power.OPTIMISTIC), ("high", power.PESSIMISTIC)):
+        fraction = k.static_fraction if static_fraction is None else static_fraction
+        ends[name] = _array_power(*args, fraction, k)
+    mac, static, _ = ends["nominal"]
+    return TdpEstimate(process_nm=float(process_nm), circuit=circuit, precision=precision, alus=alus,
+                       frequency_hz=frequency_hz, mac=mac, memory_w=memory_w, static_w=static,
+                       tdp_low_w=ends["low"][2], tdp_high_w=ends["high"][2],
+                       extrapolated_node=is_extrapolated(process_nm))
 
 
 def sweep(parameter: str, values, **base) -> list[TdpEstimate]:
@@ -88,17 +133,8 @@ def sweep(parameter: str, values, **base) -> list[TdpEstimate]:
 
 
 def static_power_w(chip: Chip) -> float:
-    """Idle/leakage power: the chip's sourced idle_w, else STATIC_FRACTION_OF_TDP x TDP."""
-    return chip.idle_w if chip.idle_w is not None else STATIC_FRACTION_OF_TDP * chip.tdp_w
-
-
-def engine_power_w(engine: Engine, process_nm: float, precision: str) -> tuple[float, float]:
-    """(compute W, delivery W) of one engine running flat out at `precision`."""
-    macs_per_s = engine.peak_macs_per_s(precision)
-    if macs_per_s is None:
-        raise ValueError(f"engine {engine.name} does not run {precision}")
-    e = mac_energy(process_nm, engine.circuit, precision)
-    return macs_per_s * e.compute_j, macs_per_s * e.delivery_j
+    """Static power under load at the nominal constants: sourced idle_w, else a fraction of TDP."""
+    return power.static_w(chip, power.NOMINAL)
 
 
 def engine_precision(engine: Engine, precision: str) -> str:
@@ -120,60 +156,93 @@ def headline_precision(chip: Chip) -> str:
     return chip.precisions[0]
 
 
-VERDICT_UNSUSTAINABLE = "UNSUSTAINABLE: compute alone exceeds TDP at spec peak"
-VERDICT_TIGHT = "tight: peak compute + full memory bandwidth exceed TDP"
-VERDICT_OK = "sustainable"
-
-
 @dataclass(frozen=True)
 class EngineTdp:
+    """One engine flat out at its spec clock: all-in core dynamic power (DRAM, static excluded)."""
+
     engine: str
     hardware: str
     circuit: str
     precision: str
     pj_per_mac: float
-    compute_w: float
-    delivery_w: float
+    dynamic_w: float
 
 
 @dataclass(frozen=True)
 class ChipTdpComparison:
-    """Physics TDP of a registry chip at its derived peak vs its spec TDP."""
+    """A registry chip at a precision: power at the spec peak with its band, sustained clock."""
 
     chip: Chip
     precision: str
-    peak_macs_per_s: float
+    gemm: power.GemmPower           # nominal constants
+    low: power.GemmPower            # optimistic end of every band
+    high: power.GemmPower           # pessimistic end
     engines: tuple[EngineTdp, ...]
-    peak_engine: str
-    memory_w: float
-    static_w: float
+    measured: Measured | None
+
+    @property
+    def peak_engine(self) -> str:
+        return self.gemm.engine
 
     @property
     def peak_engine_tdp(self) -> EngineTdp:
         return next(e for e in self.engines if e.engine == self.peak_engine)
 
     @property
+    def peak_macs_per_s(self) -> float:
+        return self.gemm.macs_per_clock * self.gemm.spec_clock_hz
+
+    @property
+    def spec_peak_flop_per_s(self) -> float:
+        return self.gemm.spec_peak_flop_per_s
+
+    @property
+    def power_at_spec_w(self) -> float:
+        return self.gemm.power_at_spec_w
+
+    @property
+    def power_at_spec_low_w(self) -> float:
+        return self.low.power_at_spec_w
+
+    @property
+    def power_at_spec_high_w(self) -> float:
+        return self.high.power_at_spec_w
+
+    @property
+    def components_at_spec_w(self) -> dict[str, float]:
+        return self.gemm.components_w(self.gemm.spec_clock_hz)
+
+    @property
     def compute_w(self) -> float:
-        e = self.peak_engine_tdp
-        return e.compute_w + e.delivery_w
+        """Core dynamic power at the spec clock (everything but DRAM and static)."""
+        c = self.components_at_spec_w
+        return sum(v for k, v in c.items() if k not in ("dram_w", "static_w"))
+
+    @property
+    def memory_w(self) -> float:
+        """DRAM power at the traffic the GEMM needs, at the spec clock."""
+        return self.components_at_spec_w["dram_w"]
+
+    @property
+    def static_w(self) -> float:
+        return self.components_at_spec_w["static_w"]
 
     @property
     def estimated_tdp_w(self) -> float:
-        """Peak engine flat out + DRAM at full bandwidth + static."""
-        return self.compute_w + self.memory_w + self.static_w
+        return self.power_at_spec_w
 
     @property
     def combined_tdp_w(self) -> float:
         """Every distinct hardware unit group flat out at once (e.g. CUDA and tensor cores) +
-        memory + static; engines sharing silicon (an FP64 tensor path) count once, at their max."""
+        DRAM + static; engines sharing silicon (an FP64 tensor path) count once, at their max."""
         by_hardware: dict[str, float] = {}
         for e in self.engines:
-            by_hardware[e.hardware] = max(by_hardware.get(e.hardware, 0.0), e.compute_w + e.delivery_w)
+            by_hardware[e.hardware] = max(by_hardware.get(e.hardware, 0.0), e.dynamic_w)
         return sum(by_hardware.values()) + self.memory_w + self.static_w
 
     @property
     def ratio(self) -> float:
-        return self.estimated_tdp_w / self.chip.tdp_w
+        return self.power_at_spec_w / self.chip.tdp_w
 
     @property
     def max_sustainable_pj_per_mac(self) -> float:
@@ -182,21 +251,44 @@ class ChipTdpComparison:
 
     @property
     def margin(self) -> float:
-        """max sustainable pJ/MAC ÷ the model's pJ/MAC (< 1: the spec peak cannot be sustained)."""
+        """max sustainable pJ/MAC / the model's all-in pJ/MAC (< 1: the peak cannot be sustained)."""
         return self.max_sustainable_pj_per_mac / self.peak_engine_tdp.pj_per_mac
 
     @property
+    def sustained_clock_hz(self) -> float:
+        return self.gemm.sustained_clock_hz
+
+    @property
+    def sustainable_peak_flop_per_s(self) -> float:
+        return self.gemm.sustainable_peak_flop_per_s
+
+    @property
+    def sustainable_fraction(self) -> float:
+        return self.gemm.sustainable_fraction
+
+    @property
     def verdict(self) -> str:
-        if self.compute_w + self.static_w > self.chip.tdp_w:
+        if self.power_at_spec_high_w <= self.chip.tdp_w:
+            return VERDICT_OK
+        if self.power_at_spec_low_w > self.chip.tdp_w:
             return VERDICT_UNSUSTAINABLE
-        if self.estimated_tdp_w > self.chip.tdp_w:
-            return VERDICT_TIGHT
-        return VERDICT_OK
+        return VERDICT_UNCERTAIN
+
+    @property
+    def measured_peak_flop_per_s(self) -> float | None:
+        return None if self.measured is None else self.measured.flop_per_s
+
+    @property
+    def measured_source(self) -> str | None:
+        m = self.measured
+        return None if m is None else f"{m.title}, {m.url} ({m.date})"
 
 
-def compare_chip(chip: Chip, precision: str | None = None) -> ChipTdpComparison:
+def compare_chip(chip: Chip, precision: str | None = None,
+                 constants: power.Constants = power.NOMINAL) -> ChipTdpComparison:
     """Assess `chip` at `precision` (default: its headline precision). Raises ValueError if
-    the chip has no engine for an explicitly requested precision."""
+    the chip has no engine for an explicitly requested precision. `constants` replaces the
+    nominal constants (e.g. fitted on published measurements); the band stays the band."""
     precision = headline_precision(chip) if precision is None else check_precision(precision)
     peak = chip.engine_for(precision)
     if peak is None:
@@ -204,13 +296,13 @@ def compare_chip(chip: Chip, precision: str | None = None) -> ChipTdpComparison:
     engines = []
     for engine in chip.engines:
         p = engine_precision(engine, precision)
-        compute, delivery = engine_power_w(engine, chip.process_nm, p)
-        engines.append(EngineTdp(engine.name, engine.hardware, engine.circuit, p,
-                                 mac_energy(chip.process_nm, engine.circuit, p).total_j / PJ,
-                                 compute, delivery))
+        g = power.gemm_power(chip, p, constants, engine)
+        c = g.components_w(g.spec_clock_hz)
+        engines.append(EngineTdp(engine.name, engine.hardware, engine.circuit, p, g.mac.dynamic_j / PJ,
+                                 sum(v for k, v in c.items() if k not in ("dram_w", "static_w"))))
     return ChipTdpComparison(
-        chip=chip, precision=precision, peak_macs_per_s=peak.peak_macs_per_s(precision),
-        engines=tuple(engines), peak_engine=peak.name,
-        memory_w=dram_energy_per_byte_j(chip.memory.type) * chip.memory.bandwidth_bytes_per_s,
-        static_w=static_power_w(chip),
+        chip=chip, precision=precision, gemm=power.gemm_power(chip, precision, constants, peak),
+        low=power.gemm_power(chip, precision, power.OPTIMISTIC, peak),
+        high=power.gemm_power(chip, precision, power.PESSIMISTIC, peak),
+        engines=tuple(engines), measured=chip.measured_for(precision),
     )

@@ -190,7 +190,9 @@ def mac_energy(process_nm: float, circuit: str, precision: str) -> MacEnergy:
 
 
 def energy_per_mac_j(process_nm: float, circuit: str, precision: str) -> float:
-    """Total compute energy per MAC including operand delivery, joules."""
+    """The floor model's energy per MAC: datapath x (1 + the circuit's lumped delivery factor),
+    joules, at the nominal voltage. The all-in energy a GEMM spends (operand traffic, network,
+    clock/control, and its voltage) is model/power.py's."""
     return mac_energy(process_nm, circuit, precision).total_j
 
 
@@ -276,10 +278,128 @@ def sram_energy_per_byte_j(process_nm: float, level: str = "l2") -> float:
     return e45 * (node / 45.0) ** slope / 8 * PJ
 
 
-# --- static power -------------------------------------------------------------------------
+# --- all-in energy: operand delivery, on-chip network, clock/control, static, DVFS ---------
+#
+# The arithmetic above is only part of what a GEMM spends. The all-in model (model/power.py)
+# adds operand delivery derived from each datapath's reuse, the on-chip network, clock
+# distribution/control, leakage at operating temperature and DRAM at the traffic the GEMM needs.
+# Each uncertain constant is a `Band`: nominal, optimistic (low power) and pessimistic ends.
 
-STATIC_FRACTION_OF_TDP = 0.10
-STATIC_SOURCE = ("assumed: leakage + always-on power ~10% of TDP (datacenter GPUs idle at "
-                 "roughly 8-15% of TDP in nvidia-smi); replaced by a chip's sourced idle_w, "
-                 "or by the measured idle baseline in calibration")
 
+@dataclass(frozen=True)
+class Band:
+    """An uncertain constant: nominal value and the range its sources allow (low = less power)."""
+
+    nominal: float
+    low: float
+    high: float
+    source: str
+
+    def __post_init__(self):
+        if not self.low <= self.nominal <= self.high:
+            raise ValueError(f"band must satisfy low <= nominal <= high: {self}")
+
+
+# On-chip wire energy per bit per mm. Borkar & Chien, "The Future of Microprocessors", CACM 54(5),
+# May 2011, Fig. 11 (measured on-die network energy, 45 nm: ~0.1 pJ/bit/mm for repeated full-swing
+# wires); low end: Park et al., "40.4fJ/bit/mm Low-Swing On-Chip Signaling with Self-Resetting
+# Logic Repeaters Embedded within a Mesh NoC in 45nm SOI CMOS", DATE 2013. High end: 2x nominal
+# for router/crossbar energy on top of the wire (assumed).
+NOC_PJ_PER_BIT_MM = Band(0.1, 0.04, 0.2, "Borkar & Chien CACM 2011 Fig. 11; Park et al. DATE 2013 (low-swing)")
+# Mean distance an operand travels between the last-level SRAM slice and the compute unit:
+# half the edge of a 300-800 mm^2 die (9-14 mm) -> 10 mm, band 5-15 mm (assumed geometry).
+NOC_DISTANCE_MM = Band(10.0, 5.0, 15.0, "assumed: half the edge of a 300-800 mm^2 die")
+
+# SRAM/RF energies (SRAM_64BIT_PJ) are 64-bit reads of a plain array. A register file with
+# operand collectors/crossbars and a multi-banked shared memory cost more per bit; tiled-GEMM
+# operand traffic is multiplied by this factor. Band 0.5-3: the Horowitz/Jouppi anchors at
+# 1x, AccelWattch (Kandiah et al., MICRO 2021) attributes ~15-25% of V100 dynamic power to the
+# register file and shared memory under compute-bound kernels, which the 1x anchors undershoot.
+DELIVERY_SCALE = Band(1.0, 0.5, 3.0, "Horowitz 2014 / Jouppi 2021 SRAM anchors; AccelWattch MICRO 2021 (upper end)")
+
+# Clock distribution, pipeline registers, instruction issue and control, as a fraction of the
+# datapath + operand-delivery dynamic energy. Clock networks alone are commonly 30-40% of a
+# high-performance processor's dynamic power (Tiwari et al., "Reducing power in high-performance
+# microprocessors", DAC 1998); nominal 0.5 of the rest (= 33% of the total), band 0.25-1.0.
+CLOCK_CONTROL_FRACTION = Band(0.5, 0.25, 1.0, "Tiwari et al. DAC 1998 (clock 30-40% of dynamic power)")
+
+# Leakage and always-on power at operating temperature, as a fraction of TDP, where a chip has
+# no sourced idle_w. Datacenter GPUs idle at ~8-15% of TDP in nvidia-smi at room temperature;
+# leakage roughly doubles from 40 to 85 C junction (assumed), so under load 8-25%.
+STATIC_FRACTION_BAND = Band(0.15, 0.08, 0.25, "assumed: idle 8-15% of TDP (nvidia-smi), leakage x~2 hot")
+
+# DVFS: supply voltage relative to the boost voltage. V sits at a floor up to a knee clock and
+# rises linearly to 1.0 at the boost clock. GPUs run ~0.65-0.75 V at their lowest P-state clocks
+# and ~1.0-1.1 V at max boost (the floor ratio, band 0.6-0.8); the knee, where V starts to rise,
+# is at 35-65% of the boost clock (assumed, typical published V-f curves of GPUs and CPUs).
+V_FLOOR = Band(0.70, 0.60, 0.80, "assumed: ~0.7 V floor vs ~1.05 V at boost on recent GPUs")
+V_KNEE = Band(0.5, 0.35, 0.65, "assumed: V starts to rise above 35-65% of the boost clock")
+
+# The constants fitted (within their bands) on published measurements; see calibrate/evidence.py.
+FITTABLE = ("delivery_scale", "clock_control_fraction", "static_fraction", "v_floor")
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """Per-MAC overheads of a datapath: instruction issue, and operands moved at each level.
+
+    issue: instruction fetch/decode/schedule energy per MAC as a fraction of the datapath energy
+      (operand reads excluded: they are the byte terms);
+    rf: innermost operand storage (register file / PE registers) per MAC, in units of the
+      operand width, plus accumulator bytes (read + write) per MAC;
+    l1: shared memory / L1 / local buffer, per MAC in operand widths;
+    l2: last-level SRAM through the on-chip network, per MAC in operand widths.
+    """
+
+    issue: float
+    rf_operands: float
+    rf_accumulator: float
+    l1: float
+    l2: float
+    source: str
+
+
+def mma_reuse(m: int, n: int, k: int) -> tuple[float, float]:
+    """(operand elements, accumulator elements read+written) per MAC of an m x n x k MMA:
+    A (m x k) and B (k x n) are read, C (m x n) read and D written, for m n k MACs."""
+    return (m * k + k * n) / (m * n * k), 2 * m * n / (m * n * k)
+
+
+_MMA = mma_reuse(16, 8, 16)    # mma.sync m16n8k16: 0.1875 operands, 0.125 accumulators per MAC
+REUSE_TABLE: dict[str, Reuse] = {
+    # Issue: Horowitz 2014's ~70 pJ per out-of-order instruction at 45 nm over the lanes one
+    # instruction drives, relative to a 4.6 pJ fp32 MAC: 16 AVX-512 lanes -> 0.95; a 32-thread
+    # warp -> 0.48 (an upper bound: GPU issue is in order); NEON: a front end ~1/4 of Horowitz's
+    # over 4 lanes -> 0.95; tensor cores: Dally (NVIDIA) keynotes, HMMA overhead ~22% of its math;
+    # systolic/domain-flow: 0.1 (instruction amortised over the array, neighbour hops in
+    # pipeline registers; Jouppi et al. ISCA 2017).
+    # SIMD FMA (CUDA core, AVX-512, NEON): 3 register reads + 1 write per lane-FMA; a register-
+    # blocked SGEMM micro-kernel (8x8 per thread on GPUs, 6x32 on AVX-512) loads (1/8 + 1/8)
+    # operands per MAC from L1/shared memory; a 128x128 block tile (1/128 + 1/128) from L2.
+    "cuda_core": Reuse(70 / 32 / 4.6, 3.0, 1.0, 1 / 8 + 1 / 8, 2 / 128,
+                       "derived: FMA reads 3 / writes 1 register; 8x8 thread tile; 128x128 CTA tile (CUTLASS SGEMM)"),
+    "x86_performance": Reuse(70 / 16 / 4.6, 3.0, 1.0, 1 / 6 + 1 / 32, 2 / 256,
+                             "derived: FMA reads 3 / writes 1 register; 6x32 AVX-512 micro-kernel (BLIS/oneDNN); 256x256 L2 block"),
+    "arm_core": Reuse(70 / 4 / 4 / 4.6, 3.0, 1.0, 1 / 8 + 1 / 12, 2 / 256,
+                      "derived: FMA reads 3 / writes 1 register; 8x12 NEON micro-kernel (BLIS); 256x256 L2 block"),
+    # Tensor cores: mma.sync m16n8k16 (the shape cuBLAS/CUTLASS kernels issue on Turing..Ada,
+    # NVIDIA PTX ISA) reads A, B from registers and reads+writes the fp32 C fragment; 64x64 warp
+    # tile from shared memory (1/64 + 1/64); 128x128 CTA tile from L2 (1/128 + 1/128).
+    "tensor_core": Reuse(0.22, _MMA[0], _MMA[1], 2 / 64, 2 / 128,
+                         "derived: mma.sync m16n8k16 (PTX ISA); 64x64 warp tile; 128x128 CTA tile (CUTLASS)"),
+    # Systolic arrays (weight stationary, Jouppi et al. ISCA 2017): each MAC forwards its input
+    # and partial sum to a neighbour through pipeline registers (in `issue`, no SRAM); the
+    # array edge loads 1/128 operands and drains 1/128 accumulators per MAC from the local buffer;
+    # the buffer is filled from the large SRAM over the chip at 2/128 operands per MAC.
+    "systolic_mac": Reuse(0.1, 0.0, 0.0, 2 / 128, 2 / 128,
+                          "derived: 128x128 weight-stationary array (TPUv1, Jouppi 2017): neighbour hops, edge loads"),
+    "domain_flow": Reuse(0.1, 0.0, 0.0, 2 / 128, 2 / 128,
+                         "hypothetical: KPU tile, same neighbour-forwarding argument as a systolic array"),
+}
+
+ACCUMULATOR_BYTES = {"fp64": 8.0, "fp32": 4.0, "tf32": 4.0, "bf16": 4.0, "fp16": 4.0, "fp8": 4.0,
+                     "int8": 4.0, "int4": 4.0}   # fp32/int32 accumulation except fp64
+
+
+def check_reuse(circuit: str) -> Reuse:
+    return REUSE_TABLE[check_circuit(circuit).name]

@@ -26,9 +26,10 @@ def test_estimate_tdp_json_fields(cli):
     for field in ("process_nm", "circuit", "precision", "alus", "frequency_hz", "pj_per_mac", "tdp_w",
                   "peak_ops_per_s", "ops_per_w"):
         assert field in row
-    # hand-worked in test_tdp: 4.6 * 0.8 * 1.1 = 4.048 pJ; total = 4.048 W / 0.9
-    assert row["pj_per_mac"] == pytest.approx(4.048)
-    assert row["tdp_w"] == pytest.approx(4.048 / 0.9)
+    # hand-worked in test_tdp: 8.22825 pJ all-in; static 15% of the total
+    assert row["pj_per_mac"] == pytest.approx(8.22825)
+    assert row["tdp_w"] == pytest.approx(8.22825 / 0.85)
+    assert row["tdp_low_w"] < row["tdp_w"] < row["tdp_high_w"]
     assert row["frequency_hz"] == 1e9
 
 
@@ -72,6 +73,37 @@ def test_compare_registry_fields(cli):
     # H100 SXM5: 700 W / (528 TCs * 512 MAC/clk * 1.83 GHz = 4.947e14 MAC/s) = 1.415 pJ/MAC
     assert row["max_sustainable_pj_per_mac"] == pytest.approx(700 / (528 * 512 * 1.83e9) / 1e-12)
     assert row["ratio"] == pytest.approx(row["estimated_tdp_w"] / 700)
+
+
+REQUIRED = ("spec_peak_flop_per_s", "power_at_spec_w", "power_at_spec_low_w", "power_at_spec_high_w",
+            "sustained_clock_hz", "sustainable_peak_flop_per_s", "sustainable_fraction", "verdict",
+            "measured_peak_flop_per_s", "measured_source")
+
+
+@pytest.mark.parametrize("precision", [None, "fp32", "int8"])
+def test_compare_registry_every_chip_has_the_issue_fields(cli, precision):
+    rc, out, _ = cli(compare_tdp_registry.main, ["--json"] + (["--precision", precision] if precision else []))
+    rows = json.loads(out)
+    assert rc == 0
+    for row in rows:
+        assert set(REQUIRED) <= set(row)
+        if row["power_at_spec_w"] is None:
+            continue
+        assert row["power_at_spec_low_w"] <= row["power_at_spec_w"] <= row["power_at_spec_high_w"]
+        assert 0 <= row["sustainable_fraction"] <= 1
+        assert row["verdict"] in ("sustainable", "uncertain", "exceeds TDP even at the optimistic end of the band")
+    measured = [r for r in rows if r["measured_peak_flop_per_s"]]
+    if precision is None:   # headline precisions: the evidence chips (bf16 or fp16)
+        assert len(measured) >= 6 and all("http" in r["measured_source"] for r in measured)
+
+
+def test_compare_registry_evidence_table(cli):
+    rc, out, _ = cli(compare_tdp_registry.main, ["--evidence", "--json"])
+    rows = json.loads(out)
+    assert rc == 0 and len(rows) >= 6
+    for r in rows:
+        assert r["physics_error"] == pytest.approx(
+            r["physics_sustainable_peak_flop_per_s"] / r["measured_peak_flop_per_s"] - 1)
 
 
 def test_compare_registry_all_and_plot(cli, tmp_path):

@@ -289,6 +289,14 @@ MALFORMED = [
     ("modes_a_table.toml", lambda t: t.replace('tdp_w = 70\n', 'tdp_w = 70\nmodes = { a = 1 }\n'), "power.modes"),
     ("mode_not_table.toml", lambda t: t.replace('tdp_w = 70\n', 'tdp_w = 70\nmodes = [1]\n'), "power.modes[0]"),
     ("notes_not_text.toml", lambda t: t.replace('hypothetical = false', 'hypothetical = false\nnotes = 3'), "notes"),
+    ("negative_measured.toml", lambda t: t.replace("flop_per_s = 24e12", "flop_per_s = -24e12"),
+     "measured[0].flop_per_s"),
+    ("measured_without_url.toml",
+     lambda t: t.replace('url = "https://forums.developer.nvidia.com/t/about-gpu-peak-performance/264462"\n', ""),
+     "measured[0].url"),
+    ("base_above_boost.toml", lambda t: t.replace("base_hz = 585e6", "base_hz = 2585e6"), "clocks.base_hz"),
+    ("short_mma_shape.toml", lambda t: t.replace("mma_shape = [16, 8, 8]", "mma_shape = [16, 8]"),
+     "engines[1].mma_shape"),
 ]
 
 
@@ -322,6 +330,20 @@ def test_all_malformed_files_together_leave_the_good_chips(tmp_path):
     assert sorted(e.file for e in reg.errors) == sorted(m[0] for m in MALFORMED)
 
 
+def test_clocks_shapes_and_measured_evidence_are_parsed(registry):
+    t4 = registry.get("t4")
+    assert (t4.base_clock_hz, t4.boost_clock_hz) == (585e6, 1590e6)
+    assert t4.engine_for("fp16").mma_shape == (16, 8, 8)
+    assert t4.measured_for("fp16").flop_per_s == 24e12 and t4.measured_for("int8") is None
+    measured = [c for c in registry.chips.values() if c.measured]
+    assert len(measured) >= 6
+    for chip in measured:
+        for m in chip.measured:
+            assert m.url.startswith("https://") and m.title and m.date
+            # a sustained measurement can not beat the datasheet by more than a boost-clock margin
+            assert m.flop_per_s <= 1.05 * chip.peak_flop_per_s(m.precision)
+
+
 def test_duplicate_name_is_an_error_naming_the_second_file(tmp_path):
     (tmp_path / "a.toml").write_text(GOOD)
     (tmp_path / "b.toml").write_text(GOOD)
@@ -335,7 +357,7 @@ def test_engines_sharing_hardware_count_once_in_combined_power(registry):
     from chipcal.model.tdp import compare_chip
 
     c = compare_chip(registry.get("h100-sxm5"), "fp64")
-    by_engine = {e.engine: e.compute_w + e.delivery_w for e in c.engines}
+    by_engine = {e.engine: e.dynamic_w for e in c.engines}
     # tensor_cores_fp64 runs on the tensor cores: combined = cuda + max(two tensor paths)
     expected = by_engine["cuda_cores"] + max(by_engine["tensor_cores"], by_engine["tensor_cores_fp64"])
     assert c.combined_tdp_w == pytest.approx(expected + c.memory_w + c.static_w)

@@ -101,3 +101,22 @@ def test_bad_names_rejected():
         t.dram_energy_per_byte_j("hbm9")
     with pytest.raises(ValueError, match="valid"):
         t.precision_scale("fp12")
+
+
+def test_mma_reuse_by_hand():
+    # m16n8k16: A 16x16 + B 16x8 = 384 operands, C 16x8 read + written = 256, for 2048 MACs
+    assert t.mma_reuse(16, 8, 16) == pytest.approx((384 / 2048, 256 / 2048))
+    # Volta m8n8k4: (32 + 32) / 256 operands, 2 x 64 / 256 accumulators per MAC
+    assert t.mma_reuse(8, 8, 4) == pytest.approx((0.25, 0.5))
+
+
+def test_uncertain_constants_are_ordered_bands_with_sources():
+    bands = [t.NOC_PJ_PER_BIT_MM, t.NOC_DISTANCE_MM, t.DELIVERY_SCALE, t.CLOCK_CONTROL_FRACTION,
+             t.STATIC_FRACTION_BAND, t.V_FLOOR, t.V_KNEE]
+    for b in bands:
+        assert b.low <= b.nominal <= b.high and b.source
+    with pytest.raises(ValueError):
+        t.Band(1.0, 2.0, 3.0, "nominal below low")
+    for r in t.REUSE_TABLE.values():
+        assert r.source and r.issue >= 0
+    assert set(t.REUSE_TABLE) == set(t.CIRCUITS)

@@ -18,10 +18,14 @@ elementwise kernel on a slow vector path h / rate would dwarf its real cost — 
 overhead_s's job. A subgraph
 that moves no bytes and does no arithmetic (a view) launches no kernel and costs nothing.
 
-    energy = MACs × E_MAC(node, engine circuit, precision)                        (compute)
-           + non-MAC FLOP × E_MAC(node, vector circuit, precision) / 2
-           + DRAM bytes × E_DRAM(memory type) + on-chip bytes × E_SRAM(node, level) (memory)
+    energy = MACs × E_core(node, engine circuit, precision, MMA shape)             (compute)
+           + non-MAC FLOP × E_core(node, vector circuit, precision) / 2
+           + DRAM bytes × E_DRAM(memory type) + on-chip bytes × E_onchip(node, level) (memory)
            + P_static × latency                                                    (static)
+    (all-in energies of model/power.py at the boost voltage, × V(engine clock)² for the
+    engine's voltage: E_core = datapath, issue, register file, L1 and clock/control; E_onchip =
+    last-level SRAM + on-chip network + clock/control; P_static = idle_w or the nominal static
+    fraction of TDP)
     wasted = P_static × (overhead + (latency − overhead) × (1 − utilization))      (idle units)
 
 `estimate_subgraph` is what calibration fits against: change `params`, call it again.
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chipcal.model import tdp, technology
+from chipcal.model import power, tdp, technology
 from chipcal.model.chip import Chip
 from chipcal.model.mapping import map_subgraph
 from chipcal.model.mapping.base import Allocation, is_mac_work, vector_engine
@@ -59,15 +63,15 @@ class ChipContext:
 
 def chip_context(chip: Chip, precision: str) -> ChipContext:
     vec = vector_engine(chip, precision)
-    vec_j = (technology.energy_per_mac_j(chip.process_nm, vec[0].circuit, vec[1]) / FLOP_PER_MAC
-             if vec is not None else None)
+    vec_j = (power.core_energy_per_mac_j(chip.process_nm, vec[0].circuit, vec[1], vec[0].mma_shape)
+             * power.engine_voltage(chip, vec[0]) ** 2 / FLOP_PER_MAC if vec is not None else None)
     return ChipContext(
         chip=chip, precision=precision,
         peak_flop_per_s=chip.peak_flop_per_s(precision) or 0.0,
         bandwidth_bytes_per_s=chip.memory.bandwidth_bytes_per_s,
         static_w=tdp.static_power_w(chip),
         dram_j_per_byte=technology.dram_energy_per_byte_j(chip.memory.type),
-        onchip_j_per_byte=technology.sram_energy_per_byte_j(chip.process_nm, ONCHIP_LEVEL[chip.kind]),
+        onchip_j_per_byte=power.onchip_energy_per_byte_j(chip.process_nm, ONCHIP_LEVEL[chip.kind]),
         vector_j_per_flop=vec_j,
     )
 
@@ -179,12 +183,15 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     attained = flop / latency if latency > 0 else 0.0
 
     macs = float(subgraph.macs)
-    mac_j = technology.energy_per_mac_j(chip.process_nm, alloc.circuit, alloc.compute_precision)
+    engine = next(e for e in chip.engines if e.name == alloc.engine)
+    v2 = power.engine_voltage(chip, engine) ** 2      # dynamic energy at the engine's clock
+    mac_j = power.core_energy_per_mac_j(chip.process_nm, alloc.circuit, alloc.compute_precision,
+                                        engine.mma_shape) * v2
     other_flop = max(0.0, flop - FLOP_PER_MAC * macs)
     vec_j = ctx.vector_j_per_flop if ctx.vector_j_per_flop is not None else mac_j / FLOP_PER_MAC
     compute_j = macs * mac_j + other_flop * vec_j
     dram_j = alloc.dram_bytes * ctx.dram_j_per_byte
-    onchip_j = alloc.onchip_bytes * ctx.onchip_j_per_byte
+    onchip_j = alloc.onchip_bytes * ctx.onchip_j_per_byte * v2
     static_j = ctx.static_w * latency
     wasted_j = ctx.static_w * (overhead + work * (1.0 - alloc.utilization))
 
