@@ -31,17 +31,20 @@ class Flag:
 
 
 def spec_unsustainable(cmp: ChipTdpComparison) -> Flag | None:
-    """The spec peak needs more power than the TDP under the physics energy per MAC."""
+    """The spec peak needs more power than the TDP even at the optimistic end of the all-in
+    energy band (model.power): the chip cannot sustain it; it runs at a power-limited clock."""
     if cmp.verdict != VERDICT_UNSUSTAINABLE:
         return None
     return Flag(
         "spec_peak_unsustainable", "warning",
-        f"{cmp.chip.name}: at its {cmp.precision} spec peak, compute alone needs "
-        f"{cmp.compute_w:.0f} W + {cmp.static_w:.0f} W static > {cmp.chip.tdp_w:.0f} W TDP; sustaining it "
-        f"would need <= {cmp.max_sustainable_pj_per_mac:.3f} pJ/MAC vs the model's "
-        f"{cmp.peak_engine_tdp.pj_per_mac:.3f}",
-        {"compute_w": cmp.compute_w, "static_w": cmp.static_w, "tdp_w": cmp.chip.tdp_w,
-         "needed_pj_per_mac": cmp.max_sustainable_pj_per_mac, "model_pj_per_mac": cmp.peak_engine_tdp.pj_per_mac},
+        f"{cmp.chip.name}: its {cmp.precision} spec peak needs {cmp.power_at_spec_w:.0f} W "
+        f"({cmp.power_at_spec_low_w:.0f}-{cmp.power_at_spec_high_w:.0f} W over the energy band) > "
+        f"{cmp.chip.tdp_w:.0f} W TDP; at the power-limited clock of {cmp.sustained_clock_hz / 1e9:.2f} GHz it "
+        f"sustains {cmp.sustainable_peak_flop_per_s / 1e12:.3g} TFLOP/s ({cmp.sustainable_fraction:.0%} of spec)",
+        {"power_at_spec_w": cmp.power_at_spec_w, "power_at_spec_low_w": cmp.power_at_spec_low_w,
+         "power_at_spec_high_w": cmp.power_at_spec_high_w, "tdp_w": cmp.chip.tdp_w,
+         "sustained_clock_hz": cmp.sustained_clock_hz,
+         "sustainable_peak_flop_per_s": cmp.sustainable_peak_flop_per_s},
     )
 
 

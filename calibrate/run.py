@@ -390,11 +390,10 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None)
         power_doc["idle_w"] = power_fit.parameters["idle_w"]
         power_doc["j_per_flop"] = power_fit.parameters["j_per_flop"]
         power_doc["j_per_byte"] = power_fit.parameters["j_per_byte"]
-        engine = chip.engine_for(config.precision)
-        from chipcal.model import technology
+        from chipcal.model import power, technology
 
-        power_doc["physics_j_per_flop"] = technology.energy_per_mac_j(
-            chip.process_nm, engine.circuit, config.precision) / 2
+        # the all-in energy of a dense GEMM at the spec clock (model.power), DRAM traffic included
+        power_doc["physics_j_per_flop"] = power.gemm_power(chip, config.precision).pj_per_flop_at_spec * 1e-12
         power_doc["physics_j_per_byte"] = technology.dram_energy_per_byte_j(chip.memory.type)
         spec = chip.stated_peak_flop_per_s.get(config.precision)
         flag = gap.energy_exceeds_tdp(power_fit.parameters["j_per_flop"], spec, chip.tdp_w,
