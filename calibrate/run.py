@@ -24,6 +24,7 @@ import numpy as np
 from chipcal.calibrate import flags as gap
 from chipcal.calibrate.fits import FitResult, fit_log_latency, fit_power, fit_saturating_efficiency
 from chipcal.calibrate.store import SCHEMA
+from chipcal.calibrate.sustain import SustainFitError, fit_sustain, observations_from_power_rows
 from chipcal.measure.timing import Measurement
 
 DEFAULT_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "densenet121",
@@ -252,6 +253,46 @@ def fit_switch_overhead(chains: Sequence, chip, precision: str, params):
     return dataclasses.replace(params, switch_overhead_s=fit.parameters["switch_overhead_s"]), fit
 
 
+def power_section(source, chip, fp, config: CalibrationConfig) -> tuple[dict, list[dict], dict | None, list]:
+    """Power where a sensor exists: P = idle + e_flop·FLOP/s + e_byte·byte/s against the all-in
+    physics energy, and on a GPU (SM clock sampled) the sustain fit and its spec_beyond_tdp flag.
+    Returns (power document, power-curve rows, the fit's dict or None, flags)."""
+    from chipcal.measure.power_curve import power_curve
+    from chipcal.model import power, technology
+
+    doc = {"source": source.name, "available": source.available, "reason": source.reason}
+    if not source.available:
+        return doc, [], None, []
+    rows = power_curve(source, config.device, config.precision)
+    fit = fit_power([r["avg_power_w"] for r in rows], [r["flop_per_s"] for r in rows], [r["bytes_per_s"] for r in rows])
+    doc |= {"idle_w": fit.parameters["idle_w"], "j_per_flop": fit.parameters["j_per_flop"],
+            "j_per_byte": fit.parameters["j_per_byte"],
+            # the all-in energy of a dense GEMM at the spec clock (model.power), DRAM traffic included
+            "physics_j_per_flop": power.gemm_power(chip, config.precision).pj_per_flop_at_spec * 1e-12,
+            "physics_j_per_byte": technology.dram_energy_per_byte_j(chip.memory.type)}
+    spec = chip.stated_peak_flop_per_s.get(config.precision)
+    flags = [f for f in (gap.energy_exceeds_tdp(fit.parameters["j_per_flop"], spec, chip.tdp_w, fit.parameters["idle_w"]),
+                         gap.sag("power during sustained GEMM",
+                                 [r["avg_power_w"] for r in rows if r["kind"] == "sustained"], "W")) if f]
+    observations = observations_from_power_rows(rows, config.precision)
+    engine = chip.engine_for(config.precision)
+    boost = fp.gpu_max_sm_clock_hz or (engine.clock_hz if engine else None)
+    if len(observations) >= 2 and boost:
+        try:
+            sustain = fit_sustain(observations, boost, spec, engine.clock_hz if engine else None,
+                                  fp.gpu_power_limit_w or chip.tdp_w)
+        except SustainFitError as exc:
+            doc["sustain_note"] = str(exc)
+        else:
+            doc["sustain"] = {
+                "j_per_flop_at_boost": sustain.j_per_flop_at_boost, "static_w": sustain.static_w,
+                "sustained_clock_hz": sustain.sustained_clock_hz, "boost_clock_hz": sustain.boost_clock_hz,
+                "clock_fraction": sustain.clock_fraction, "sustained_flop_per_s": sustain.sustained_flop_per_s,
+                "power_at_spec_w": sustain.power_at_spec_w, "rms_residual_w": sustain.rms_residual_w}
+            flags += [f for f in (sustain.spec_beyond_tdp(),) if f]
+    return doc, rows, fit.to_dict(), flags
+
+
 # --- the run ---------------------------------------------------------------------------------------
 
 def run_calibration(config: CalibrationConfig, progress: Progress | None = None) -> dict:
@@ -378,31 +419,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None)
     # 5. power
     progress.phase("power", 1)
     source = open_power_source(config.device)
-    power_doc = {"source": source.name, "available": source.available, "reason": source.reason}
-    power_rows: list[dict] = []
-    if source.available:
-        from chipcal.measure.power_curve import power_curve
-
-        power_rows = power_curve(source, config.device, config.precision)
-        power_fit = fit_power([r["avg_power_w"] for r in power_rows], [r["flop_per_s"] for r in power_rows],
-                              [r["bytes_per_s"] for r in power_rows])
-        fits["power"] = power_fit.to_dict()
-        power_doc["idle_w"] = power_fit.parameters["idle_w"]
-        power_doc["j_per_flop"] = power_fit.parameters["j_per_flop"]
-        power_doc["j_per_byte"] = power_fit.parameters["j_per_byte"]
-        from chipcal.model import power, technology
-
-        # the all-in energy of a dense GEMM at the spec clock (model.power), DRAM traffic included
-        power_doc["physics_j_per_flop"] = power.gemm_power(chip, config.precision).pj_per_flop_at_spec * 1e-12
-        power_doc["physics_j_per_byte"] = technology.dram_energy_per_byte_j(chip.memory.type)
-        spec = chip.stated_peak_flop_per_s.get(config.precision)
-        flag = gap.energy_exceeds_tdp(power_fit.parameters["j_per_flop"], spec, chip.tdp_w,
-                                      power_fit.parameters["idle_w"])
-        flags += [flag] if flag else []
-        flags += [f for f in (gap.sag("power during sustained GEMM",
-                                      [r["avg_power_w"] for r in power_rows if r["kind"] == "sustained"], "W"),) if f]
-    else:
-        fits["power"] = None
+    power_doc, power_rows, fits["power"], power_flags = power_section(source, chip, fp, config)
+    flags += power_flags
     step(source.name)
 
     # 6. validation on whole models (never used in the fit), interleaved rounds as for the layers

@@ -132,3 +132,11 @@ def fit_sustain(observations: Sequence[GemmObservation], boost_clock_hz: float,
         sustained_flop_per_s=float(np.median([o.flop_per_s for o in sustained])),
         spec_flop_per_s=spec_flop_per_s, spec_clock_hz=spec_clock_hz, tdp_w=tdp_w,
     )
+
+
+def observations_from_power_rows(rows: Sequence[dict], precision: str) -> list[GemmObservation]:
+    """GemmObservations from measure.power_curve rows: its GEMM and sustained windows that carry
+    SM clock samples (one board-power figure per window: the window's average)."""
+    return [GemmObservation(precision, flop=r["flop_per_s"], seconds=1.0, power_w=(r["avg_power_w"],),
+                            sm_clock_hz=tuple(r["sm_clock_hz"]), sustained=r["kind"] == "sustained")
+            for r in rows if r["kind"] in ("gemm", "sustained") and r.get("sm_clock_hz")]
