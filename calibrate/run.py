@@ -23,6 +23,7 @@ import numpy as np
 
 from chipcal.calibrate import flags as gap
 from chipcal.calibrate.fits import FitResult, fit_log_latency, fit_power, fit_saturating_efficiency
+from chipcal.calibrate.journal import NoJournal
 from chipcal.calibrate.store import SCHEMA
 from chipcal.calibrate.sustain import SustainFitError, fit_sustain, observations_from_power_rows
 from chipcal.measure.timing import Measurement
@@ -253,17 +254,15 @@ def fit_switch_overhead(chains: Sequence, chip, precision: str, params):
     return dataclasses.replace(params, switch_overhead_s=fit.parameters["switch_overhead_s"]), fit
 
 
-def power_section(source, chip, fp, config: CalibrationConfig) -> tuple[dict, list[dict], dict | None, list]:
+def power_section(source, rows: list[dict], chip, fp, config: CalibrationConfig) -> tuple[dict, dict | None, list]:
     """Power where a sensor exists: P = idle + e_flop·FLOP/s + e_byte·byte/s against the all-in
     physics energy, and on a GPU (SM clock sampled) the sustain fit and its spec_beyond_tdp flag.
-    Returns (power document, power-curve rows, the fit's dict or None, flags)."""
-    from chipcal.measure.power_curve import power_curve
+    `rows` are measure.power_curve's. Returns (power document, the fit's dict or None, flags)."""
     from chipcal.model import power, technology
 
     doc = {"source": source.name, "available": source.available, "reason": source.reason}
-    if not source.available:
-        return doc, [], None, []
-    rows = power_curve(source, config.device, config.precision)
+    if not source.available or not rows:
+        return doc, None, []
     fit = fit_power([r["avg_power_w"] for r in rows], [r["flop_per_s"] for r in rows], [r["bytes_per_s"] for r in rows])
     doc |= {"idle_w": fit.parameters["idle_w"], "j_per_flop": fit.parameters["j_per_flop"],
             "j_per_byte": fit.parameters["j_per_byte"],
@@ -290,28 +289,39 @@ def power_section(source, chip, fp, config: CalibrationConfig) -> tuple[dict, li
                 "clock_fraction": sustain.clock_fraction, "sustained_flop_per_s": sustain.sustained_flop_per_s,
                 "power_at_spec_w": sustain.power_at_spec_w, "rms_residual_w": sustain.rms_residual_w}
             flags += [f for f in (sustain.spec_beyond_tdp(),) if f]
-    return doc, rows, fit.to_dict(), flags
+    return doc, fit.to_dict(), flags
 
 
 # --- the run ---------------------------------------------------------------------------------------
 
-def run_calibration(config: CalibrationConfig, progress: Progress | None = None) -> dict:
+def run_calibration(config: CalibrationConfig, progress: Progress | None = None, journal=None) -> dict:
     """Measure, fit, validate and flag; returns the calibration document."""
     from chipcal.measure.bandwidth import (
         DEFAULT_BANDWIDTH_SIZES,
         KERNELS,
+        bandwidth_from_dict,
+        bandwidth_to_dict,
         local_overrides,
         measure_bandwidth,
     )
-    from chipcal.measure.layers import default_cases, default_chains, measure_layers
+    from chipcal.measure.layers import (
+        default_cases,
+        default_chains,
+        measure_layers,
+        observations_from_dict,
+        observations_to_dict,
+    )
     from chipcal.measure.models import measure_model
     from chipcal.measure.peak import (
         default_precisions,
         default_shapes,
         device_kind,
+        gemm_peak_from_dict,
+        gemm_peak_to_dict,
         measure_gemm_peak,
     )
     from chipcal.measure.power import open_power_source
+    from chipcal.measure.power_curve import power_curve
     from chipcal.measure.system import fingerprint, local_chip
     from chipcal.model.estimate.prediction import predict
     from chipcal.model.local import LOCAL_CHIP_NAME
@@ -320,6 +330,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None)
     from chipcal.model.workload import characterize_model
 
     progress = progress or SilentProgress()
+    journal = journal or NoJournal()      # each step's observations are recorded as soon as measured
     step = progress.step
     fp = fingerprint()
     chip, origin = _chip_for(fp, config.device)
@@ -329,7 +340,11 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None)
     # 2. GEMM peak sweep
     gemm_precisions = config.gemm_precisions or default_precisions(config.device, fp)
     progress.phase("GEMM peak sweep", len(gemm_precisions) * len(default_shapes(config.device)))
-    gemm = measure_gemm_peak(config.device, gemm_precisions, remeasure=config.remeasure, fp=fp, on_shape=step)
+    if (recorded := journal.get("gemm")) is not None:
+        gemm = gemm_peak_from_dict(recorded)
+    else:
+        gemm = measure_gemm_peak(config.device, gemm_precisions, remeasure=config.remeasure, fp=fp, on_shape=step)
+        journal.put("gemm", gemm_peak_to_dict(gemm))
     fits: dict[str, dict | None] = {}
     gemm_fit = gemm_fits(gemm, chip)
     peaks, gemm_rows = [], []
@@ -369,7 +384,11 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None)
 
     # 3. bandwidth
     progress.phase("memory bandwidth", len(KERNELS) * len(DEFAULT_BANDWIDTH_SIZES[device_kind(config.device)]))
-    bw = measure_bandwidth(config.device, remeasure=config.remeasure, fp=fp, on_point=lambda pt: step(pt.kernel))
+    if (recorded := journal.get("bandwidth")) is not None:
+        bw = bandwidth_from_dict(recorded, fp.l3_bytes if device_kind(config.device) == "cpu" else None)
+    else:
+        bw = measure_bandwidth(config.device, remeasure=config.remeasure, fp=fp, on_point=lambda pt: step(pt.kernel))
+        journal.put("bandwidth", bandwidth_to_dict(bw))
     measured_bw = max(bw.sustained_bytes_per_s.values())
     assumed_bw = chip.memory.bandwidth_bytes_per_s
     if chip.name == LOCAL_CHIP_NAME:
@@ -391,8 +410,12 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None)
 
     # 4. micro-layers
     progress.phase("micro-layers", config.rounds * len(cases))
-    observations = measure_layers(cases, device=config.device, max_time_s=config.layer_time_s, progress=step,
-                                  rounds=config.rounds)
+    if (recorded := journal.get("layers")) is not None:
+        observations = observations_from_dict(cases, recorded)
+    else:
+        observations = measure_layers(cases, device=config.device, max_time_s=config.layer_time_s, progress=step,
+                                      rounds=config.rounds)
+        journal.put("layers", observations_to_dict(observations))
     progress.phase("fitting op-class efficiency and overhead", 1)
     defaults = default_params(chip.kind)
     params, layer_fit = fit_layer_params(observations, chip, config.precision, base)
@@ -408,8 +431,12 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None)
     step("fitted")
     layer_rows = rows(observations, params)
     progress.phase("layer chains", config.rounds * N_CHAINS)
-    chains = measure_layers(default_chains(), device=config.device, max_time_s=2 * config.layer_time_s,
-                            progress=step, rounds=config.rounds)
+    if (recorded := journal.get("chains")) is not None:
+        chains = observations_from_dict(default_chains(), recorded)
+    else:
+        chains = measure_layers(default_chains(), device=config.device, max_time_s=2 * config.layer_time_s,
+                                progress=step, rounds=config.rounds)
+        journal.put("chains", observations_to_dict(chains))
     progress.phase("fitting the in-network switch overhead", 1)
     params, switch_fit = fit_switch_overhead(chains, chip, config.precision, params)
     fits["switch_overhead"] = switch_fit.to_dict()
@@ -419,7 +446,10 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None)
     # 5. power
     progress.phase("power", 1)
     source = open_power_source(config.device)
-    power_doc, power_rows, fits["power"], power_flags = power_section(source, chip, fp, config)
+    if (power_rows := journal.get("power")) is None:
+        power_rows = power_curve(source, config.device, config.precision) if source.available else []
+        journal.put("power", power_rows)
+    power_doc, fits["power"], power_flags = power_section(source, power_rows, chip, fp, config)
     flags += power_flags
     step(source.name)
 
@@ -442,13 +472,23 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None)
     for entry in plan:
         entry[5] = min(max(config.model_time_s, MODEL_MIN_SAMPLES * 1.5 * entry[5]), share)
     progress.phase("validation models", config.rounds * len(plan))
-    for _ in range(config.rounds):
+    recorded = journal.get("models") or {}
+    for name, batch, _, _, _, _, samples, methods in plan:
+        done = recorded.get(f"{name}|{batch}", {"samples": [], "methods": []})
+        samples.extend(done["samples"])
+        methods.extend(done["methods"])
+    for r in range(config.rounds):
         for name, batch, workload, _, _, budget, samples, methods in plan:
+            if len(methods) > r:         # this round of this model was measured before an interruption
+                step(f"{name} batch {batch}")
+                continue
             mm = measure_model(name, batch=batch, precision=config.precision, device=config.device,
                                flop=workload.flop, max_time_s=budget / config.rounds,
                                min_samples=-(-MODEL_MIN_SAMPLES // config.rounds))
             samples.extend(mm.latency.samples_s)
             methods.append(mm.latency.method)
+            recorded[f"{name}|{batch}"] = {"samples": samples, "methods": methods}
+            journal.put("models", recorded)
             step(f"{name} batch {batch}")
     model_rows = []
     for name, batch, workload, predicted, predicted_default, _, samples, methods in plan:

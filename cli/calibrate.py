@@ -64,6 +64,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="GEMM sweep precisions (default: fp32 and those with a hardware unit here; any other "
                         "is timed once at one small shape and reported as emulated). Layers and models run in fp32")
     p.add_argument("--remeasure", action="store_true", help="ignore cached GEMM peak and bandwidth results")
+    p.add_argument("--resume", metavar="DIR", type=Path,
+                   help="continue an interrupted run from its journal (DIR is named when a run is interrupted); "
+                        "the run's own options are used")
     p.add_argument("--json", action="store_true", help="print the run's summary as an array of flat records")
     return p
 
@@ -86,22 +89,31 @@ def _body(args: argparse.Namespace) -> int:
         raise UsageError("--device cuda: no CUDA device is available on this machine (use --device cpu)")
 
     from chipcal.calibrate import store
+    from chipcal.calibrate.journal import Journal
     from chipcal.calibrate.report import plot_writers, render_markdown
     from chipcal.calibrate.run import QUICK_MODELS, CalibrationConfig, run_calibration
     from chipcal.cli.report import summary_record
 
-    models = args.models or (list(QUICK_MODELS) if args.quick else None)
-    if models:
-        _check_models(models)
     store.check_writable(Path(args.out))
-    config = CalibrationConfig(device=args.device, quick=args.quick, batches=tuple(args.batch),
-                               remeasure=args.remeasure,
-                               gemm_precisions=tuple(args.precision) if args.precision else None,
-                               command=args.command,
-                               **({"models": tuple(models)} if models else {}))
+    if args.resume:
+        journal, fields = Journal.open(args.resume)
+        try:
+            config = CalibrationConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+        except TypeError as exc:
+            raise UsageError(f"--resume {args.resume}: its configuration does not fit this chipcal ({exc})") from None
+    else:
+        models = args.models or (list(QUICK_MODELS) if args.quick else None)
+        if models:
+            _check_models(models)
+        config = CalibrationConfig(device=args.device, quick=args.quick, batches=tuple(args.batch),
+                                   remeasure=args.remeasure,
+                                   gemm_precisions=tuple(args.precision) if args.precision else None,
+                                   command=args.command,
+                                   **({"models": tuple(models)} if models else {}))
+        journal = Journal.create(Path(args.out), config)
     bars = PhaseBars()
     try:
-        doc = run_calibration(config, progress=bars)
+        doc = run_calibration(config, progress=bars, journal=journal)
         bars.phase("writing report", 1)
         doc["plots"] = sorted(plot_writers(doc))
         writers = {store.CALIBRATION_FILE: store.json_writer(doc),
@@ -111,8 +123,11 @@ def _body(args: argparse.Namespace) -> int:
         path = store.write_run(Path(args.out), doc["machine_slug"], stamp, writers, fallback=doc)
     except KeyboardInterrupt:
         bars.close()
-        sys.stderr.write("interrupted: nothing was written\n")
+        sys.stderr.write(f"interrupted: the measurements so far are kept in {journal.directory}; "
+                         f"continue with: chipcal calibrate --out {shlex.quote(args.out)} --resume "
+                         f"{shlex.quote(str(journal.directory))}\n")
         return 130
+    journal.remove()
     bars.close()
     val = doc["validation"]
     if args.json:

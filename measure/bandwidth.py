@@ -168,6 +168,19 @@ def measure_bandwidth(device: str = "cpu", sizes: Sequence[int] | None = None, *
     return _bandwidth_from_points(device, fp.slug, points, False, notes, llc, other.cpus)
 
 
+def bandwidth_to_dict(bw: Bandwidth) -> dict:
+    """A Bandwidth as plain data; `bandwidth_from_dict` recomputes knees and figures from the points."""
+    return {"device": bw.device, "fingerprint_slug": bw.fingerprint_slug, "warnings": list(bw.warnings),
+            "other_cpus": bw.other_cpus,
+            "points": [{"kernel": p.kernel, "size_bytes": p.size_bytes, "measurement": p.measurement.to_dict()}
+                       for p in bw.points]}
+
+
+def bandwidth_from_dict(d: dict, llc_bytes: int | None) -> Bandwidth:
+    return _bandwidth_from_points(d["device"], d["fingerprint_slug"], [_bw_point_from_dict(p) for p in d["points"]],
+                                  True, list(d["warnings"]), llc_bytes, d["other_cpus"])
+
+
 def _measure_bandwidth_point(kernel: str, size: int, device: str, max_time_s: float, min_samples: int,
                              probe) -> BandwidthPoint:
     import torch

@@ -283,6 +283,25 @@ def default_cases(quick: bool = False) -> list[LayerCase]:
     ]
     return [c for c in cases if c.quick] if quick else cases
 
+def observations_to_dict(observations: Sequence[LayerObservation]) -> dict[str, dict]:
+    """Timings of observed cases as plain data, by case label (the workloads are re-derived)."""
+    return {o.case: o.measurement.to_dict() for o in observations}
+
+
+def observations_from_dict(cases: Sequence[LayerCase], timings: dict[str, dict], fuse: bool = False
+                           ) -> list[LayerObservation]:
+    """The observations of `cases` from recorded timings: each case characterized again (our
+    counter, no timing), with its recorded Measurement. KeyError when a case has no timing."""
+    from chipcal.model.workload import characterize
+
+    out = []
+    for case in cases:
+        module, inputs = case.build()
+        workload = characterize(module, inputs, model_name=case.label, fuse=fuse)
+        out.append(LayerObservation(case.label, case.op_class, workload, Measurement.from_dict(timings[case.label])))
+    return out
+
+
 def measure_layers(cases: Sequence[LayerCase], *, device: str = "cpu", max_time_s: float = 1.0,
                    progress: Callable[[str], None] | None = None, fuse: bool = False,
                    rounds: int = 3) -> list[LayerObservation]:

@@ -22,6 +22,7 @@ Results are cached per machine fingerprint (chipcal.measure.cache) and reused un
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -465,6 +466,24 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
     return GemmPeak(device=device, fingerprint_slug=fp.slug, points=tuple(points), unsupported=unsupported,
                     from_cache=all_cached, warnings=tuple(notes), other_cpus=max(others, default=None),
                     emulated=emulated, skipped=tuple(skipped), throttle=throttle, throttle_note=throttle_note)
+
+
+def gemm_peak_to_dict(g: GemmPeak) -> dict:
+    """A GemmPeak as plain data (measurements as their to_dict forms); `gemm_peak_from_dict` inverts it."""
+    return {"device": g.device, "fingerprint_slug": g.fingerprint_slug, "unsupported": dict(g.unsupported),
+            "emulated": dict(g.emulated), "warnings": list(g.warnings), "other_cpus": g.other_cpus,
+            "points": [{"precision": p.precision, **_point_to_dict(p)} for p in g.points],
+            "skipped": [dataclasses.asdict(s) for s in g.skipped],
+            "throttle": {k: list(v) for k, v in g.throttle.items()}, "throttle_note": g.throttle_note}
+
+
+def gemm_peak_from_dict(d: dict) -> GemmPeak:
+    return GemmPeak(device=d["device"], fingerprint_slug=d["fingerprint_slug"],
+                    points=tuple(_point_from_dict(p["precision"], p) for p in d["points"]),
+                    unsupported=d["unsupported"], from_cache=True, warnings=tuple(d["warnings"]),
+                    other_cpus=d["other_cpus"], emulated=d["emulated"],
+                    skipped=tuple(SkippedShape(**s) for s in d["skipped"]),
+                    throttle={k: tuple(v) for k, v in d["throttle"].items()}, throttle_note=d["throttle_note"])
 
 
 def cached_peak_flop_per_s(device: str, precision: str, fp: Fingerprint) -> float | None:

@@ -75,3 +75,11 @@ def test_calibrate_bad_out_fails_at_start_up(cli, tmp_path, monkeypatch):
     blocker.write_text("x")
     rc, _, err = cli(calibrate_cli.main, ["--out", str(blocker / "results")])
     assert rc == 2 and "cannot write results" in err and err.count("\n") == 1
+
+
+def test_resume_from_a_directory_that_is_not_a_journal(cli, tmp_path):
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "config.json").write_text('{"step": "config", "data": {"schema": "other"}}')
+    for target in (tmp_path / "missing", tmp_path / "junk"):
+        rc, out, err = cli(calibrate_cli.main, ["--out", str(tmp_path / "out"), "--resume", str(target)])
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "not a calibration journal" in err

@@ -35,14 +35,11 @@ def rows():
     return out
 
 
-def test_power_section_fits_the_board_and_flags_the_spec(monkeypatch):
-    from chipcal.measure import power_curve
-
-    monkeypatch.setattr(power_curve, "power_curve", lambda source, device, precision: rows())
+def test_power_section_fits_the_board_and_flags_the_spec():
     chip = load_registry().get("h100-sxm5")
     fp = dataclasses.replace(gpu_fp("NVIDIA H100 80GB HBM3", 132, 81559, 700), gpu_max_sm_clock_hz=BOOST_HZ)
     config = calrun.CalibrationConfig(device="cuda", precision="bf16")
-    doc, _, fit, flags = calrun.power_section(FakeNvml(), chip, fp, config)
+    doc, fit, flags = calrun.power_section(FakeNvml(), rows(), chip, fp, config)
     sustain = doc["sustain"]
     assert sustain["j_per_flop_at_boost"] == pytest.approx(J_PER_FLOP, rel=1e-6)
     assert sustain["static_w"] == pytest.approx(STATIC_W, rel=1e-6)
@@ -56,12 +53,9 @@ def test_power_section_fits_the_board_and_flags_the_spec(monkeypatch):
     assert fit["parameters"]["idle_w"] == pytest.approx(STATIC_W, rel=0.05)
 
 
-def test_cpu_power_rows_without_clock_samples_give_no_sustain_fit(monkeypatch):
-    from chipcal.measure import power_curve
-
+def test_cpu_power_rows_without_clock_samples_give_no_sustain_fit():
     cpu_rows = [{**r, "sm_clock_hz": []} for r in rows()]
-    monkeypatch.setattr(power_curve, "power_curve", lambda source, device, precision: cpu_rows)
     chip = load_registry().get("h100-sxm5")
-    doc, _, _, flags = calrun.power_section(FakeNvml(), chip, gpu_fp("x", 132, 81559, 700),
+    doc, _, flags = calrun.power_section(FakeNvml(), cpu_rows, chip, gpu_fp("x", 132, 81559, 700),
                                             calrun.CalibrationConfig(device="cuda", precision="bf16"))
     assert "sustain" not in doc and not [f for f in flags if f.code == "spec_beyond_tdp"]

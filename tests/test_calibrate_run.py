@@ -200,3 +200,36 @@ def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machi
     assert calibrated_local != pytest.approx(default_local, rel=0.05)
     other = load_registry().get("a100-sxm4-80gb")
     assert predict(w, other, "fp32", calibration=cal).latency_s == predict(w, other, "fp32").latency_s
+
+
+@pytest.mark.slow
+def test_interrupted_run_resumes_from_its_journal(fake_machine, tmp_path, monkeypatch):
+    from chipcal.calibrate.journal import Journal
+    from chipcal.measure import models, peak
+
+    config = calrun.CalibrationConfig(quick=True, models=("resnet18",), batches=(1, 8))
+    journal = Journal.create(tmp_path / "out", config)
+    real_model = models.measure_model
+    calls = []
+
+    def interrupt_third(*a, **k):
+        calls.append(a)
+        if len(calls) == 3:           # round 2 of resnet18 batch 1: the first round of both batches is in
+            raise KeyboardInterrupt
+        return real_model(*a, **k)
+
+    monkeypatch.setattr(models, "measure_model", interrupt_third)
+    with pytest.raises(KeyboardInterrupt):
+        calrun.run_calibration(config, journal=journal)
+    kept = {p.stem for p in journal.directory.glob("*.json")}
+    assert {"config", "gemm", "bandwidth", "layers", "chains", "power", "models"} <= kept
+
+    # resume: nothing measured before the interruption is measured again
+    again, fields = Journal.open(journal.directory)
+    assert fields["models"] == ["resnet18"]
+    monkeypatch.setattr(peak, "measure_gemm_peak", lambda *a, **k: pytest.fail("GEMM sweep measured twice"))
+    remeasured = []
+    monkeypatch.setattr(models, "measure_model", lambda *a, **k: remeasured.append(a) or real_model(*a, **k))
+    doc = calrun.run_calibration(config, journal=again)
+    assert len(remeasured) == 2          # quick: 2 rounds x 2 batches = 4 timings, 2 of them journaled
+    assert doc["validation"]["n"] == 2

@@ -1,0 +1,91 @@
+"""The calibration journal: observations written as they are measured, so that an interrupted
+run keeps its data and `chipcal calibrate --resume DIR` continues it.
+
+A journal is a directory (`<out>/.incomplete/<stamp>-<pid>/`) holding `config.json` (the run's
+CalibrationConfig) and one JSON file per finished step (`gemm.json`, `bandwidth.json`,
+`layers.json`, `chains.json`, `power.json`, `models.json`), each written whole through a temp
+file, fsync and rename. Only data goes in (measurements as their `to_dict` forms): no pickle,
+nothing that runs on load. A finished run removes its journal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from chipcal.model.errors import ChipcalError
+
+CONFIG_FILE = "config.json"
+JOURNAL_SCHEMA = "chipcal-journal-1"
+
+
+class JournalError(ChipcalError, ValueError):
+    """A --resume directory is not a chipcal journal, or it cannot be read; the message says which."""
+
+
+class Journal:
+    """Step results of one run, on disk as they are measured."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+
+    @classmethod
+    def create(cls, out: Path, config) -> Journal:
+        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        directory = Path(out) / ".incomplete" / f"{stamp}-{os.getpid()}"
+        directory.mkdir(parents=True)
+        journal = cls(directory)
+        journal.put("config", {"schema": JOURNAL_SCHEMA, "config": dataclasses.asdict(config)})
+        return journal
+
+    @classmethod
+    def open(cls, directory: Path) -> tuple[Journal, dict]:
+        """(journal, the CalibrationConfig fields it was started with)."""
+        if not (Path(directory) / CONFIG_FILE).is_file():
+            raise JournalError(f"--resume {directory}: not a calibration journal (no {CONFIG_FILE})")
+        head = cls(directory).get("config")
+        if not isinstance(head, dict) or head.get("schema") != JOURNAL_SCHEMA or not isinstance(head.get("config"), dict):
+            raise JournalError(f"--resume {directory}: not a calibration journal (schema {JOURNAL_SCHEMA} expected)")
+        return cls(directory), head["config"]
+
+    def get(self, step: str):
+        """The recorded result of `step`, None when the step has not finished (or its file is damaged)."""
+        try:
+            return json.loads((self.directory / f"{step}.json").read_text())["data"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def put(self, step: str, data) -> None:
+        path = self.directory / f"{step}.json"
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{step}", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump({"step": step, "data": data}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.directory.parent.rmdir()       # .incomplete/, when it is empty
+
+
+class NoJournal:
+    """A run that keeps nothing (library use, tests)."""
+
+    def get(self, step: str):
+        return None
+
+    def put(self, step: str, data) -> None:
+        pass
