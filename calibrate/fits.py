@@ -7,7 +7,7 @@ the linearised problem), residuals, R² and the formula fitted, never a bare num
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import optimize
@@ -23,13 +23,15 @@ class FitResult:
     residual_space: str
     r2: float
     n: int
+    # parameter -> why the data could not constrain it (its prior/default value was kept instead)
+    unconstrained: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
             "name": self.name, "model": self.model, "parameters": dict(self.parameters),
             "stderr": {k: (None if not np.isfinite(v) else v) for k, v in self.stderr.items()},
             "residuals": list(self.residuals), "residual_space": self.residual_space,
-            **self._r2_record(), "n": self.n,
+            **self._r2_record(), "n": self.n, "unconstrained": dict(self.unconstrained),
         }
 
     def _r2_record(self) -> dict:
@@ -43,7 +45,13 @@ class FitResult:
         return cls(name=d["name"], model=d["model"], parameters=dict(d["parameters"]),
                    stderr={k: (float("nan") if v is None else v) for k, v in d["stderr"].items()},
                    residuals=tuple(d["residuals"]), residual_space=d["residual_space"],
-                   r2=float("nan") if d["r2"] is None else d["r2"], n=d["n"])
+                   r2=float("nan") if d["r2"] is None else d["r2"], n=d["n"],
+                   unconstrained=dict(d.get("unconstrained") or {}))
+
+
+SATURATION_RANGE = 100.0      # a saturating curve's W_half beyond the measured sizes by more is not seen
+UNCONSTRAINED_SE_LOG = 1.0    # 1-sigma wider than a factor e: the data do not pin the parameter
+AT_BOUND_LOG = 1e-3           # within 0.1 % of a bound: the bound decided, not the data
 
 
 def _r2(observed: np.ndarray, predicted: np.ndarray) -> float:
@@ -85,12 +93,18 @@ def fit_saturating_efficiency(work_flop: Sequence[float], efficiency: Sequence[f
     e_max, w_half = np.exp(sol.x)
     cov = _covariance(sol.jac, sol.fun)
     se_log = np.sqrt(np.clip(np.diag(cov), 0, None))
+    unconstrained = {}
+    if not (w.min() / SATURATION_RANGE <= w_half <= w.max() * SATURATION_RANGE) or not se_log[1] < UNCONSTRAINED_SE_LOG:
+        # every size already saturated (or none yet): the knee lies outside the data
+        unconstrained["w_half_flop"] = (f"fitted {w_half:.3g} FLOP lies outside {w.min() / SATURATION_RANGE:.3g}-"
+                                        f"{w.max() * SATURATION_RANGE:.3g} (the sizes measured, x/÷{SATURATION_RANGE:g}) "
+                                        "or is unconstrained: the curve's knee is not in the data")
     return FitResult(
         name=name, model="eff(W) = e_max * W / (W + w_half_flop)",
         parameters={"e_max": float(e_max), "w_half_flop": float(w_half)},
         stderr={"e_max": float(e_max * se_log[0]), "w_half_flop": float(w_half * se_log[1])},
         residuals=tuple(map(float, sol.fun)), residual_space="log(efficiency)",
-        r2=_r2(e, saturating(w, e_max, w_half)), n=len(w),
+        r2=_r2(e, saturating(w, e_max, w_half)), n=len(w), unconstrained=unconstrained,
     )
 
 
@@ -126,15 +140,16 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
                     measured_s: Sequence[float], name: str, model: str,
                     lower: Sequence[float] | None = None, upper: Sequence[float] | None = None,
                     prior_sigma: float | None = None,
-                    data_sigma: float | Sequence[float] = 1.0, robust: bool = False) -> FitResult:
+                    data_sigma: float | Sequence[float] = 1.0, robust: bool = False,
+                    prior_centre: Sequence[float] | None = None) -> FitResult:
     """Fit positive parameters so that predict(params) matches measured latencies.
 
     Parameters are optimised as logarithms (so they stay positive); residuals are
     log(predicted/measured), i.e. relative errors, so a 20 µs op and a 20 ms op weigh alike.
     `data_sigma` is each measurement's uncertainty in the same log units (scalar or per
     observation): data residuals are divided by it. With `prior_sigma`, each parameter also gets
-    a residual (log p − log x0) / prior_sigma: a log-normal prior centred on x0 (maximum a
-    posteriori). It keeps parameters the data cannot
+    a residual (log p − log c) / prior_sigma: a log-normal prior centred on `prior_centre` c
+    (default x0; maximum a posteriori). It keeps parameters the data cannot
     separate near their documented starting values instead of letting them run to a bound,
     and barely moves those the data pin down.
     `robust` uses scipy's soft-L1 loss (quadratic within 2 sigma, linear beyond), so one
@@ -142,6 +157,9 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
     Standard errors come from the Jacobian (delta method: se(p) = p · se(log p)); a parameter
     the data cannot move (zero Jacobian column) gets stderr nan. Residuals and R² are the
     data's only.
+    With a prior, a parameter that runs into a bound, or that the data leave unconstrained
+    (1-sigma wider than a factor e), is held at its prior centre and the others are fitted again;
+    `FitResult.unconstrained` names each such parameter with the reason.
     """
     measured = np.asarray(measured_s, dtype=float)
     if np.any(measured <= 0):
@@ -149,8 +167,9 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
     names = list(names)
     lo = np.log(lower) if lower is not None else np.full(len(names), -np.inf)
     hi = np.log(upper) if upper is not None else np.full(len(names), np.inf)
-    centre = np.log(np.asarray(x0, dtype=float))
-    start = np.clip(centre, lo + 1e-9, hi - 1e-9)
+    centre = np.log(np.asarray(x0 if prior_centre is None else prior_centre, dtype=float))
+    start = np.clip(np.log(np.asarray(x0, dtype=float)), lo + 1e-9, hi - 1e-9)
+    held = np.clip(centre, lo, hi)       # where a parameter the data cannot constrain is held
     n_data = len(measured)
     sigma = np.broadcast_to(np.asarray(data_sigma, dtype=float), measured.shape)
 
@@ -161,13 +180,44 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
             return data
         return np.concatenate([data, (x - centre) / prior_sigma])
 
-    sol = optimize.least_squares(residual, start, bounds=(lo, hi), method="trf", x_scale="jac",
-                                 loss="soft_l1" if robust else "linear", f_scale=2.0)
-    values = np.exp(sol.x)
-    cov = _covariance(sol.jac, sol.fun)
-    se_log = np.sqrt(np.clip(np.diag(cov), 0, None))
-    dead = np.all(np.abs(sol.jac[:n_data]) < 1e-12, axis=0)
-    stderr = np.where(dead, np.nan, values * se_log)
+    def solve(free: np.ndarray) -> optimize.OptimizeResult:
+        """Fit the `free` parameters; the others stay at their prior centres."""
+        def partial(xf: np.ndarray) -> np.ndarray:
+            x = held.copy()
+            x[free] = xf
+            return residual(x)
+
+        return optimize.least_squares(partial, start[free], bounds=(lo[free], hi[free]), method="trf",
+                                      x_scale="jac", loss="soft_l1" if robust else "linear", f_scale=2.0)
+
+    free = np.ones(len(names), dtype=bool)
+    unconstrained: dict[str, str] = {}
+    for _ in range(2):     # once, then again with the unconstrained parameters held at their priors
+        sol = solve(free)
+        x = held.copy()
+        x[free] = sol.x
+        jac = np.zeros((len(sol.fun), len(names)))
+        jac[:, free] = sol.jac
+        se_log = np.sqrt(np.clip(np.diag(_covariance(jac, sol.fun)), 0, None))
+        dead = np.all(np.abs(jac[:n_data]) < 1e-12, axis=0)
+        newly = {}
+        for i, nm in enumerate(names):
+            if not free[i]:
+                continue
+            kept = "" if prior_sigma is None else f"; the prior {np.exp(held[i]):.3g} is kept"
+            if x[i] - lo[i] < AT_BOUND_LOG or hi[i] - x[i] < AT_BOUND_LOG:
+                newly[nm] = f"ran into its bound ({np.exp(x[i]):.3g}){kept}"
+            elif dead[i] or (prior_sigma is not None and not se_log[i] < UNCONSTRAINED_SE_LOG):
+                newly[nm] = f"the data cannot constrain it (1-sigma beyond a factor e){kept}"
+        unconstrained |= newly
+        if not newly or prior_sigma is None:
+            break
+        free &= ~np.isin(names, list(newly))
+        if not free.any():
+            x = held.copy()
+            break
+    values = np.exp(x)
+    stderr = np.where(dead | ~free, np.nan, values * se_log)
     fitted = np.asarray(predict(dict(zip(names, values, strict=True))), dtype=float)
     model_text = model if prior_sigma is None else f"{model}; log-normal prior sigma={prior_sigma:g} around the defaults"
     if robust:
@@ -176,6 +226,6 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
         name=name, model=model_text,
         parameters=dict(zip(names, map(float, values), strict=True)),
         stderr=dict(zip(names, map(float, stderr), strict=True)),
-        residuals=tuple(map(float, sol.fun[:n_data] * sigma)), residual_space="log(predicted/measured latency)",
-        r2=_r2(np.log(measured), np.log(fitted)), n=len(measured),
+        residuals=tuple(map(float, residual(x)[:n_data] * sigma)), residual_space="log(predicted/measured latency)",
+        r2=_r2(np.log(measured), np.log(fitted)), n=len(measured), unconstrained=unconstrained,
     )

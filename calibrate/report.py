@@ -97,10 +97,13 @@ def render_markdown(doc: dict) -> str:
     for fit in doc["fits"].values():
         if fit is None:
             continue
-        rows = [[k, f"{v:.4g}", "-" if fit["stderr"].get(k) is None else f"{fit['stderr'][k]:.2g}"]
+        loose = fit.get("unconstrained") or {}
+        rows = [[k, f"{v:.4g}", "-" if fit["stderr"].get(k) is None else f"{fit['stderr'][k]:.2g}",
+                 f"unconstrained: {loose[k]}" if k in loose else "fitted"]
                 for k, v in fit["parameters"].items()]
         lines += [f"**{fit['name']}**: `{fit['model']}` — n = {fit['n']}, R² = {_r2(fit)} "
-                  f"(residuals in {fit['residual_space']})", "", _table(["parameter", "value", "± 1σ"], rows), ""]
+                  f"(residuals in {fit['residual_space']})", "",
+                  _table(["parameter", "value", "± 1σ", "status"], rows), ""]
     params = doc["parameters"]["family_params"]
     lines += [
         "Resulting parameter set (`chipcal predict --calibration <this directory>` applies it to "
@@ -143,8 +146,10 @@ def render_markdown(doc: dict) -> str:
         "",
         f"Absolute latency error, calibrated: median **{_pct(val['median_abs_error'])}**, "
         f"p90 **{_pct(val['p90_abs_error'])}**, max {_pct(val['max_abs_error'])} over {val['n']} cases "
-        f"(with the uncalibrated defaults: median {_pct(val['default_median_abs_error'])}, "
-        f"p90 {_pct(val['default_p90_abs_error'])}).",
+        f"({val.get('n_models', '?')} models × batch sizes; with the uncalibrated defaults: median "
+        f"{_pct(val['default_median_abs_error'])}, p90 {_pct(val['default_p90_abs_error'])}). "
+        f"Noise between the interleaved rounds of the same model: {_pct(val.get('noise_rel'))}, "
+        "the accuracy that this host's noise alone permits.",
         "",
         "## Power",
         "",

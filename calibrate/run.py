@@ -188,8 +188,9 @@ def fit_layer_params(observations: Sequence, chip, precision: str, base):
         return np.array([predict(o.workload, chip, precision, params=params).latency_s for o in observations])
 
     sigma = [max(MODEL_SIGMA_FLOOR, o.measurement.iqr_s / 1.349 / o.measurement.median_s) for o in observations]
+    defaults = list(x0)       # the prior is centred on the family defaults, the search starts from the grid
     x0 = _coordinate_start(names, x0, lower, upper, predict_all, measured, sigma)
-    fit = fit_log_latency(names, x0, predict_all, measured, name="op_class_latency",
+    fit = fit_log_latency(names, x0, predict_all, measured, name="op_class_latency", prior_centre=defaults,
                           model="t(layer) = Σ_subgraphs max(FLOP/(peak·util·efficiency[c]·W/(W+W_half)), "
                                 "bytes/(BW·bw_eff)) + overhead_s[c]",
                           lower=lower, upper=upper, prior_sigma=PRIOR_SIGMA, data_sigma=sigma, robust=True)
@@ -402,7 +403,9 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     base = dataclasses.replace(
         base,
         # seed only: the layer fit refits it through the predictor
-        half_efficiency_flop=(precision_fit.parameters["w_half_flop"] if precision_fit else base.half_efficiency_flop),
+        half_efficiency_flop=(precision_fit.parameters["w_half_flop"]
+                              if precision_fit and "w_half_flop" not in precision_fit.unconstrained
+                              else base.half_efficiency_flop),
         bandwidth_efficiency=measured_bw / model_bw,
         onchip_bandwidth_ratio=(onchip_bw / model_bw if onchip_bw else base.onchip_bandwidth_ratio),
         source="calibration",
@@ -466,19 +469,20 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                 skipped_models.append({"model": name, "batch": batch, "predicted_call_s": call_s,
                                        "limit_s": MODEL_MAX_CALL_S})
                 continue
-            plan.append([name, batch, workload, predicted, predicted_default, call_s, [], []])
+            plan.append([name, batch, workload, predicted, predicted_default, call_s, [], [], []])
     # budget: at least MODEL_MIN_SAMPLES calls at 1.5x the predicted call, within the phase's share
     share = config.validation_time_s / max(len(plan), 1)
     for entry in plan:
         entry[5] = min(max(config.model_time_s, MODEL_MIN_SAMPLES * 1.5 * entry[5]), share)
     progress.phase("validation models", config.rounds * len(plan))
     recorded = journal.get("models") or {}
-    for name, batch, _, _, _, _, samples, methods in plan:
-        done = recorded.get(f"{name}|{batch}", {"samples": [], "methods": []})
+    for name, batch, _, _, _, _, samples, methods, medians in plan:
+        done = recorded.get(f"{name}|{batch}", {"samples": [], "methods": [], "medians": []})
         samples.extend(done["samples"])
         methods.extend(done["methods"])
+        medians.extend(done["medians"])
     for r in range(config.rounds):
-        for name, batch, workload, _, _, budget, samples, methods in plan:
+        for name, batch, workload, _, _, budget, samples, methods, medians in plan:
             if len(methods) > r:         # this round of this model was measured before an interruption
                 step(f"{name} batch {batch}")
                 continue
@@ -487,11 +491,12 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                                min_samples=-(-MODEL_MIN_SAMPLES // config.rounds))
             samples.extend(mm.latency.samples_s)
             methods.append(mm.latency.method)
-            recorded[f"{name}|{batch}"] = {"samples": samples, "methods": methods}
+            medians.append(mm.latency.median_s)
+            recorded[f"{name}|{batch}"] = {"samples": samples, "methods": methods, "medians": medians}
             journal.put("models", recorded)
             step(f"{name} batch {batch}")
     model_rows = []
-    for name, batch, workload, predicted, predicted_default, _, samples, methods in plan:
+    for name, batch, workload, predicted, predicted_default, _, samples, methods, _ in plan:
         m = Measurement.from_samples(samples, method=f"{methods[-1]}; {config.rounds} interleaved rounds")
         model_rows.append({"model": name, "batch": batch, "flop": workload.flop,
                            "bytes": workload.bytes_read + workload.bytes_written,
@@ -515,8 +520,21 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                             f"{config.precision}, weights=None, measured in the same run."),
         "n": len(model_rows),
         "n_models": len({r["model"] for r in model_rows}),
+        "noise_rel": _round_noise(plan),
         **_error_summary(errors, ""), **_error_summary(default_errors, "default_"),
     }
+
+    # the calibration must earn its place: worse than the defaults on the held-out models is flagged
+    if model_rows and validation["median_abs_error"] > validation["default_median_abs_error"]:
+        flags.append(gap.Flag(
+            "calibration_worse_than_defaults", "warning",
+            f"held-out models: calibrated median |error| {validation['median_abs_error']:.1%} > "
+            f"{validation['default_median_abs_error']:.1%} with the uncalibrated defaults "
+            f"(p90 {validation['p90_abs_error']:.1%} vs {validation['default_p90_abs_error']:.1%}); "
+            f"the noise between rounds alone permits about {validation['noise_rel']:.1%}",
+            {"median_abs_error": validation["median_abs_error"],
+             "default_median_abs_error": validation["default_median_abs_error"],
+             "noise_rel": validation["noise_rel"]}))
 
     # 7. flags from the spec side
     if chip.stated_peak_flop_per_s:
@@ -568,6 +586,18 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         "skipped": {"gemm_shapes": skipped_shapes, "models": skipped_models},
         "throttle_note": gemm.throttle_note,
     }
+
+
+def _round_noise(plan) -> float:
+    """Noise between the interleaved rounds of the same model: the median over (model, batch) of
+    half the spread (max/min - 1) of its round medians. A prediction cannot be checked to better
+    than this on this host: it is the accuracy that noise alone permits."""
+    spreads = []
+    for entry in plan:
+        medians = entry[8]
+        if len(medians) >= 2:
+            spreads.append((max(medians) / min(medians) - 1) / 2)
+    return float(np.median(spreads)) if spreads else float("nan")
 
 
 def _error_summary(abs_errors: np.ndarray, prefix: str) -> dict[str, float | None]:

@@ -114,3 +114,40 @@ def test_prior_holds_unidentified_parameters_and_spares_identified_ones():
     assert 1e-5 / np.e**2 < held.parameters["overhead_s"] < 1e-5 * np.e**2
     assert len(held.residuals) == flop.size and "prior" in held.model
     assert free.r2 >= held.r2 - 0.01
+
+
+def test_saturated_sweep_leaves_w_half_unconstrained():
+    # every size at the same 80 % efficiency: the knee is not in the data (the AMD run's 7.6e-9 ± 0)
+    from chipcal.calibrate.fits import fit_saturating_efficiency
+
+    fit = fit_saturating_efficiency([1e9, 1e10, 1e11], [0.8, 0.8, 0.8])
+    assert fit.parameters["e_max"] == pytest.approx(0.8, rel=1e-3)
+    assert "w_half_flop" in fit.unconstrained
+
+
+def test_parameter_the_data_cannot_move_is_held_at_its_prior():
+    import numpy as np
+
+    from chipcal.calibrate.fits import fit_log_latency
+
+    measured = [2.0, 4.0, 6.0]
+    work = np.array([1.0, 2.0, 3.0])
+    # t = a * work; b has no effect at all; the truth is a = 2
+    fit = fit_log_latency(["a", "b"], [1.0, 5.0], lambda v: v["a"] * work, measured, name="t", model="t = a w",
+                          lower=[1e-3, 1e-3], upper=[1e3, 1e3], prior_sigma=1.0, prior_centre=[1.0, 5.0],
+                          data_sigma=0.01)
+    assert fit.parameters["a"] == pytest.approx(2.0, rel=0.05)
+    assert fit.parameters["b"] == pytest.approx(5.0) and "b" in fit.unconstrained
+
+
+def test_parameter_that_runs_into_its_bound_falls_back_to_its_prior():
+    import numpy as np
+
+    from chipcal.calibrate.fits import fit_log_latency
+
+    work = np.array([1.0, 2.0, 3.0])
+    # the data want a = 2, but the upper bound is 1.5: the fit would sit on the bound
+    fit = fit_log_latency(["a"], [1.0], lambda v: v["a"] * work, [2.0, 4.0, 6.0], name="t", model="t = a w",
+                          lower=[1e-3], upper=[1.5], prior_sigma=10.0, prior_centre=[1.0])
+    assert "a" in fit.unconstrained and "bound" in fit.unconstrained["a"]
+    assert fit.parameters["a"] == pytest.approx(1.0)
