@@ -37,6 +37,9 @@ def hand_mlp(monkeypatch):
     (["--model", "mlp1024", "--hardware", "jetson-agx-orin-64gb@20W"], "valid: 15W, 30W, 50W, MAXN"),
     (["--model", "mlp1024", "--hardware", "h100-sxm5", "--calibration", "/nonexistent"], "no calibration.json"),
     (["--hardware", "h100-sxm5"], "--model"),
+    (["--model", "mlp1024", "--hardware", "h100-sxm5", "--runtime", "eager", "--host-overhead-s", "-1"],
+     "must be a number >= 0"),
+    (["--model", "mlp1024", "--hardware", "h100-sxm5", "--runtime", "jit"], "compiled"),
 ])
 def test_usage_errors_exit_2_with_one_line(cli, hand_mlp, argv, says):
     rc, out, err = cli(predict_main, argv)
@@ -148,3 +151,17 @@ def test_local_chip_with_explain_json(cli, hand_mlp):
     # opportunities flattened into the same flat record
     assert rows["kpu-t64"]["opportunity_batch_batch"] >= 16
     assert "opportunity_checkpointing_saved_bytes" in rows["kpu-t64"]
+
+
+def test_eager_batch_1_on_a_gpu_says_host_bound(cli, hand_mlp):
+    # 3 kernels of the 1024-wide MLP at batch 1 take microseconds on a V100; issuing each from the
+    # host at 1 ms leaves the GPU idle ~3 ms: host-bound, and the text says so.
+    argv = ["--model", "mlp1024", "--hardware", "v100-sxm2", "--runtime", "eager", "--host-overhead-s", "1e-3"]
+    rc, out, _ = cli(predict_main, argv + ["--json"])
+    row = json.loads(out)[0]
+    assert rc == 0 and row["bottleneck"] == "host" and row["runtime"] == "eager"
+    assert row["host_per_op_s"] == 1e-3 and row["latency_s"] > 3e-3
+    rc, out, _ = cli(predict_main, argv)
+    assert rc == 0 and "host-bound: v100-sxm2" in out
+    rc, out, _ = cli(predict_main, argv[:-4] + ["--runtime", "compiled", "--json"])
+    assert json.loads(out)[0]["bottleneck"] != "host" and json.loads(out)[0]["latency_s"] < 1e-3
