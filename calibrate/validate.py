@@ -17,6 +17,7 @@ graphs is `compiled`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -245,3 +246,50 @@ def summarize(comparisons: Sequence[Comparison]) -> Summary:
     return Summary(overall=_stats("all", comparisons), by_runtime=grouped(lambda c: c.runtime),
                    by_chip=grouped(lambda c: c.chip),
                    unsupported=sum(1 for c in comparisons if not math.isfinite(c.error)))
+
+
+# --- fit of the defaults the `fit` split constrains ----------------------------------------------
+
+MAC_CLASSES = ("conv", "conv1x1", "depthwise", "matmul", "attention")
+FIT_START = {"host_server_s": 20e-6, "gpu_mac_efficiency_scale": 1.0}
+FIT_BOUNDS = {"host_server_s": (1e-7, 1e-3), "gpu_mac_efficiency_scale": (0.2, 1.4)}
+
+
+def trial_params(values: dict[str, float]) -> Callable[[object], FamilyParams]:
+    """Family defaults with the fitted quantities replaced: the server host's per-op issue cost
+    (eager runtimes) and one scale on the GPU efficiency of every MAC class."""
+    from chipcal.model.estimate.host import host_class
+    from chipcal.model.mapping.params import default_params
+
+    def params(chip) -> FamilyParams:
+        base = default_params(chip.kind)
+        if chip.kind == "cpu":
+            return base
+        changes: dict = {}
+        if host_class(chip) == "server":
+            changes["host_overhead_s"] = values["host_server_s"]
+        if chip.kind == "gpu":
+            s = values["gpu_mac_efficiency_scale"]
+            changes["efficiency"] = {c: v * s if c in MAC_CLASSES else v for c, v in base.efficiency.items()}
+        return dataclasses.replace(base, **changes)
+
+    return params
+
+
+def fit_defaults(rows: Sequence[Measurement], workload: Callable[[str, int, bool], object], registry):
+    """Fit the server host's per-op cost and the GPU MAC-efficiency scale to `rows` (the `fit`
+    split) by least squares on log(predicted/published latency) (calibrate.fits.fit_log_latency),
+    with standard errors from the Jacobian."""
+    import numpy as np
+
+    from chipcal.calibrate.fits import fit_log_latency
+
+    names = list(FIT_START)
+
+    def predicted(values: dict[str, float]):
+        return np.array([c.predicted_latency_s for c in compare(rows, workload, registry, trial_params(values))])
+
+    return fit_log_latency(names, [FIT_START[n] for n in names], predicted, [m.latency_s for m in rows],
+                           name="validation_defaults",
+                           model="latency = predict(workload, chip; host per-op cost, GPU MAC efficiency x scale)",
+                           lower=[FIT_BOUNDS[n][0] for n in names], upper=[FIT_BOUNDS[n][1] for n in names])

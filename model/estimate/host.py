@@ -42,12 +42,12 @@ class HostClass:
 
 
 HOST_CLASSES: dict[str, HostClass] = {
-    "server": HostClass("server", 20e-6, "default: PyTorch eager per-op issue cost (module call, "
-                        "dispatcher, cudaLaunchKernel) on an x86 server host, fitted on the validation "
-                        "corpus's fit split (docs/validation.md)"),
-    "embedded": HostClass("embedded", 60e-6, "default: PyTorch eager per-op issue cost on the Arm "
-                          "cores of an SoC, ~3x the server host (single-thread speed of Cortex-A78AE "
-                          "vs a server x86 core; docs/validation.md)"),
+    "server": HostClass("server", 55e-6, "default: eager per-op issue cost (module call, dispatcher, "
+                        "kernel launch) on an x86 server host, 55.2 +- 3.4 us fitted on the validation "
+                        "corpus's fit split (PyTorch 1.8 on DGX-1 / DGX A100 hosts; docs/validation.md)"),
+    "embedded": HostClass("embedded", 110e-6, "default: assumed 2x the server host's per-op cost for the "
+                          "Arm cores of an SoC (lower single-thread speed; no corpus row constrains it, "
+                          "docs/validation.md)"),
 }
 
 
