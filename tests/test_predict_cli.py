@@ -165,3 +165,18 @@ def test_eager_batch_1_on_a_gpu_says_host_bound(cli, hand_mlp):
     assert rc == 0 and "host-bound: v100-sxm2" in out
     rc, out, _ = cli(predict_main, argv[:-4] + ["--runtime", "compiled", "--json"])
     assert json.loads(out)[0]["bottleneck"] != "host" and json.loads(out)[0]["latency_s"] < 1e-3
+
+
+@pytest.mark.slow
+def test_resnet50_eager_batch_1_on_v100_is_host_bound_near_the_published_latency(cli):
+    # NVIDIA DeepLearningExamples, PyTorch ResNet50 v1.5 README (NGC 21.03), DGX-1 1x V100 16GB,
+    # FP32 batch 1: 96 img/s = 10.4 ms per image, flat up to batch 4: the host issues the ops.
+    rc, out, err = cli(predict_main, ["--model", "resnet50", "--hardware", "v100-sxm2", "--runtime", "eager",
+                                      "--json"])
+    assert rc == 0, err
+    row = json.loads(out)[0]
+    assert row["bottleneck"] == "host" and row["host_wait_s"] > row["latency_s"] / 2
+    assert row["latency_s"] == pytest.approx(1 / 96, rel=0.3)
+    rc, out, err = cli(predict_main, ["--model", "resnet50", "--hardware", "v100-sxm2", "--runtime", "compiled",
+                                      "--json"])
+    assert json.loads(out)[0]["bottleneck"] != "host" and json.loads(out)[0]["latency_s"] < 1 / 96 / 2
