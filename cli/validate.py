@@ -57,8 +57,8 @@ def row_table(comparisons) -> list[dict]:
 
 
 def stats_table(stats, label: str) -> list[dict]:
-    return [{label: s.group, "n": s.n, "median |err|": _abs_pct(s.median_abs_error),
-             "p90 |err|": _abs_pct(s.p90_abs_error), "bias": _pct(s.median_error)} for s in stats]
+    return [{label: s.group, "n": s.n, "median_abs_err": _abs_pct(s.median_abs_error),
+             "p90_abs_err": _abs_pct(s.p90_abs_error), "bias": _pct(s.median_error)} for s in stats]
 
 
 def _markdown_table(rows: Sequence[dict]) -> str:
