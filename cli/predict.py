@@ -35,6 +35,7 @@ from chipcal.model.chip import Chip
 from chipcal.model.estimate.opportunities import Opportunity, opportunities, top_consumers
 from chipcal.model.estimate.prediction import Prediction, predict
 from chipcal.model.mapping.params import (
+    HOST_RUNTIMES,
     RUNTIMES,
     CalibrationError,
     CalibrationParams,
@@ -272,8 +273,13 @@ def _explain(p: Prediction, found: Sequence[Opportunity]) -> None:
           f"weights {'stay on chip' if p.weights_on_chip else 'stream from DRAM'}")
     print("  memory timeline (MB after each subgraph): "
           + " ".join(f"{m.live_bytes / MB:.3g}" for m in mem.timeline))
-    print(f"  latency: {p.latency_s * 1e3:.4g} ms with stage concurrency, {p.serial_latency_s * 1e3:.4g} ms "
-          f"serial, {p.critical_path_latency_s * 1e3:.4g} ms critical path")
+    if p.runtime in HOST_RUNTIMES:
+        print(f"  latency: {p.latency_s * 1e3:.4g} ms ({p.runtime}: one stream behind the host); host issues "
+              f"{len(p.subgraphs)} ops at {p.host_per_op_s * 1e6:.3g} us = {p.host_s * 1e3:.4g} ms, device busy "
+              f"{p.serial_latency_s * 1e3:.4g} ms, idle {p.host_wait_s * 1e3:.4g} ms waiting for the host")
+    else:
+        print(f"  latency: {p.latency_s * 1e3:.4g} ms with stage concurrency, {p.serial_latency_s * 1e3:.4g} ms "
+              f"serial, {p.critical_path_latency_s * 1e3:.4g} ms critical path")
     for o in found:
         print(f"  opportunity ({o.kind}): {o.summary}")
 
