@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compare-tdp-registry": ("chipcal.cli.compare_tdp_registry", "physics TDP vs spec TDP for registry chips"),
     "workload": ("chipcal.cli.workload", "operation counts, fusion and concurrency of a model"),
     "predict": ("chipcal.cli.predict", "latency/energy/memory prediction per model and chip"),
+    "validate": ("chipcal.cli.validate", "predictions against published measurements (validation corpus)"),
     "measure-peak": ("chipcal.cli.measure_peak", "measure GEMM peak and memory bandwidth"),
     "measure-model-efficiency": ("chipcal.cli.measure_model_efficiency", "measure model latency and efficiency"),
     "calibrate": ("chipcal.cli.calibrate", "measure this machine, fit the model, write a report"),

@@ -37,11 +37,13 @@ from chipcal.model.chip import Chip
 from chipcal.model.estimate.opportunities import Opportunity, opportunities, top_consumers
 from chipcal.model.estimate.prediction import Prediction, predict
 from chipcal.model.mapping.params import (
+    HOST_RUNTIMES,
     RUNTIMES,
     CalibrationError,
     CalibrationParams,
     load_calibration,
     params_for,
+    runtime_fuses,
 )
 from chipcal.model.precision import PRECISIONS
 
@@ -49,6 +51,16 @@ MB = 1e6
 
 
 # --- arguments ---------------------------------------------------------------------------------
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number >= 0")
+    return value
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -64,8 +76,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--calibration", metavar="DIR",
                    help="calibration directory written by `chipcal calibrate` (applies to its chip only)")
     p.add_argument("--runtime", choices=RUNTIMES, default="fused",
-                   help="fused: one kernel per fused subgraph (TensorRT/XLA/torch.compile); eager: one per op "
-                        "(PyTorch eager). A calibrated chip uses its calibration's runtime. Default fused")
+                   help="fused: one kernel per fused subgraph (TensorRT/XLA); compiled: torch.compile with "
+                        "CUDA graphs; eager: one kernel per op, each issued by the host (PyTorch eager). "
+                        "A calibrated chip uses its calibration's runtime. Default fused")
+    p.add_argument("--host-overhead-s", type=non_negative_float, metavar="S",
+                   help="eager runtime: host issue cost per op in seconds (default: the calibration's "
+                        "dispatch probe, else the host-class default, docs/validation.md)")
     p.add_argument("--by-layer", action="store_true", help="per-subgraph roofline table")
     p.add_argument("--explain", action="store_true",
                    help="energy breakdown, memory timeline and quantified opportunities per row "
@@ -168,7 +184,7 @@ def _summary_table(preds: Sequence[Prediction]) -> None:
             "TFLOP/s": f"{p.attained_flop_per_s / 1e12:.3g}", "util": f"{p.compute_utilization:.0%}",
             "eff": f"{p.compute_efficiency:.1%}", "bw": f"{p.bandwidth_utilization:.0%}",
             "AI": f"{p.arithmetic_intensity:.3g}", "units": f"{p.units_allocated}/{p.units_total} {p.unit_name}",
-            "bound": p.bottleneck,
+            "bound": p.bottleneck, "runtime": p.runtime,
         })
         rows.append(row)
     print_table(pd.DataFrame(rows).fillna(""))
@@ -178,7 +194,11 @@ def _summary_table(preds: Sequence[Prediction]) -> None:
     for p in preds:
         if not p.supported:
             notes.append(f"unsupported: {p.chip} {p.precision}: {p.reason}")
-        elif p.exceeds_tdp:
+        elif p.bottleneck == "host":
+            notes.append(f"host-bound: {p.chip} at batch {p.batch} {p.precision} ({p.runtime}) idles "
+                         f"{p.host_wait_s * 1e3:.3g} of {p.latency_s * 1e3:.3g} ms waiting for the host to issue "
+                         f"its ops ({p.host_per_op_s * 1e6:.3g} us per op); a compiled or fused runtime removes it")
+        if p.supported and p.exceeds_tdp:
             notes.append(f"note: {p.chip} at batch {p.batch} {p.precision} averages {p.avg_power_w:.3g} W > "
                          f"its {p.tdp_w:g} W TDP: it would throttle")
     for line in dict.fromkeys(notes):
@@ -249,8 +269,13 @@ def _explain(p: Prediction, found: Sequence[Opportunity]) -> None:
           f"weights {'stay on chip' if p.weights_on_chip else 'stream from DRAM'}")
     print("  memory timeline (MB after each subgraph): "
           + " ".join(f"{m.live_bytes / MB:.3g}" for m in mem.timeline))
-    print(f"  latency: {p.latency_s * 1e3:.4g} ms with stage concurrency, {p.serial_latency_s * 1e3:.4g} ms "
-          f"serial, {p.critical_path_latency_s * 1e3:.4g} ms critical path")
+    if p.runtime in HOST_RUNTIMES:
+        print(f"  latency: {p.latency_s * 1e3:.4g} ms ({p.runtime}: one stream behind the host); host issues "
+              f"{len(p.subgraphs)} ops at {p.host_per_op_s * 1e6:.3g} us = {p.host_s * 1e3:.4g} ms, device busy "
+              f"{p.serial_latency_s * 1e3:.4g} ms, idle {p.host_wait_s * 1e3:.4g} ms waiting for the host")
+    else:
+        print(f"  latency: {p.latency_s * 1e3:.4g} ms with stage concurrency, {p.serial_latency_s * 1e3:.4g} ms "
+              f"serial, {p.critical_path_latency_s * 1e3:.4g} ms critical path")
     for o in found:
         print(f"  opportunity ({o.kind}): {o.summary}")
 
@@ -303,7 +328,8 @@ def roofline_plot(preds: Sequence[Prediction], path: str) -> None:
 
 def predict_all(models: Sequence[str], chips: Sequence[Chip], batches: Sequence[int],
                 precisions: Sequence[str], calibration: CalibrationParams | None,
-                workload: Callable[[str, int, bool], object], runtime: str = "fused") -> list[tuple[Chip, Prediction]]:
+                workload: Callable[[str, int, bool], object], runtime: str = "fused",
+                host_overhead_s: float | None = None) -> list[tuple[Chip, Prediction]]:
     """Every (model, batch, chip, precision) prediction with its chip; each model characterized
     once per batch and runtime, not once per chip. The calibrated chip is predicted under the
     runtime its calibration was fitted on; every other chip under `runtime`."""
@@ -312,10 +338,11 @@ def predict_all(models: Sequence[str], chips: Sequence[Chip], batches: Sequence[
         for batch in batches:
             for chip in chips:
                 calibrated = calibration is not None and calibration.applies_to(chip.name, chip.active_mode)
-                fuse = (calibration.runtime if calibrated else runtime) == "fused"
-                w = workload(model, batch, fuse)
+                chip_runtime = calibration.runtime if calibrated else runtime
+                w = workload(model, batch, runtime_fuses(chip_runtime))
                 for precision in precisions:
-                    out.append((chip, predict(w, chip, precision, calibration=calibration)))
+                    out.append((chip, predict(w, chip, precision, calibration=calibration,
+                                              runtime=chip_runtime, host_overhead_s=host_overhead_s)))
     return out
 
 
@@ -327,7 +354,8 @@ def _body(args: argparse.Namespace) -> int:
                          "predicted; every chip keeps its family defaults\n")
     source = WorkloadSource(use_cache=not args.no_cache, notify=lambda line: sys.stderr.write(line + "\n"))
     try:
-        pairs = predict_all(args.model, chips, args.batch, args.precision, calibration, source.get, args.runtime)
+        pairs = predict_all(args.model, chips, args.batch, args.precision, calibration, source.get,
+                            args.runtime, args.host_overhead_s)
     except CalibrationError as exc:
         raise UsageError(str(exc)) from None
     preds = [p for _, p in pairs]

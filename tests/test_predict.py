@@ -309,3 +309,74 @@ def test_gemm_padding_lowers_efficiency_not_utilization_on_a_systolic_array():
     e = estimate_subgraph(gemm_subgraph(0, 8192, 129, 128), tpu, "bf16", default_params("tpu"))
     assert e.lane_fill < 0.55 and e.utilization == 1.0
     assert GemmShape(8192, 129, 128).macs == e.macs
+
+
+# --- host side of an eager runtime ---------------------------------------------------------------
+
+
+def _host(per_op_s, synchronous=False):
+    from chipcal.model.estimate.host import HostCost
+
+    return HostCost(per_op_s, synchronous, "server", "test")
+
+
+def test_host_queue_device_bound_pays_only_the_first_issue():
+    from chipcal.model.estimate.host import run_queue
+
+    # h = 2 us, device 10, 1, 1 us. Issued at 2, 4, 6; op0 runs 2..12, op1 12..13, op2 13..14.
+    q = run_queue([10e-6, 1e-6, 1e-6], _host(2e-6))
+    assert q.latency_s == pytest.approx(14e-6)
+    assert q.host_wait_s == pytest.approx(2e-6)          # only before op0
+    assert q.device_busy_s == pytest.approx(12e-6) and not q.host_bound
+
+
+def test_host_queue_host_bound_is_issue_time_plus_last_op():
+    from chipcal.model.estimate.host import run_queue
+
+    # h = 5 us, device 1 us each: issued at 5, 10, 15; ends 6, 11, 16. The device waits
+    # 5 + 4 + 4 = 13 us and works 3 us: the host sets the pace, not the sum 15 + 3.
+    q = run_queue([1e-6] * 3, _host(5e-6))
+    assert q.latency_s == pytest.approx(16e-6)
+    assert q.host_wait_s == pytest.approx(13e-6) and q.host_bound
+    # same cores (a CPU): nothing overlaps, 3 × (5 + 1) us
+    assert run_queue([1e-6] * 3, _host(5e-6, synchronous=True)).latency_s == pytest.approx(18e-6)
+
+
+def test_eager_prediction_is_host_bound_when_issue_dominates():
+    from chipcal.model.estimate.host import HostError
+
+    w = mlp(1)
+    v100 = chip("v100-sxm2")
+    fused = predict(w, v100, "fp32")
+    device = predict(w, v100, "fp32", runtime="eager", host_overhead_s=0.0)
+    # no host cost: one stream in program order = Σ per-kernel latencies
+    assert device.latency_s == pytest.approx(device.serial_latency_s)
+    slow = predict(w, v100, "fp32", runtime="eager", host_overhead_s=1e-3)
+    n = len(w.subgraphs)
+    last = max(slow.subgraphs, key=lambda e: e.index).latency_s
+    assert slow.latency_s == pytest.approx(n * 1e-3 + last)   # every op waits for its issue
+    assert slow.bottleneck == "host" and slow.host_s == pytest.approx(n * 1e-3)
+    assert fused.bottleneck != "host" and fused.host_s == 0.0
+    # compiled replays a captured graph: no host term
+    compiled = predict(w, v100, "fp32", runtime="compiled")
+    assert compiled.latency_s == fused.latency_s and compiled.runtime == "compiled"
+    with pytest.raises(HostError):
+        predict(w, v100, "fp32", runtime="eager", host_overhead_s=-1.0)
+
+
+def test_host_cost_defaults_by_host_class_and_calibration_overrides():
+    from chipcal.model.estimate.host import HOST_CLASSES, host_cost
+
+    gpu = default_params("gpu")
+    assert host_cost(chip("h100-sxm5"), "eager", gpu).per_op_s == HOST_CLASSES["server"].per_op_s
+    orin = host_cost(chip("jetson-agx-orin-64gb"), "eager", gpu)
+    assert orin.host_class == "embedded" and orin.per_op_s > HOST_CLASSES["server"].per_op_s
+    assert host_cost(chip("h100-sxm5"), "fused", gpu) is None
+    assert host_cost(chip("h100-sxm5"), "compiled", gpu) is None
+    cpu = host_cost(chip("epyc-9654"), "eager", default_params("cpu"))
+    assert cpu.synchronous and cpu.per_op_s == 0.0            # dispatch is in the CPU's overhead_s
+    probed = dataclasses.replace(gpu, host_overhead_s=7e-6, source="calibration: probe")
+    assert host_cost(chip("h100-sxm5"), "eager", probed).per_op_s == 7e-6
+    assert host_cost(chip("h100-sxm5"), "eager", probed, override_s=3e-6).per_op_s == 3e-6
+    again = type(gpu).from_dict(probed.to_dict())
+    assert again.host_overhead_s == 7e-6

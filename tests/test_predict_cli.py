@@ -44,6 +44,9 @@ def hand_mlp(monkeypatch):
     (["--model", "mlp1024", "--hardware", "jetson-agx-orin-64gb@20W"], "valid: 15W, 30W, 50W, MAXN"),
     (["--model", "mlp1024", "--hardware", "h100-sxm5", "--calibration", "/nonexistent"], "no calibration.json"),
     (["--hardware", "h100-sxm5"], "--model"),
+    (["--model", "mlp1024", "--hardware", "h100-sxm5", "--runtime", "eager", "--host-overhead-s", "-1"],
+     "must be a number >= 0"),
+    (["--model", "mlp1024", "--hardware", "h100-sxm5", "--runtime", "jit"], "compiled"),
 ])
 def test_usage_errors_exit_2_with_one_line(cli, hand_mlp, argv, says):
     rc, out, err = cli(predict_main, argv)
@@ -189,3 +192,32 @@ def test_reference_calibration_applies_its_measured_bandwidth(cli, hand_mlp):
     (row,) = json.loads(out)
     assert rc == 0 and row["params_source"].startswith("calibration")
     assert row["bandwidth_bytes_per_s"] == pytest.approx(bandwidth)   # the chip model's DRAM figure
+
+
+def test_eager_batch_1_on_a_gpu_says_host_bound(cli, hand_mlp):
+    # 3 kernels of the 1024-wide MLP at batch 1 take microseconds on a V100; issuing each from the
+    # host at 1 ms leaves the GPU idle ~3 ms: host-bound, and the text says so.
+    argv = ["--model", "mlp1024", "--hardware", "v100-sxm2", "--runtime", "eager", "--host-overhead-s", "1e-3"]
+    rc, out, _ = cli(predict_main, argv + ["--json"])
+    row = json.loads(out)[0]
+    assert rc == 0 and row["bottleneck"] == "host" and row["runtime"] == "eager"
+    assert row["host_per_op_s"] == 1e-3 and row["latency_s"] > 3e-3
+    rc, out, _ = cli(predict_main, argv)
+    assert rc == 0 and "host-bound: v100-sxm2" in out
+    rc, out, _ = cli(predict_main, argv[:-4] + ["--runtime", "compiled", "--json"])
+    assert json.loads(out)[0]["bottleneck"] != "host" and json.loads(out)[0]["latency_s"] < 1e-3
+
+
+@pytest.mark.slow
+def test_resnet50_eager_batch_1_on_v100_is_host_bound_near_the_published_latency(cli):
+    # NVIDIA DeepLearningExamples, PyTorch ResNet50 v1.5 README (NGC 21.03), DGX-1 1x V100 16GB,
+    # FP32 batch 1: 96 img/s = 10.4 ms per image, flat up to batch 4: the host issues the ops.
+    rc, out, err = cli(predict_main, ["--model", "resnet50", "--hardware", "v100-sxm2", "--runtime", "eager",
+                                      "--json"])
+    assert rc == 0, err
+    row = json.loads(out)[0]
+    assert row["bottleneck"] == "host" and row["host_wait_s"] > row["latency_s"] / 2
+    assert row["latency_s"] == pytest.approx(1 / 96, rel=0.3)
+    rc, out, err = cli(predict_main, ["--model", "resnet50", "--hardware", "v100-sxm2", "--runtime", "compiled",
+                                      "--json"])
+    assert json.loads(out)[0]["bottleneck"] != "host" and json.loads(out)[0]["latency_s"] < 1 / 96 / 2

@@ -1,6 +1,7 @@
 """A whole-model prediction for one (model, chip, batch, precision): the `Prediction` record.
 
-    latency            concurrency-aware stage schedule (schedule.py)
+    latency            fused/compiled: concurrency-aware stage schedule (schedule.py);
+                       eager: one stream in program order, fed by the host queue (host.py)
     throughput_per_s   batch / latency
     energy_j           Σ subgraph compute + memory energy + P_static × latency (one batch)
     compute_utilization  Σ utilization_i × busy_i / latency   (time-averaged fraction of units with work)
@@ -9,7 +10,9 @@
     arithmetic_intensity   FLOP ÷ DRAM bytes on this chip (operational intensity, Williams et al. 2009)
     wasted_energy_j      P_static × latency × (1 − compute_utilization)   (static power of idle units)
     units_allocated      busy-time-weighted mean of the units each subgraph keeps busy
-    bottleneck           the label (compute/memory/overhead) carrying the most subgraph latency
+    bottleneck           "host" when the device idles waiting for the host longer than it works
+                         (eager), else the label (compute/memory/overhead) carrying the most
+                         subgraph latency
 
 Steady-state inference: when all weights plus the largest subgraph's activations fit in on-chip
 memory, weights are not re-read from DRAM (`weights_on_chip`). A precision no engine of the chip
@@ -24,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from chipcal.model.chip import Chip
+from chipcal.model.estimate.host import host_cost, run_queue
 from chipcal.model.estimate.memory import MemoryProfile, memory_profile
 from chipcal.model.estimate.roofline import SubgraphEstimate, chip_context, estimate_subgraph
 from chipcal.model.estimate.schedule import StageEstimate, schedule
@@ -54,6 +58,7 @@ class Prediction:
     precision: str
     status: str
     reason: str = ""
+    runtime: str = "fused"
     latency_s: float = NAN
     serial_latency_s: float = NAN
     critical_path_latency_s: float = NAN
@@ -84,6 +89,10 @@ class Prediction:
     static_energy_j: float = NAN
     wasted_energy_j: float = NAN
     weights_on_chip: bool = False
+    host_per_op_s: float = 0.0      # eager: host issue cost per op (0: captured graph)
+    host_s: float = 0.0             # Σ host issue time
+    host_wait_s: float = 0.0        # device idle waiting for the host
+    host_source: str = ""
     params_source: str = ""
     subgraphs: tuple[SubgraphEstimate, ...] = field(default=(), repr=False)
     stages: tuple[StageEstimate, ...] = field(default=(), repr=False)
@@ -117,9 +126,10 @@ def trace_bytes_per_element(workload) -> float:
         raise ValueError(f"workload traced in {workload.dtype!r}; known: {', '.join(TRACE_DTYPE_BYTES)}") from None
 
 
-def unsupported(workload, chip: Chip, precision: str, reason: str) -> Prediction:
+def unsupported(workload, chip: Chip, precision: str, reason: str, runtime: str = "fused") -> Prediction:
     return Prediction(model=workload.model, chip=chip_label(chip), kind=chip.kind, batch=workload.batch,
-                      precision=precision, status=STATUS_UNSUPPORTED, reason=reason, tdp_w=chip.tdp_w,
+                      precision=precision, status=STATUS_UNSUPPORTED, reason=reason, runtime=runtime,
+                      tdp_w=chip.tdp_w,
                       memory_capacity_bytes=chip.memory.capacity_bytes)
 
 
@@ -140,17 +150,21 @@ def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
 
 
 def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = None,
-            calibration: CalibrationParams | None = None) -> Prediction:
-    """Predict `workload` (a characterized Workload) on `chip` at `precision`.
+            calibration: CalibrationParams | None = None, runtime: str = "fused",
+            host_overhead_s: float | None = None) -> Prediction:
+    """Predict `workload` (a characterized Workload) on `chip` at `precision` under `runtime`.
 
     `params` overrides everything; otherwise the calibration applies if it was fitted on this chip,
-    else the family defaults (mapping.params.params_for).
+    else the family defaults (mapping.params.params_for). `host_overhead_s` overrides the per-op
+    host cost of an eager runtime (estimate/host.py). The workload should be partitioned for the
+    runtime (mapping.params.runtime_fuses).
     """
     if params is None:
         params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
     if not chip.supports(precision):
         return unsupported(workload, chip, precision,
-                           f"{chip_label(chip)} has no engine for {precision}; it runs {', '.join(chip.precisions)}")
+                           f"{chip_label(chip)} has no engine for {precision}; it runs {', '.join(chip.precisions)}",
+                           runtime)
     trace_bpe = trace_bytes_per_element(workload)
     scale = BYTES_PER_ELEMENT[precision] / trace_bpe
     ctx = chip_context(chip, precision)
@@ -159,9 +173,14 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
         estimates = tuple(estimate_subgraph(sg, chip, precision, params, trace_bpe, resident, ctx)
                           for sg in workload.subgraphs)
     except UnsupportedPrecision as exc:
-        return unsupported(workload, chip, precision, str(exc))
+        return unsupported(workload, chip, precision, str(exc), runtime)
     sched = schedule(estimates, workload.stages, workload.critical_path)
     latency = sched.latency_s
+    host = host_cost(chip, runtime, params, host_overhead_s)
+    queue = None
+    if host is not None:  # eager: one stream in program order behind the host
+        queue = run_queue([e.latency_s for e in sorted(estimates, key=lambda e: e.index)], host)
+        latency = queue.latency_s
     mem = memory_profile(workload, scale)
 
     flop = float(sum(e.flop for e in estimates))
@@ -177,7 +196,7 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
     attained = flop / latency if latency > 0 else 0.0
     return Prediction(
         model=workload.model, chip=chip_label(chip), kind=chip.kind, batch=workload.batch,
-        precision=precision, status=STATUS_OK, latency_s=latency,
+        precision=precision, status=STATUS_OK, runtime=runtime, latency_s=latency,
         serial_latency_s=sched.serial_latency_s, critical_path_latency_s=sched.critical_path_latency_s,
         throughput_per_s=workload.batch / latency if latency > 0 else math.inf,
         energy_j=energy, energy_per_sample_j=energy / workload.batch,
@@ -192,7 +211,10 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
         arithmetic_intensity=flop / dram if dram > 0 else math.inf,
         units_allocated=units, units_total=estimates[0].units_total if estimates else 0,
         unit_name=estimates[0].unit_name if estimates else "",
-        bottleneck=_bottleneck(estimates), compute_energy_j=compute_j, memory_energy_j=memory_j,
+        bottleneck="host" if queue is not None and queue.host_bound else _bottleneck(estimates),
+        compute_energy_j=compute_j, memory_energy_j=memory_j,
         static_energy_j=static_j, wasted_energy_j=ctx.static_w * latency * (1.0 - utilization),
-        weights_on_chip=resident, params_source=params.source, subgraphs=estimates, stages=sched.stages, memory=mem,
+        weights_on_chip=resident, host_per_op_s=host.per_op_s if host else 0.0,
+        host_s=queue.host_s if queue else 0.0, host_wait_s=queue.host_wait_s if queue else 0.0,
+        host_source=host.source if host else "", params_source=params.source, subgraphs=estimates, stages=sched.stages, memory=mem,
     )

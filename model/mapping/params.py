@@ -12,6 +12,8 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
     switch_overhead_s      extra cost of every kernel inside a network over the same kernel timed alone
                            (cold instruction caches and dispatch paths, threads re-waking); 0 by
                            default, calibrated from timed chains of different layers
+    host_overhead_s        per-op host issue cost under an eager runtime (estimate/host.py); None:
+                           the host-class default; a calibration sets it from the dispatch probe
     onchip_bandwidth_ratio bandwidth of the last on-chip level (CPU L3, GPU L2, TPU/KPU SRAM) as a
                            multiple of the spec DRAM bandwidth: cache-resident traffic is not free
 
@@ -38,9 +40,17 @@ from chipcal.model.local import LOCAL_CHIP_NAME
 from chipcal.model.workload.types import OP_CLASSES
 
 FAMILIES = KINDS
-# How a runtime launches a workload: "fused" = one kernel per fused subgraph (TensorRT, XLA,
-# torch.compile, dataflow compilers); "eager" = one kernel per op (PyTorch eager mode).
-RUNTIMES = ("fused", "eager")
+# How a runtime launches a workload: "fused" = one kernel per fused subgraph from a vendor compiler
+# (TensorRT, XLA, dataflow compilers); "compiled" = torch.compile with CUDA graphs (fused kernels,
+# the graph replayed without per-op host work); "eager" = one kernel per op, each issued by the
+# host (PyTorch eager mode; estimate/host.py).
+RUNTIMES = ("fused", "compiled", "eager")
+HOST_RUNTIMES = ("eager",)     # runtimes that pay a per-op host issue cost
+
+
+def runtime_fuses(runtime: str) -> bool:
+    """True when `runtime` launches fused subgraphs (the workload is partitioned with fuse=True)."""
+    return runtime != "eager"
 CALIBRATION_FILE = "calibration.json"
 CALIBRATION_SCHEMA = "chipcal.calibration/1"
 
@@ -81,6 +91,7 @@ class FamilyParams:
     onchip_bandwidth_ratio: float
     source: str
     switch_overhead_s: float = 0.0
+    host_overhead_s: float | None = None
 
     def __post_init__(self) -> None:
         # Fractions may exceed 1 after calibration: a locally built chip's peak and bandwidth are
@@ -99,6 +110,9 @@ class FamilyParams:
                            _number("onchip_bandwidth_ratio", self.onchip_bandwidth_ratio, allow_zero=False))
         object.__setattr__(self, "switch_overhead_s",
                            _number("switch_overhead_s", self.switch_overhead_s, allow_zero=True))
+        if self.host_overhead_s is not None:
+            object.__setattr__(self, "host_overhead_s",
+                               _number("host_overhead_s", self.host_overhead_s, allow_zero=True))
 
     def size_factor(self, flop: float) -> float:
         """W / (W + half_efficiency_flop): 1 for large kernels, 1/2 at W = half_efficiency_flop."""
@@ -115,6 +129,7 @@ class FamilyParams:
             "bandwidth_efficiency": self.bandwidth_efficiency,
             "onchip_bandwidth_ratio": self.onchip_bandwidth_ratio,
             "switch_overhead_s": self.switch_overhead_s,
+            "host_overhead_s": self.host_overhead_s,
             "source": self.source,
         }
 
@@ -127,7 +142,7 @@ class FamilyParams:
         missing = [k for k in keys if k not in d]
         if missing:
             raise CalibrationError(f"family_params is missing {', '.join(missing)}")
-        optional = {k: d[k] for k in ("switch_overhead_s",) if k in d}
+        optional = {k: d[k] for k in ("switch_overhead_s", "host_overhead_s") if k in d}
         return cls(**{k: d[k] for k in keys}, **optional)
 
 

@@ -1,0 +1,58 @@
+"""Dispatch micro-probe: the host's per-op cost of eager PyTorch on this machine.
+
+Method: a chain of `repeats` × (Conv2d 1→1 1x1, BatchNorm2d, ReLU) modules in eval mode runs on a
+1x1x1x1 CPU tensor, one thread, under inference mode. Each op does a handful of FLOPs, so the time
+per op is what eager mode pays before any arithmetic: the nn.Module call, the functional wrapper,
+the dispatcher and a kernel's fixed setup. The chain is timed with `measure.timing.time_callable`
+(bounded rounds, median with its CI), and every sample is divided by the number of ops:
+
+    per-op cost = time(chain) / (3 × repeats)
+
+This is the framework part of model.estimate.host's per-op issue cost `h`. On a GPU host each op
+also pays the kernel launch (cudaLaunchKernel, a few µs), which a CPU probe cannot see: for a
+local GPU it is a lower bound. A calibration stores the median as `host_overhead_s`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chipcal.measure.timing import Measurement, time_callable
+
+OPS_PER_REPEAT = 3      # Conv2d, BatchNorm2d, ReLU
+
+
+@dataclass(frozen=True)
+class DispatchCost:
+    """Per-op host cost: the distribution of the chain's samples divided by its op count."""
+
+    per_op: Measurement
+    ops_per_call: int
+    method: str
+
+    @property
+    def per_op_s(self) -> float:
+        return self.per_op.median_s
+
+
+def probe_dispatch(repeats: int = 32, max_time_s: float = 1.0, min_samples: int = 10) -> DispatchCost:
+    """Measure the per-op eager dispatch cost on this CPU in at most ~`max_time_s` of timing."""
+    import torch
+
+    if repeats < 1:
+        raise ValueError("repeats must be >= 1")
+    layers = []
+    for _ in range(repeats):
+        layers += [torch.nn.Conv2d(1, 1, 1), torch.nn.BatchNorm2d(1), torch.nn.ReLU()]
+    chain = torch.nn.Sequential(*layers).eval()
+    x = torch.zeros(1, 1, 1, 1)
+    ops = OPS_PER_REPEAT * repeats
+    timed = time_callable(lambda: chain(x), device="cpu", min_samples=min_samples, max_time_s=max_time_s,
+                          threads=1)
+    per_op = Measurement.from_samples([s / ops for s in timed.samples_s], method=timed.method,
+                                      warnings=[w for w in timed.warnings if not w.startswith(("unstable:", "only "))],
+                                      calls_per_sample=timed.calls_per_sample, threads=timed.threads,
+                                      clocks_hz=timed.clocks_hz, other_cpus=timed.other_cpus)
+    return DispatchCost(per_op=per_op, ops_per_call=ops,
+                        method=f"chain of {repeats} x (Conv2d 1x1, BatchNorm2d, ReLU) on a 1x1x1x1 CPU tensor, "
+                               f"1 thread, inference mode; time per call / {ops}")

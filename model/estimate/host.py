@@ -1,0 +1,122 @@
+"""Host side of an eager runtime: per-op issue cost and the asynchronous queue to the device.
+
+In PyTorch eager mode the host issues one op at a time (Python, dispatcher, kernel launch): each
+costs `h` seconds of host time. The launch is asynchronous: the host runs ahead of the device
+until it must synchronize (end of the inference). Op i (in program order) is issued at
+H_i = (i + 1) × h; the device starts it when both it is issued and the previous op is done:
+
+    S_i = max(H_i, E_{i-1}),   E_i = S_i + d_i,   latency = E_n (host waits for the last op)
+
+so at each point the slower side sets the pace; latency is not Σ h + Σ d. The device idles
+`host_wait_s` = Σ_i max(0, H_i − E_{i-1}) waiting for the host; when that idle time exceeds the
+device's busy time, the host dominates (bottleneck "host").
+
+A CPU runs the host and its own kernels on the same cores: nothing overlaps and
+latency = Σ (h + d_i) (`synchronous`). Its per-op dispatch is part of the fitted per-op
+`overhead_s` (mapping/params.py), so a CPU's extra host cost defaults to 0 unless given.
+
+Compiled (torch.compile with CUDA graphs) and fused (TensorRT, XLA) runtimes replay a captured
+graph: no per-op host cost (`host_cost` returns None).
+
+Default h per host class (fitted on the corpus's `fit` split, docs/validation.md):
+    server    x86 server CPU driving a discrete accelerator (PCIe/SXM board)
+    embedded  Arm cores of an SoC sharing LPDDR with the accelerator (Jetson, Coral)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from chipcal.model.chip import Chip
+from chipcal.model.errors import ChipcalError
+from chipcal.model.mapping.params import HOST_RUNTIMES, FamilyParams
+
+
+@dataclass(frozen=True)
+class HostClass:
+    name: str
+    per_op_s: float
+    source: str
+
+
+HOST_CLASSES: dict[str, HostClass] = {
+    "server": HostClass("server", 55e-6, "default: eager per-op issue cost (module call, dispatcher, "
+                        "kernel launch) on an x86 server host, 55.2 +- 3.4 us fitted on the validation "
+                        "corpus's fit split (PyTorch 1.8 on DGX-1 / DGX A100 hosts; docs/validation.md)"),
+    "embedded": HostClass("embedded", 110e-6, "default: assumed 2x the server host's per-op cost for the "
+                          "Arm cores of an SoC (lower single-thread speed; no corpus row constrains it, "
+                          "docs/validation.md)"),
+}
+
+
+class HostError(ChipcalError, ValueError):
+    """A host cost that cannot be used (negative, not finite)."""
+
+
+@dataclass(frozen=True)
+class HostCost:
+    """Per-op host issue cost for one (chip, runtime) and where it came from."""
+
+    per_op_s: float
+    synchronous: bool       # host and device are the same cores (a CPU): no overlap
+    host_class: str
+    source: str
+
+
+@dataclass(frozen=True)
+class HostQueue:
+    """Result of running the ops through the host → device queue (module docstring)."""
+
+    latency_s: float
+    host_s: float           # Σ host issue time
+    device_busy_s: float    # Σ device time
+    host_wait_s: float      # device idle, waiting for the host to issue the next op
+
+    @property
+    def host_bound(self) -> bool:
+        return self.host_wait_s > self.device_busy_s
+
+
+def host_class(chip: Chip) -> str:
+    """'embedded' for an SoC whose host cores share LPDDR with the chip, else 'server'."""
+    return "embedded" if chip.memory.type.startswith("lpddr") else "server"
+
+
+def host_cost(chip: Chip, runtime: str, params: FamilyParams,
+              override_s: float | None = None) -> HostCost | None:
+    """The per-op host cost of running on `chip` under `runtime`; None for a captured graph.
+
+    Precedence: `override_s` (--host-overhead-s) > params.host_overhead_s (a calibration's dispatch
+    probe) > the host-class default (0 extra for a CPU, whose dispatch is in overhead_s).
+    """
+    if runtime not in HOST_RUNTIMES:
+        return None
+    synchronous = chip.kind == "cpu"
+    cls = host_class(chip)
+    if override_s is not None:
+        if not math.isfinite(override_s) or override_s < 0:
+            raise HostError(f"host overhead must be a finite number of seconds >= 0, got {override_s!r}")
+        return HostCost(override_s, synchronous, cls, "given (--host-overhead-s)")
+    if params.host_overhead_s is not None:
+        return HostCost(params.host_overhead_s, synchronous, cls, params.source)
+    if synchronous:
+        return HostCost(0.0, True, cls, "CPU: per-op dispatch is part of overhead_s")
+    return HostCost(HOST_CLASSES[cls].per_op_s, False, cls, HOST_CLASSES[cls].source)
+
+
+def run_queue(device_s: Sequence[float], host: HostCost) -> HostQueue:
+    """Latency of ops with device times `device_s` (program order) issued by `host`."""
+    h = host.per_op_s
+    busy = float(sum(device_s))
+    if host.synchronous:
+        return HostQueue(latency_s=busy + h * len(device_s), host_s=h * len(device_s),
+                         device_busy_s=busy, host_wait_s=h * len(device_s))
+    end = 0.0
+    wait = 0.0
+    for i, d in enumerate(device_s):
+        issued = (i + 1) * h
+        wait += max(0.0, issued - end)
+        end = max(issued, end) + d
+    return HostQueue(latency_s=end, host_s=h * len(device_s), device_busy_s=busy, host_wait_s=wait)
