@@ -150,6 +150,8 @@ def render_markdown(doc: dict) -> str:
         f"{_pct(val['default_median_abs_error'])}, p90 {_pct(val['default_p90_abs_error'])}). "
         f"Noise between the interleaved rounds of the same model: {_pct(val.get('noise_rel'))}, "
         "the accuracy that this host's noise alone permits.",
+        *([f"Host dispatch cost per eager op (measure.dispatch): {doc['dispatch']['per_op_s'] * 1e6:.1f} µs "
+           f"(IQR {doc['dispatch']['iqr_s'] * 1e6:.1f} µs, n = {doc['dispatch']['n']})."] if doc.get("dispatch") else []),
         "",
         "## Power",
         "",

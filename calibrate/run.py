@@ -305,6 +305,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         local_overrides,
         measure_bandwidth,
     )
+    from chipcal.measure.dispatch import probe_dispatch
     from chipcal.measure.layers import (
         default_cases,
         default_chains,
@@ -545,6 +546,16 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                               f"measured {measured_bw / 1e9:.1f} GB/s is {measured_bw / model_bw:.0%} of the "
                               f"spec {model_bw / 1e9:.1f} GB/s", {"measured": measured_bw, "spec": model_bw}))
 
+    # host side of the eager runtime: the per-op dispatch cost of this host (measure.dispatch). On a
+    # GPU it is the host cost the device waits for; on a CPU host and kernels share the cores and
+    # the layer fit's overhead_s already holds it, so it is reported, not added
+    if (dispatch := journal.get("dispatch")) is None:
+        cost = probe_dispatch(max_time_s=1.0)
+        dispatch = {"per_op_s": cost.per_op_s, "iqr_s": cost.per_op.iqr_s, "n": cost.per_op.n, "method": cost.method}
+        journal.put("dispatch", dispatch)
+    if device_kind(config.device) == "cuda":
+        params = dataclasses.replace(params, host_overhead_s=dispatch["per_op_s"])
+
     created = _now()
     params = dataclasses.replace(params, source=f"calibration: {fp.slug} {config.device} {created}")
     return {
@@ -584,6 +595,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         "power": power_doc,
         "flags": [f.to_dict() for f in flags],
         "skipped": {"gemm_shapes": skipped_shapes, "models": skipped_models},
+        "dispatch": dispatch,
         "throttle_note": gemm.throttle_note,
     }
 
