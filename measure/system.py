@@ -214,7 +214,8 @@ def detect_cpu(proc: Path | str = "/proc", sys: Path | str = "/sys", arch: str |
     if clock_hz is None:
         clock_hz, clock_source = 2.0e9, "assumed: 2.0 GHz, no clock readable"
 
-    cls = cpu_class(vendor, arch, simd, amx)
+    family = int(first["cpu family"]) if first.get("cpu family", "").strip().isdigit() else None
+    cls = cpu_class(vendor, arch, simd, amx, family)
     mem_kb = re.search(r"MemTotal:\s*(\d+)\s*kB", _read(proc / "meminfo") or "")
     if mem_kb:
         memory = int(mem_kb.group(1)) * 1024
@@ -240,6 +241,7 @@ def detect_cpu(proc: Path | str = "/proc", sys: Path | str = "/sys", arch: str |
         vendor=vendor,
         arch=arch,
         has_avx512_fp16=fp16,
+        cpu_family=family,
         fma_source=(f"assumed: {cls.fma_units_per_core} FMA units per core — the OS cannot report "
                     f"FMA ports; value of the '{cls.description}' reference ({cls.source})"),
     )
