@@ -1,13 +1,14 @@
 """The calibration run: measure this machine, fit the model, validate on held-out models, flag.
 
-Order (fit data first, validation last, never mixed):
+Order (fit data and validation data never mix):
 1. fingerprint and the chip model (registry match, else the locally built chip);
 2. GEMM peak sweep per precision  -> saturating efficiency fit per precision;
 3. bandwidth probe                -> bandwidth_efficiency = measured / model bandwidth;
-4. timed micro-layers             -> per-op-class efficiency and overhead (log-latency fit);
-5. power (where a source exists)  -> P = idle + e_flop·FLOP/s + e_byte·byte/s;
-6. whole torchvision models       -> predicted (calibrated and default) vs measured latency;
-7. gap flags.
+4. power (where a source exists)  -> P = idle + e_flop·FLOP/s + e_byte·byte/s;
+5. timing rounds, interleaved: micro-layers, layer chains, whole torchvision models;
+6. fits on the micro-layers and chains -> per-op-class efficiency and overhead, switch cost;
+7. validation: the models predicted (calibrated and default) vs measured; gap flags.
+Every step's observations go to the journal as they are measured (calibrate.journal).
 The result is one JSON-able document (see docs/calibration.md for its fields).
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -308,13 +309,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         measure_bandwidth,
     )
     from chipcal.measure.dispatch import probe_dispatch
-    from chipcal.measure.layers import (
-        default_cases,
-        default_chains,
-        measure_layers,
-        observations_from_dict,
-        observations_to_dict,
-    )
+    from chipcal.measure.layers import LayerSet, default_cases, default_chains
     from chipcal.measure.models import measure_model
     from chipcal.measure.peak import (
         default_precisions,
@@ -414,42 +409,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         source="calibration",
     )
 
-    # 4. micro-layers
-    progress.phase("micro-layers", config.rounds * len(cases))
-    if (recorded := journal.get("layers")) is not None:
-        observations = observations_from_dict(cases, recorded)
-    else:
-        observations = measure_layers(cases, device=config.device, max_time_s=config.layer_time_s, progress=step,
-                                      rounds=config.rounds)
-        journal.put("layers", observations_to_dict(observations))
-    progress.phase("fitting op-class efficiency and overhead", 1)
-    defaults = default_params(chip.kind)
-    params, layer_fit = fit_layer_params(observations, chip, config.precision, base)
-    fits["op_class_latency"] = layer_fit.to_dict()
-
-    def rows(obs, p):
-        return [{"case": o.case, "op_class": o.op_class, "flop": o.workload.flop,
-                 "bytes": o.workload.bytes_read + o.workload.bytes_written, "kernels": len(o.workload.subgraphs),
-                 "predicted_default_s": predict(o.workload, chip, config.precision, params=defaults).latency_s,
-                 "predicted_s": predict(o.workload, chip, config.precision, params=p).latency_s,
-                 **_measurement_row(o.measurement)} for o in obs]
-
-    step("fitted")
-    layer_rows = rows(observations, params)
-    progress.phase("layer chains", config.rounds * N_CHAINS)
-    if (recorded := journal.get("chains")) is not None:
-        chains = observations_from_dict(default_chains(), recorded)
-    else:
-        chains = measure_layers(default_chains(), device=config.device, max_time_s=2 * config.layer_time_s,
-                                progress=step, rounds=config.rounds)
-        journal.put("chains", observations_to_dict(chains))
-    progress.phase("fitting the in-network switch overhead", 1)
-    params, switch_fit = fit_switch_overhead(chains, chip, config.precision, params)
-    fits["switch_overhead"] = switch_fit.to_dict()
-    step("fitted")
-    chain_rows = rows(chains, params)
-
-    # 5. power
+    # 4. power
     progress.phase("power", 1)
     source = open_power_source(config.device)
     if (power_rows := journal.get("power")) is None:
@@ -459,48 +419,75 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     flags += power_flags
     step(source.name)
 
-    # 6. validation on whole models (never used in the fit), interleaved rounds as for the layers
+    # 5. timing rounds: micro-layers, chains and the held-out models, interleaved so that a slow
+    # minute of the shared host spoils one round of each, not a whole phase (fits come after)
+    defaults = default_params(chip.kind)
+    layer_set, chain_set = LayerSet(cases, config.device), LayerSet(default_chains(), config.device)
     plan, skipped_models = [], []
     for name in config.models:
         for batch in config.batches:
             workload = characterize_model(name, batch=batch, fuse=False)  # eager: one kernel per op
-            predicted = predict(workload, chip, config.precision, params=params)
-            predicted_default = predict(workload, chip, config.precision, params=defaults)
-            # the faster of the two predictions: a fit spoiled by a noisy minute must not skip a model
-            call_s = min(predicted.latency_s, predicted_default.latency_s)
+            call_s = predict(workload, chip, config.precision, params=defaults).latency_s
             if call_s > MODEL_MAX_CALL_S:
                 skipped_models.append({"model": name, "batch": batch, "predicted_call_s": call_s,
                                        "limit_s": MODEL_MAX_CALL_S})
                 continue
-            plan.append([name, batch, workload, predicted, predicted_default, call_s, [], [], []])
+            plan.append(ModelPlan(name, batch, workload, call_s))
     # budget: at least MODEL_MIN_SAMPLES calls at 1.5x the predicted call, within the phase's share
     share = config.validation_time_s / max(len(plan), 1)
     for entry in plan:
-        entry[5] = min(max(config.model_time_s, MODEL_MIN_SAMPLES * 1.5 * entry[5]), share)
-    progress.phase("validation models", config.rounds * len(plan))
-    recorded = journal.get("models") or {}
-    for name, batch, _, _, _, _, samples, methods, medians in plan:
-        done = recorded.get(f"{name}|{batch}", {"samples": [], "methods": [], "medians": []})
-        samples.extend(done["samples"])
-        methods.extend(done["methods"])
-        medians.extend(done["medians"])
+        entry.budget_s = min(max(config.model_time_s, MODEL_MIN_SAMPLES * 1.5 * entry.budget_s), share)
+    progress.phase("timing rounds: micro-layers, chains, models",
+                   config.rounds * (len(layer_set) + len(chain_set) + len(plan)))
     for r in range(config.rounds):
-        for name, batch, workload, _, _, budget, samples, methods, medians in plan:
-            if len(methods) > r:         # this round of this model was measured before an interruption
-                step(f"{name} batch {batch}")
-                continue
-            mm = measure_model(name, batch=batch, precision=config.precision, device=config.device,
-                               flop=workload.flop, max_time_s=budget / config.rounds,
+        if (recorded := journal.get(f"round-{r}")) is not None:
+            layer_set.add_round(recorded["layers"])
+            chain_set.add_round(recorded["chains"])
+            for entry in plan:
+                entry.add(recorded["models"][entry.key])
+            for _ in range(len(layer_set) + len(chain_set) + len(plan)):
+                step(f"round {r + 1} (journaled)")
+            continue
+        timings = {"layers": layer_set.time_round(config.layer_time_s / config.rounds,
+                                                  max(3, 10 // config.rounds), step),
+                   "chains": chain_set.time_round(2 * config.layer_time_s / config.rounds,
+                                                  max(3, 10 // config.rounds), step),
+                   "models": {}}
+        for entry in plan:
+            mm = measure_model(entry.name, batch=entry.batch, precision=config.precision, device=config.device,
+                               flop=entry.workload.flop, max_time_s=entry.budget_s / config.rounds,
                                min_samples=-(-MODEL_MIN_SAMPLES // config.rounds))
-            samples.extend(mm.latency.samples_s)
-            methods.append(mm.latency.method)
-            medians.append(mm.latency.median_s)
-            recorded[f"{name}|{batch}"] = {"samples": samples, "methods": methods, "medians": medians}
-            journal.put("models", recorded)
-            step(f"{name} batch {batch}")
+            timings["models"][entry.key] = mm.latency.to_dict()
+            entry.add(timings["models"][entry.key])
+            step(f"{entry.name} batch {entry.batch}")
+        journal.put(f"round-{r}", timings)
+    observations, chains = layer_set.observations(), chain_set.observations()
+
+    # 6. fits on the micro-benchmarks
+    progress.phase("fitting op-class efficiency, overhead and switch cost", 2)
+    params, layer_fit = fit_layer_params(observations, chip, config.precision, base)
+    fits["op_class_latency"] = layer_fit.to_dict()
+    step("op classes")
+    params, switch_fit = fit_switch_overhead(chains, chip, config.precision, params)
+    fits["switch_overhead"] = switch_fit.to_dict()
+    step("switch overhead")
+
+    def rows(obs, p):
+        return [{"case": o.case, "op_class": o.op_class, "flop": o.workload.flop,
+                 "bytes": o.workload.bytes_read + o.workload.bytes_written, "kernels": len(o.workload.subgraphs),
+                 "predicted_default_s": predict(o.workload, chip, config.precision, params=defaults).latency_s,
+                 "predicted_s": predict(o.workload, chip, config.precision, params=p).latency_s,
+                 **_measurement_row(o.measurement)} for o in obs]
+
+    layer_rows, chain_rows = rows(observations, params), rows(chains, params)
+
+    # 7. validation: the held-out models, predicted with the calibrated and the default parameters
     model_rows = []
-    for name, batch, workload, predicted, predicted_default, _, samples, methods, _ in plan:
-        m = Measurement.from_samples(samples, method=f"{methods[-1]}; {config.rounds} interleaved rounds")
+    for entry in plan:
+        name, batch, workload = entry.name, entry.batch, entry.workload
+        predicted = predict(workload, chip, config.precision, params=params)
+        predicted_default = predict(workload, chip, config.precision, params=defaults)
+        m = entry.measurement(config.rounds)
         model_rows.append({"model": name, "batch": batch, "flop": workload.flop,
                            "bytes": workload.bytes_read + workload.bytes_written,
                            "delivered_flop_per_s": workload.flop / m.median_s,
@@ -539,7 +526,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
              "default_median_abs_error": validation["default_median_abs_error"],
              "noise_rel": validation["noise_rel"]}))
 
-    # 7. flags from the spec side
+    # flags from the spec side
     if chip.stated_peak_flop_per_s:
         flag = gap.spec_unsustainable(compare_chip(chip))
         flags += [flag] if flag else []
@@ -602,13 +589,41 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     }
 
 
+@dataclass
+class ModelPlan:
+    """One held-out (model, batch) of the validation: its workload, timing budget and the
+    samples its interleaved rounds have gathered so far."""
+
+    name: str
+    batch: int
+    workload: object
+    budget_s: float          # the predicted call time until the budget is set from it
+    samples: list[float] = field(default_factory=list)
+    methods: list[str] = field(default_factory=list)
+    round_medians: list[float] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}|{self.batch}"
+
+    def add(self, timing: dict) -> None:
+        """Pool one round's Measurement (as its to_dict data)."""
+        m = Measurement.from_dict(timing)
+        self.samples.extend(m.samples_s)
+        self.methods.append(m.method)
+        self.round_medians.append(m.median_s)
+
+    def measurement(self, rounds: int) -> Measurement:
+        return Measurement.from_samples(self.samples, method=f"{self.methods[-1]}; {rounds} interleaved rounds")
+
+
 def _round_noise(plan) -> float:
     """Noise between the interleaved rounds of the same model: the median over (model, batch) of
     half the spread (max/min - 1) of its round medians. A prediction cannot be checked to better
     than this on this host: it is the accuracy that noise alone permits."""
     spreads = []
     for entry in plan:
-        medians = entry[8]
+        medians = entry.round_medians
         if len(medians) >= 2:
             spreads.append((max(medians) / min(medians) - 1) / 2)
     return float(np.median(spreads)) if spreads else float("nan")

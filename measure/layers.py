@@ -283,58 +283,71 @@ def default_cases(quick: bool = False) -> list[LayerCase]:
     ]
     return [c for c in cases if c.quick] if quick else cases
 
-def observations_to_dict(observations: Sequence[LayerObservation]) -> dict[str, dict]:
-    """Timings of observed cases as plain data, by case label (the workloads are re-derived)."""
-    return {o.case: o.measurement.to_dict() for o in observations}
+class LayerSet:
+    """Cases built and characterized once (our counter, unfused by default: PyTorch eager runs
+    one kernel per op), then timed one round at a time, samples pooled per case.
 
+    Rounds let a caller interleave the timing of several phases (micro-layers, chains, whole
+    models): a slowdown of the shared host that lasts seconds then hits one round of each, not
+    a whole phase. `time_round` returns the round's timings as plain data (for a journal);
+    `add_round` takes such data back (a resumed run)."""
 
-def observations_from_dict(cases: Sequence[LayerCase], timings: dict[str, dict], fuse: bool = False
-                           ) -> list[LayerObservation]:
-    """The observations of `cases` from recorded timings: each case characterized again (our
-    counter, no timing), with its recorded Measurement. KeyError when a case has no timing."""
-    from chipcal.model.workload import characterize
+    def __init__(self, cases: Sequence[LayerCase], device: str = "cpu", fuse: bool = False):
+        from chipcal.model.workload import characterize
 
-    out = []
-    for case in cases:
-        module, inputs = case.build()
-        workload = characterize(module, inputs, model_name=case.label, fuse=fuse)
-        out.append(LayerObservation(case.label, case.op_class, workload, Measurement.from_dict(timings[case.label])))
-    return out
+        self.device = device
+        self.built = []
+        for case in cases:
+            module, inputs = case.build()
+            workload = characterize(module, inputs, model_name=case.label, fuse=fuse)
+            self.built.append((case, workload, module.to(device), tuple(t.to(device) for t in inputs)))
+        self.samples: dict[str, list[float]] = {c.label: [] for c, *_ in self.built}
+        self.last: dict[str, Measurement] = {}
+        self.rounds = 0
+
+    def __len__(self) -> int:
+        return len(self.built)
+
+    def time_round(self, max_time_s: float, min_samples: int,
+                   progress: Callable[[str], None] | None = None) -> dict[str, dict]:
+        """Time every case once, `max_time_s` each; returns {label: Measurement.to_dict()}."""
+        import torch
+
+        timings = {}
+        for case, _, module, inputs in self.built:
+            with torch.inference_mode():
+                m = time_callable(lambda module=module, inputs=inputs: module(*inputs), device=self.device,
+                                  max_time_s=max_time_s, min_samples=min_samples)
+            timings[case.label] = m.to_dict()
+            if progress:
+                progress(case.label)
+        self.add_round(timings)
+        return timings
+
+    def add_round(self, timings: dict[str, dict]) -> None:
+        """Pool one round's timings (from `time_round`, or a journal) into the cases' samples."""
+        for label, data in timings.items():
+            m = Measurement.from_dict(data)
+            self.samples[label].extend(m.samples_s)
+            self.last[label] = m
+        self.rounds += 1
+
+    def observations(self) -> list[LayerObservation]:
+        out = []
+        for case, workload, _, _ in self.built:
+            last = self.last[case.label]
+            out.append(LayerObservation(case.label, case.op_class, workload, Measurement.from_samples(
+                self.samples[case.label], method=f"{last.method}; {self.rounds} interleaved rounds",
+                calls_per_sample=last.calls_per_sample, threads=last.threads, clocks_hz=last.clocks_hz)))
+        return out
 
 
 def measure_layers(cases: Sequence[LayerCase], *, device: str = "cpu", max_time_s: float = 1.0,
                    progress: Callable[[str], None] | None = None, fuse: bool = False,
                    rounds: int = 3) -> list[LayerObservation]:
-    """Characterize (our counter) and time every case on `device`.
-
-    The modules run in PyTorch eager mode, one kernel per op, so by default they are
-    characterized unfused (`fuse=False`) to match what is timed. Timing is interleaved: `rounds`
-    passes over all cases, `max_time_s / rounds` each, samples pooled per case. A slowdown of
-    the shared host that lasts seconds then hits one round of a case, not all its samples, and
-    the pooled median stays put.
-    """
-    import torch
-
-    from chipcal.model.workload import characterize
-
-    built = []
-    for case in cases:
-        module, inputs = case.build()
-        workload = characterize(module, inputs, model_name=case.label, fuse=fuse)
-        built.append((case, workload, module.to(device), tuple(t.to(device) for t in inputs)))
-    samples: list[list[float]] = [[] for _ in built]
-    last: list[Measurement | None] = [None] * len(built)
-    for r in range(rounds):
-        for i, (case, _, module, inputs) in enumerate(built):
-            if progress and r == rounds - 1:
-                progress(case.label)
-            with torch.inference_mode():
-                m = time_callable(lambda module=module, inputs=inputs: module(*inputs), device=device,
-                                  max_time_s=max_time_s / rounds, min_samples=max(3, 10 // rounds))
-            samples[i].extend(m.samples_s)
-            last[i] = m
-    return [LayerObservation(case.label, case.op_class, workload,
-                             Measurement.from_samples(samples[i], method=f"{last[i].method}; {rounds} interleaved rounds",
-                                                      calls_per_sample=last[i].calls_per_sample,
-                                                      threads=last[i].threads, clocks_hz=last[i].clocks_hz))
-            for i, (case, workload, _, _) in enumerate(built)]
+    """Characterize (our counter) and time every case on `device`: `rounds` interleaved passes
+    over all cases, `max_time_s / rounds` each, samples pooled per case (LayerSet)."""
+    layer_set = LayerSet(cases, device, fuse)
+    for _ in range(rounds):
+        layer_set.time_round(max_time_s / rounds, max(3, 10 // rounds), progress)
+    return layer_set.observations()

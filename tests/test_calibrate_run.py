@@ -56,7 +56,6 @@ def fake_machine(request, monkeypatch, tmp_path):
     from chipcal.measure import bandwidth as bandwidth_mod
     from chipcal.measure import layers, models, peak, power, system
     from chipcal.model.estimate.prediction import predict
-    from chipcal.model.workload import characterize
 
     name, torch_says = MACHINES[request.param]
     proc, sys_ = machine_tree(tmp_path / "tree", name)
@@ -92,19 +91,17 @@ def fake_machine(request, monkeypatch, tmp_path):
         return bandwidth_mod.Bandwidth(device=device, fingerprint_slug="synthetic", points=pts,
                               knee_bytes={"triad": None}, sustained_bytes_per_s={"triad": TRUE_BW})
 
-    def measure_layers(cases, device="cpu", max_time_s=1.0, progress=None, rounds=1):
-        out = []
-        for case in cases:
-            if progress:
-                progress(case.label)
-            module, inputs = case.build()
-            w = characterize(module, inputs, model_name=case.label, fuse=False)
+    def time_round(self, max_time_s, min_samples, progress=None):
+        timings = {}
+        for case, w, _, _ in self.built:
             # layers are timed alone (no switch cost); chains run kernels back to back
             alone = case.op_class != layers.CHAIN_CLASS
             p = dataclasses.replace(truth, switch_overhead_s=0.0) if alone else truth
-            t = predict(w, chip, "fp32", params=p).latency_s
-            out.append(layers.LayerObservation(case.label, case.op_class, w, _m(t, rng)))
-        return out
+            timings[case.label] = _m(predict(w, chip, "fp32", params=p).latency_s, rng).to_dict()
+            if progress:
+                progress(case.label)
+        self.add_round(timings)
+        return timings
 
     def measure_model(name, batch=1, precision="fp32", device="cpu", **_):
         from chipcal.model.workload import characterize_model
@@ -118,7 +115,7 @@ def fake_machine(request, monkeypatch, tmp_path):
 
     monkeypatch.setattr(peak, "measure_gemm_peak", gemm_peak)
     monkeypatch.setattr(bandwidth_mod, "measure_bandwidth", bandwidth)
-    monkeypatch.setattr(layers, "measure_layers", measure_layers)
+    monkeypatch.setattr(layers.LayerSet, "time_round", time_round)
     monkeypatch.setattr(models, "measure_model", measure_model)
     monkeypatch.setattr(power, "open_power_source", lambda device: power.UnavailableSource("synthetic: none"))
     return chip, truth
@@ -214,7 +211,7 @@ def test_interrupted_run_resumes_from_its_journal(fake_machine, tmp_path, monkey
 
     def interrupt_third(*a, **k):
         calls.append(a)
-        if len(calls) == 3:           # round 2 of resnet18 batch 1: the first round of both batches is in
+        if len(calls) == 3:           # round 2 of resnet18 batch 1: round 1 (layers, chains, both batches) is in
             raise KeyboardInterrupt
         return real_model(*a, **k)
 
@@ -222,7 +219,7 @@ def test_interrupted_run_resumes_from_its_journal(fake_machine, tmp_path, monkey
     with pytest.raises(KeyboardInterrupt):
         calrun.run_calibration(config, journal=journal)
     kept = {p.stem for p in journal.directory.glob("*.json")}
-    assert {"config", "gemm", "bandwidth", "layers", "chains", "power", "models"} <= kept
+    assert {"config", "gemm", "bandwidth", "power", "round-0"} <= kept and "round-1" not in kept
 
     # resume: nothing measured before the interruption is measured again
     again, fields = Journal.open(journal.directory)
