@@ -201,6 +201,16 @@ def csv_list(text: str) -> list[str]:
     return items
 
 
+def device_arg(text: str) -> str:
+    """argparse type: the canonical name of a device (cpu, cuda:N); parsed by measure.device.Device."""
+    from chipcal.measure.device import Device
+
+    try:
+        return str(Device.parse(text))
+    except ChipcalError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def output_file(text: str) -> str:
     """argparse type for a file the command will write: checked before any work is done."""
     path = Path(text).expanduser()

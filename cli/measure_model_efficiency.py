@@ -18,6 +18,7 @@ from chipcal.cli.common import (
     Parser,
     UsageError,
     csv_choices,
+    device_arg,
     positive_float,
     positive_int_list,
     print_json,
@@ -27,11 +28,10 @@ from chipcal.cli.common import (
 from chipcal.cli.measure_peak import (
     EXIT_INTERRUPTED,
     RowWriter,
-    check_device,
     check_output_file,
-    device_arg,
     progress,
 )
+from chipcal.measure.device import check_device
 from chipcal.measure.models import MODEL_PRECISIONS
 
 FIELDS = ("model", "batch", "precision", "device", "flop", "latency_s", "latency_iqr_s", "latency_ci_low_s",
@@ -138,7 +138,7 @@ def _measured_peaks(args, precisions: list[str], fp, bar_desc) -> dict[str, floa
 
 
 def _body(args: argparse.Namespace) -> int:
-    check_device(args.device)
+    device = check_device(args.device)
     check_output_file("--csv", args.csv)
     models = _models(args.model)
     from chipcal.measure.models import UnsupportedPrecision, measure_model
@@ -146,7 +146,7 @@ def _body(args: argparse.Namespace) -> int:
     from chipcal.measure.reference import reference_peaks
     from chipcal.measure.system import OtherLoad, busy_note, fingerprint
 
-    fp = fingerprint(int(args.device.partition(":")[2] or 0))
+    fp = fingerprint(device.index)
     ref = reference_peaks(fp, args.device)
     power = UnavailableSource("--no-power given") if args.no_power else open_power_source(args.device)
     writer = RowWriter(args.csv, FIELDS)

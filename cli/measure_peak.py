@@ -9,40 +9,25 @@ from __future__ import annotations
 
 import argparse
 import csv
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
-from chipcal.cli.common import Parser, UsageError, csv_choices, print_json, print_table, run
+from chipcal.cli.common import (
+    Parser,
+    UsageError,
+    csv_choices,
+    device_arg,
+    print_json,
+    print_table,
+    run,
+)
+from chipcal.measure.device import check_device
 from chipcal.model.precision import PRECISIONS
 
 EXIT_INTERRUPTED = 130
-
-
-def device_arg(text: str) -> str:
-    """argparse type: cpu, cuda or cuda:N."""
-    value = text.strip().lower()
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", value):
-        raise argparse.ArgumentTypeError(f"unknown device {text!r}; valid: cpu, cuda, cuda:N")
-    return value
-
-
-def check_device(device: str) -> None:
-    """UsageError when a CUDA device is asked for and there is none (one line, exit 2)."""
-    if not device.startswith("cuda"):
-        return
-    import torch
-
-    if not torch.cuda.is_available():
-        raise UsageError(f"--device {device}: no CUDA device is available on this machine "
-                         "(torch.cuda.is_available() is False); valid here: cpu")
-    index = int(device.partition(":")[2] or 0)
-    if index >= torch.cuda.device_count():
-        raise UsageError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s); "
-                         f"valid: cuda:0..cuda:{torch.cuda.device_count() - 1}")
 
 
 def check_output_file(flag: str, path: str | None) -> None:
@@ -229,7 +214,7 @@ def _display(rows: list[dict]) -> pd.DataFrame:
 
 
 def _body(args: argparse.Namespace) -> int:
-    check_device(args.device)
+    device = check_device(args.device)
     check_output_file("--plot", args.plot)
     check_output_file("--csv", args.csv)
     from chipcal.measure import bandwidth as bw_mod
@@ -237,8 +222,8 @@ def _body(args: argparse.Namespace) -> int:
     from chipcal.measure.reference import reference_peaks
     from chipcal.measure.system import busy_note, fingerprint
 
-    kind = peak_mod.device_kind(args.device)
-    fp = fingerprint(peak_mod.gpu_index(args.device))
+    kind = device.kind
+    fp = fingerprint(device.index)
     precisions = args.precision or list(peak_mod.default_precisions(args.device, fp))
     ref = reference_peaks(fp, args.device)
     writer = RowWriter(args.csv, FIELDS)

@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from chipcal.measure import cache
-from chipcal.measure.peak import check_device, clock_probe_for, device_kind, gpu_index
+from chipcal.measure.device import check_device, device_kind, gpu_index
+from chipcal.measure.peak import clock_probe_for
 from chipcal.measure.system import Fingerprint, OtherLoad, fingerprint
 from chipcal.measure.timing import Measurement, budget_s, time_callable
 

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from chipcal.measure.device import Device
 from chipcal.measure.nvml import NvmlUnavailable, cuda_uuid, device_handle, open_nvml, text
 from chipcal.model.chip import Chip
 from chipcal.model.local import CpuSpec, chip_from_cpu, cpu_class
@@ -325,7 +326,7 @@ class Fingerprint:
         key = {"slug": self.slug, "device": device, "torch_version": self.torch_version,
                "torch_threads": self.torch_threads, "aten_cpu_capability": self.aten_cpu_capability,
                "isa_env": [list(kv) for kv in self.isa_env], "cpu_affinity": list(self.cpu_affinity)}
-        if device.startswith("cuda"):
+        if Device.parse(device).is_cuda:
             key |= {"gpu_index": self.gpu_index, "driver_version": self.driver_version,
                     "cuda_runtime_version": self.cuda_runtime_version,
                     "gpu_power_limit_w": self.gpu_power_limit_w}
