@@ -22,6 +22,7 @@ from chipcal.cli.common import (
     positive_int_list,
     print_json,
     run,
+    summary_record,
 )
 from chipcal.measure.device import check_device
 from chipcal.model.precision import PRECISIONS
@@ -89,7 +90,6 @@ def _body(args: argparse.Namespace) -> int:
     from chipcal.calibrate.journal import Journal
     from chipcal.calibrate.report import plot_writers, render_markdown
     from chipcal.calibrate.run import QUICK_MODELS, CalibrationConfig, run_calibration
-    from chipcal.cli.report import summary_record
 
     store.check_writable(Path(args.out))
     if args.resume:
