@@ -1,6 +1,10 @@
-"""Measurement cache in the user's cache directory (never the repository).
+"""chipcal's cache root, and the measurement cache in it (never the repository).
 
-One JSON file per (probe, device, machine slug). A file is reused only when its schema and
+One root for everything chipcal caches: `$CHIPCAL_CACHE_DIR`, else `$XDG_CACHE_HOME/chipcal`, else
+`~/.cache/chipcal` (`cache_root`); measurements live in its `measurements/` folder, workload
+characterizations (measure/workloads.py) in `workloads/`.
+
+Measurements: one JSON file per (probe, device, machine slug). A file is reused only when its schema and
 environment key (fingerprint slug, torch version, threads, ATen ISA and its overrides, CPU
 affinity, driver …) equal the current ones; a stale or unreadable file is ignored (the caller
 warns with `CacheWarning`) and rewritten after measuring. Writers merge their entries into the
@@ -20,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 SCHEMA = 2      # 2: one file per probe, entries merged under a lock
+CACHE_ENV = "CHIPCAL_CACHE_DIR"
 
 
 class CacheWarning(UserWarning):
@@ -53,10 +58,22 @@ def holds_unstable(entry: dict) -> bool:
         return False
 
 
+def cache_root() -> Path:
+    """$CHIPCAL_CACHE_DIR, else $XDG_CACHE_HOME/chipcal, else ~/.cache/chipcal (an empty
+    variable counts as unset, as the XDG spec says)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "chipcal"
+
+
 def cache_dir() -> Path:
-    """$XDG_CACHE_HOME/chipcal, or ~/.cache/chipcal."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "chipcal"
+    """The measurement cache: <cache root>/measurements."""
+    return cache_root() / "measurements"
+
+
+def workload_dir() -> Path:
+    """The workload-characterization cache: <cache root>/workloads."""
+    return cache_root() / "workloads"
 
 
 def cache_path(probe: str, device: str, slug: str) -> Path:

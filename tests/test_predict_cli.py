@@ -18,10 +18,9 @@ from chipcal.model.mapping.params import CALIBRATION_SCHEMA
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
-    """No user cache is read: workloads (CHIPCAL_CACHE_DIR) and measurements (XDG_CACHE_HOME,
-    e.g. the bandwidth `--hardware local` would otherwise take from this host's last run)."""
-    monkeypatch.setenv(workloads.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    """No user cache is read: neither workloads nor measurements (e.g. the bandwidth
+    `--hardware local` would otherwise take from this host's last run) — one root for both."""
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path / "cache"))
 
 
 @pytest.fixture
