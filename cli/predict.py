@@ -364,8 +364,8 @@ def _body(args: argparse.Namespace) -> int:
     if args.explain:
         for i, (chip, p) in enumerate(pairs):
             params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
-            found[i] = opportunities(p, source.get(p.model, p.batch), chip, params,
-                                     workload_at=lambda b, m=p.model: source.get(m, b),
+            found[i] = opportunities(p, source.get(p.model, p.batch, p.fused), chip, params,
+                                     workload_at=lambda b, m=p.model, f=p.fused: source.get(m, b, f),
                                      target_utilization=args.target_utilization)
 
     if args.by_layer:

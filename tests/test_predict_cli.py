@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -220,3 +221,21 @@ def test_resnet50_eager_batch_1_on_v100_is_host_bound_near_the_published_latency
     rc, out, err = cli(predict_main, ["--model", "resnet50", "--hardware", "v100-sxm2", "--runtime", "compiled",
                                       "--json"])
     assert json.loads(out)[0]["bottleneck"] != "host" and json.loads(out)[0]["latency_s"] < 1 / 96 / 2
+
+
+@pytest.mark.parametrize("runtime, fused", [("eager", False), ("fused", True), ("compiled", True)])
+def test_explain_characterizes_the_workload_of_the_runtime(cli, monkeypatch, runtime, fused):
+    """--explain once always took the fused workload, even for an eager prediction; the record
+    says which workload was predicted."""
+    asked = []
+
+    def get(self, model, batch, fuse=True):
+        asked.append(fuse)
+        return dataclasses.replace(mlp(batch), fused=fuse)
+
+    monkeypatch.setattr(workloads.WorkloadSource, "get", get)
+    rc, out, _ = cli(predict_main, ["--model", "mlp1024", "--hardware", "v100-sxm2", "--runtime", runtime,
+                                    "--host-overhead-s", "1e-3", "--explain", "--json"])
+    row = json.loads(out)[0]
+    assert rc == 0 and row["runtime"] == runtime and row["fused"] is fused
+    assert len(asked) > 2 and set(asked) == {fused}      # the prediction, --explain, its batch sweep
