@@ -106,10 +106,9 @@ def _local_chip(calibration_dir: str | None) -> Chip:
         cal = load_calibration(calibration_dir)     # validated: a local-cpu calibration has its bandwidth
         if cal.chip == LOCAL_CHIP_NAME:
             return local_chip(cal.memory_bandwidth_bytes_per_s, cal.l3_bytes, f"calibration {calibration_dir}")
-    from chipcal.measure.bandwidth import cached_bandwidth, local_overrides
-    from chipcal.measure.system import fingerprint
+    from chipcal.measure.bandwidth import cached_cpu_bandwidth, local_overrides
 
-    measured = cached_bandwidth("cpu", fingerprint())
+    measured = cached_cpu_bandwidth()
     return local_chip(**local_overrides(measured)) if measured is not None else local_chip()
 
 

@@ -313,6 +313,12 @@ class Fingerprint:
     cpu_affinity: tuple[int, ...] = ()         # CPUs this process may run on
 
     @property
+    def host_identity(self) -> dict:
+        """This machine's CPU-side identity (see `host_identity`)."""
+        return host_identity(self.cpu_model, self.physical_cores, self.logical_cores, self.memory_bytes,
+                             self.cpu_features)
+
+    @property
     def cpu_precisions(self) -> dict[str, str]:
         """Precision -> "native" (a hardware unit torch uses) or "emulated" on this CPU (see
         `cpu_precision_support`)."""
@@ -352,6 +358,42 @@ def machine_slug(cpu_model: str, cores: int, logical: int, memory_bytes: int, fe
     if gpu_name:
         parts.append(_slugify(gpu_name))
     return "-".join([*parts, digest])
+
+
+def host_identity(cpu_model: str, physical_cores: int, logical_cores: int, memory_bytes: int,
+                  cpu_features: tuple[str, ...]) -> dict:
+    """The CPU side of the machine identity `machine_slug` hashes (no GPU, no software): what a
+    CPU measurement belongs to, and what can be read without torch (`local_host_identity`)."""
+    return {"cpu_model": cpu_model, "physical_cores": physical_cores, "logical_cores": logical_cores,
+            "memory_gib": round(memory_bytes / 2**30), "cpu_features": sorted(cpu_features)}
+
+
+def _cpu_features(blocks: list[dict[str, str]]) -> tuple[str, ...]:
+    return tuple(sorted(f for f in _flags(blocks) if f in FEATURE_FLAGS))
+
+
+def local_host_identity() -> dict:
+    """`Fingerprint.host_identity` of this machine, read from /proc and /sys only (no torch)."""
+    spec = detect_cpu()
+    return host_identity(spec.model_name, spec.cores, spec.cores * spec.threads_per_core, spec.memory_bytes,
+                         _cpu_features(_cpuinfo(Path("/proc"))))
+
+
+def matches_host_key(key: dict, device: str = "cpu") -> bool:
+    """Whether a `Fingerprint.cache_key(device)` agrees with this process on what is known without
+    importing torch: the device, the torch release (package metadata has no local build tag:
+    '2.14.1' for torch.__version__ '2.14.1+cu130'), the ISA overrides and the CPU affinity.
+    torch's thread count and ATen ISA need torch itself."""
+    from importlib import metadata
+
+    try:
+        release = metadata.version("torch").split("+")[0]
+    except metadata.PackageNotFoundError:
+        return False
+    env = _env_fields()
+    return (key.get("device") == device and str(key.get("torch_version")).split("+")[0] == release
+            and key.get("isa_env") == [list(kv) for kv in env["isa_env"]]
+            and key.get("cpu_affinity") == list(env["cpu_affinity"]))
 
 
 def _gpu_fields(index: int, notes: list[str]) -> dict:
@@ -424,7 +466,12 @@ def torch_cpu_fields() -> dict:
 
     return {"aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "mkldnn_bf16": ask("_is_mkldnn_bf16_supported"), "mkldnn_fp16": ask("_is_mkldnn_fp16_supported"),
-            "isa_env": tuple((k, os.environ[k]) for k in ISA_ENV if k in os.environ),
+            **_env_fields()}
+
+
+def _env_fields() -> dict:
+    """The ISA overrides set in the environment and the CPUs this process may run on (no torch)."""
+    return {"isa_env": tuple((k, os.environ[k]) for k in ISA_ENV if k in os.environ),
             "cpu_affinity": tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()}
 
 
@@ -436,7 +483,7 @@ def fingerprint(gpu_index: int = 0) -> Fingerprint:
     notes: list[str] = []
     spec = detect_cpu()
     blocks = _cpuinfo(Path("/proc"))
-    features = tuple(sorted(f for f in _flags(blocks) if f in FEATURE_FLAGS))
+    features = _cpu_features(blocks)
     clocks = cpu_clocks()
     gpu = _gpu_fields(gpu_index, notes)
     logical = spec.cores * spec.threads_per_core

@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import binom
 
 from chipcal.measure.device import Device, check_device
 from chipcal.measure.system import OtherLoad, cpu_clocks
@@ -39,6 +38,8 @@ MIN_CUDA_BLOCK_S = 1e-3
 
 def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int] | None:
     """1-based ranks (l, u) of the order-statistic CI of the median, or None when n is too small."""
+    from scipy.stats import binom  # here, not at import: a cached-result reader needs no scipy
+
     alpha = (1.0 - confidence) / 2
     best = None
     for rank in range(1, n // 2 + 1):

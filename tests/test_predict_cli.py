@@ -239,3 +239,36 @@ def test_explain_characterizes_the_workload_of_the_runtime(cli, monkeypatch, run
     row = json.loads(out)[0]
     assert rc == 0 and row["runtime"] == runtime and row["fused"] is fused
     assert len(asked) > 2 and set(asked) == {fused}      # the prediction, --explain, its batch sweep
+
+
+def test_local_prediction_from_a_warm_cache_imports_no_torch(tmp_path, monkeypatch):
+    """`predict --hardware local` once built a torch fingerprint to find the cached bandwidth. With
+    the workload and a (planted, steady 12.5 GB/s) bandwidth measurement in a private cache, a
+    fresh process predicts from them and never imports torch."""
+    import subprocess
+    import sys
+
+    from chipcal.measure import bandwidth
+    from chipcal.measure.system import fingerprint
+    from chipcal.measure.timing import Measurement
+
+    rate = 12.5e9
+
+    def steady(kernel, size, device, *_):
+        moved = bandwidth.KERNELS[kernel] * size
+        return bandwidth.BandwidthPoint(kernel, size, moved, moved, Measurement.from_samples([moved / rate] * 6), rate)
+
+    monkeypatch.setattr(bandwidth, "_measure_bandwidth_point", steady)
+    bandwidth.measure_bandwidth("cpu", [1 << 20, 1 << 22], fp=fingerprint())
+    workloads.WorkloadSource(use_cache=True).get("resnet18", 1, True)      # warm the workload cache
+    assert bandwidth.cached_cpu_bandwidth().sustained_bytes_per_s["triad"] == pytest.approx(rate)
+
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "chipcal.cli.main", "predict", "--model",
+                          "resnet18", "--hardware", "local", "--json"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert "chipcal.measure.bandwidth" in imported          # the local chip's cache lookup ran here
+    assert not {m for m in imported if m == "torch" or m.startswith("torch.")}
+    row = json.loads(run.stdout)[0]
+    assert row["bandwidth_bytes_per_s"] == local_chip(rate).memory.bandwidth_bytes_per_s
+    assert row["bandwidth_bytes_per_s"] != local_chip().memory.bandwidth_bytes_per_s
