@@ -128,11 +128,13 @@ def _environment_summary(fp) -> dict:
     return summary
 
 
-def onchip_bandwidth(bw) -> float | None:
+def onchip_bandwidth(bw, os_llc_bytes: int | None = None) -> float | None:
     """Last-level-cache bandwidth from the probe: the median over working sets within 8x below
-    the cache knee (the plateau the knee ends), None when the probe found no knee."""
-    knee = max((k for k in bw.knee_bytes.values() if k), default=None)
-    if knee is None:
+    the cache knee (the plateau the knee ends). Where the probe found no knee, the last-level
+    cache size the OS reports (/sys/devices/system/cpu/cpu0/cache) stands in for it; None when
+    neither exists."""
+    knee = max((k for k in bw.knee_bytes.values() if k), default=None) or os_llc_bytes
+    if not knee:
         return None
     plateau = [p.bytes_per_s for p in bw.points if knee / 8 <= p.working_set_bytes <= knee]
     return float(np.median(plateau)) if plateau else None
@@ -400,7 +402,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     model_bw = chip.memory.bandwidth_bytes_per_s
     base = default_params(chip.kind)
     precision_fit = gemm_fit.get(f"gemm_efficiency_{config.precision}")
-    onchip_bw = onchip_bandwidth(bw)
+    onchip_bw = onchip_bandwidth(bw, fp.l3_bytes if device_kind(config.device) == "cpu" else None)
     base = dataclasses.replace(
         base,
         # seed only: the layer fit refits it through the predictor

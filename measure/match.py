@@ -24,12 +24,18 @@ def _capacity_distance(measured_bytes: float, stated_bytes: float) -> float:
 
 
 def _match_gpu(fp: Fingerprint, registry: Registry, tolerance: float = 0.10) -> Chip | None:
-    """Match on SM count (exact), memory size (within `tolerance`) and default power limit.
+    """Match on the PCI device ID (`microarch.pci_device_id`, one registry chip per ID), else
+    on SM count (exact), memory size (within `tolerance`) and default power limit.
 
     The name is not used: an H100 SXM5 (132 SMs, 80 GB, 700 W), H100 PCIe (114 SMs, 80 GB,
     350 W) and H200 (132 SMs, 141 GB, 700 W) differ in those three numbers, and drivers name
     parts without the vendor ("Tesla T4", "Tesla V100-SXM2-16GB"). A CUDA device is an NVIDIA GPU.
     """
+    if fp.gpu_pci_device_id:
+        by_id = [c for c in registry.chips.values()
+                 if c.kind == "gpu" and str(c.microarch.get("pci_device_id", "")).lower() == fp.gpu_pci_device_id]
+        if len(by_id) == 1:
+            return by_id[0]
     if fp.gpu_name is None or fp.gpu_memory_bytes is None:
         return None
     candidates = []

@@ -215,7 +215,8 @@ def detect_cpu(proc: Path | str = "/proc", sys: Path | str = "/sys", arch: str |
     if clock_hz is None:
         clock_hz, clock_source = 2.0e9, "assumed: 2.0 GHz, no clock readable"
 
-    cls = cpu_class(vendor, arch, simd, amx)
+    family = int(first["cpu family"]) if first.get("cpu family", "").strip().isdigit() else None
+    cls = cpu_class(vendor, arch, simd, amx, family)
     mem_kb = re.search(r"MemTotal:\s*(\d+)\s*kB", _read(proc / "meminfo") or "")
     if mem_kb:
         memory = int(mem_kb.group(1)) * 1024
@@ -241,6 +242,7 @@ def detect_cpu(proc: Path | str = "/proc", sys: Path | str = "/sys", arch: str |
         vendor=vendor,
         arch=arch,
         has_avx512_fp16=fp16,
+        cpu_family=family,
         fma_source=(f"assumed: {cls.fma_units_per_core} FMA units per core — the OS cannot report "
                     f"FMA ports; value of the '{cls.description}' reference ({cls.source})"),
     )
@@ -311,6 +313,7 @@ class Fingerprint:
     mkldnn_fp16: bool | None = None            # torch: oneDNN has native fp16 kernels on this CPU
     isa_env: tuple[tuple[str, str], ...] = ()  # ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA when set
     cpu_affinity: tuple[int, ...] = ()         # CPUs this process may run on
+    gpu_pci_device_id: str | None = None       # "10de:2330" (vendor:device, NVML pciDeviceId)
 
     @property
     def host_identity(self) -> dict:
@@ -404,6 +407,7 @@ def _gpu_fields(index: int, notes: list[str]) -> dict:
                     "gpu_memory_bytes": None, "gpu_compute_capability": None, "gpu_sm_clock_hz": None,
                     "gpu_mem_clock_hz": None, "gpu_max_sm_clock_hz": None, "gpu_power_limit_w": None,
                     "gpu_default_power_limit_w": None, "driver_version": None, "cuda_driver_version": None,
+                    "gpu_pci_device_id": None,
                     "cuda_runtime_version": torch.version.cuda}
     if not torch.cuda.is_available():
         notes.append("no CUDA device visible to torch" +
@@ -432,6 +436,9 @@ def _gpu_fields(index: int, notes: list[str]) -> dict:
     mem = query("memory", lambda: nv.nvmlDeviceGetMemoryInfo(handle).total)
     fields["gpu_memory_bytes"] = int(mem) if mem else fields["gpu_memory_bytes"]
     fields["driver_version"] = query("driver version", lambda: text(nv.nvmlSystemGetDriverVersion()))
+    pci = query("PCI info", lambda: nv.nvmlDeviceGetPciInfo(handle).pciDeviceId)
+    # pciDeviceId packs the device ID in its upper 16 bits and the vendor ID in its lower 16 (nvml.h)
+    fields["gpu_pci_device_id"] = None if pci is None else f"{int(pci) & 0xFFFF:04x}:{int(pci) >> 16 & 0xFFFF:04x}"
     cuda_drv = query("CUDA driver version", nv.nvmlSystemGetCudaDriverVersion)
     fields["cuda_driver_version"] = None if cuda_drv is None else f"{cuda_drv // 1000}.{cuda_drv % 1000 // 10}"
     for field, getter, clock in (("gpu_sm_clock_hz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_SM"),

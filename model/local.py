@@ -60,6 +60,7 @@ class CpuSpec:
     # Precisions torch runs on a hardware unit here (measure.system.cpu_precision_support); None =
     # trust the feature flags above. A precision outside it gets no engine: it is emulated.
     native_precisions: frozenset[str] | None = None
+    cpu_family: int | None = None  # x86 cpuinfo "cpu family" (AMD 25 = Zen 3/4, 26 = Zen 5)
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,11 @@ CPU_CLASSES: dict[str, CpuClass] = {
                  "EPYC 9654", 96, 360.0, "ddr5", 12 * 4800e6 * 8, 1,
                  "AMD EPYC 9654 product page: 96 cores, 360 W, 12ch DDR5-4800; TSMC 5 nm; "
                  "Zen 4 executes 512-bit FMAs on 2×256-bit pipes = 1 512-bit FMA per clock"),
+        CpuClass("amd-zen5", "AMD EPYC with full-width AVX-512 (Zen 5 class)", 4.0,
+                 "EPYC 9755", 128, 500.0, "ddr5", 12 * 6400e6 * 8, 2,
+                 "AMD EPYC 9755 product page: 128 cores, 500 W, 12ch DDR5-6400; Zen 5 CCDs on TSMC N4P; "
+                 "Zen 5 executes AVX-512 on full 512-bit datapaths with 2 FMA pipes (A. J. Yee, 'Zen5's AVX512 "
+                 "Teardown', numberworld.org, 2024-08-07; the mobile Strix Point parts are 256-bit)"),
         CpuClass("x86-avx2", "x86 with AVX2 only (Zen 3 class)", 7.0,
                  "EPYC 7763", 64, 280.0, "ddr4", 8 * 3200e6 * 8, 2,
                  "AMD EPYC 7763 product page: 64 cores, 280 W, 8ch DDR4-3200; TSMC 7 nm; "
@@ -105,14 +111,17 @@ CPU_CLASSES: dict[str, CpuClass] = {
 }
 
 
-def cpu_class(vendor: str, arch: str, simd_bits: int, has_amx: bool) -> CpuClass:
-    """The reference class for a CPU with these features (see CPU_CLASSES)."""
+def cpu_class(vendor: str, arch: str, simd_bits: int, has_amx: bool, family: int | None = None) -> CpuClass:
+    """The reference class for a CPU with these features (see CPU_CLASSES); AMD family 26 (0x1A)
+    with AVX-512 is Zen 5."""
     if arch.lower() in ("aarch64", "arm64") or not arch.lower().startswith(("x86", "amd64", "i686")):
         return CPU_CLASSES["arm"]
     if has_amx:
         return CPU_CLASSES["intel-amx"]
+    if simd_bits >= 512 and vendor == "AuthenticAMD":
+        return CPU_CLASSES["amd-zen5" if (family or 0) >= 26 else "amd-avx512"]
     if simd_bits >= 512:
-        return CPU_CLASSES["amd-avx512" if vendor == "AuthenticAMD" else "intel-avx512"]
+        return CPU_CLASSES["intel-avx512"]
     return CPU_CLASSES["x86-avx2"]
 
 
@@ -138,7 +147,7 @@ def _native_only(spec: CpuSpec, rates: dict[str, float]) -> dict[str, float]:
 
 def chip_from_cpu(spec: CpuSpec) -> Chip:
     """The local CPU as a Chip: a SIMD FMA engine (+ AMX engine), peaks derived per core and clock."""
-    cls = cpu_class(spec.vendor, spec.arch, spec.simd_bits, spec.has_amx)
+    cls = cpu_class(spec.vendor, spec.arch, spec.simd_bits, spec.has_amx, spec.cpu_family)
     is_arm = cls.key == "arm"
     share = spec.cores / cls.reference_cores
     fma_note = spec.fma_source or f"assumed: {spec.fma_units_per_core} FMA units per core ({cls.source})"
@@ -174,7 +183,7 @@ def chip_from_cpu(spec: CpuSpec) -> Chip:
                      f"({cls.reference_bandwidth_bytes_per_s / 1e9:.1f} GB/s × {spec.cores}/{cls.reference_cores}); "
                      "run measure_bandwidth for the real figure")
     memory_type_note = (f"derived: {cls.memory_type} is the only memory {cls.description} supports"
-                        if cls.key in ("intel-amx", "amd-avx512") else
+                        if cls.key in ("intel-amx", "amd-avx512", "amd-zen5") else
                         f"assumed: {cls.memory_type} like the {cls.reference_part}")
 
     l2, l3 = spec.l2_bytes_per_core, spec.l3_bytes

@@ -64,6 +64,8 @@ def fake_pynvml(*, counter: bool = True, idle_w: float = 60.0) -> types.ModuleTy
     nv.nvmlDeviceGetMaxClockInfo = lambda h, c: 1980
     nv.nvmlDeviceGetEnforcedPowerLimit = lambda h: 700000
     nv.nvmlDeviceGetPowerManagementDefaultLimit = lambda h: 700000
+    # nvml.h nvmlPciInfo_t.pciDeviceId: device ID in the upper 16 bits, vendor in the lower (H100 SXM5)
+    nv.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(pciDeviceId=0x233010DE)
     return nv
 
 
@@ -165,6 +167,7 @@ def test_gpu_fingerprint_fields(monkeypatch):
     assert fp.gpu_sm_clock_hz == 1980e6 and fp.gpu_mem_clock_hz == 2619e6
     assert fp.gpu_power_limit_w == 700.0 and fp.gpu_default_power_limit_w == 700.0
     assert fp.driver_version == "550.54.15" and fp.cuda_driver_version == "12.4"
+    assert fp.gpu_pci_device_id == "10de:2330"
     assert "nvidia-h100" in fp.slug
     assert fp.cache_key("cuda")["gpu_power_limit_w"] == 700.0
 

@@ -202,6 +202,18 @@ def test_gpu_named_without_vendor_matches(name, sms, mib, watts, expected):
     assert (chip.name if chip else None) == expected
 
 
+def test_gpu_matched_by_pci_device_id_first():
+    registry = load_registry()
+    if "h200-sxm" not in registry.chips:
+        pytest.skip("registry lacks h200-sxm")
+    # pci-ids: 10de:2335 is GH100 [H200 SXM 141GB]; the ID decides even when the name says H100
+    by_id = dataclasses.replace(gpu_fp("NVIDIA H100", 132, 81559, 700), gpu_pci_device_id="10de:2335")
+    assert match_registry_chip(by_id, registry).name == "h200-sxm"
+    # an ID no registry chip carries falls back to the numbers
+    unknown = dataclasses.replace(gpu_fp("NVIDIA H100 80GB HBM3", 132, 81559, 700), gpu_pci_device_id="10de:ffff")
+    assert match_registry_chip(unknown, registry).name == "h100-sxm5"
+
+
 def test_gpu_matching_on_the_shipped_registry():
     registry = load_registry()
     needed = {"h100-sxm5", "h100-pcie", "h200-sxm"}

@@ -106,3 +106,14 @@ def test_shapes_predicted_too_slow_are_skipped_never_run(tmp_path, monkeypatch):
     assert ran == [(128, 128, 128)]
     (skipped,) = result.skipped
     assert (skipped.m, skipped.n, skipped.k) == (4096, 4096, 4096) and skipped.predicted_call_s > 0.5
+
+
+def test_zen5_epyc_has_two_full_width_fma_pipes(tmp_path):
+    spec, _ = recorded_fingerprint(tmp_path, "amd-epyc-zen5-2vcpu", mkldnn_bf16=True)
+    # family 26 (0x1A) with AVX-512: Zen 5, 2 x 512-bit FMA pipes per core (Zen 4 double-pumps one)
+    assert (spec.cpu_family, spec.simd_bits, spec.fma_units_per_core) == (26, 512, 2)
+    chip = chip_from_cpu(spec)
+    clock = spec.clock_hz       # 'cpu MHz' of the recording, the TSC rate under KVM
+    assert chip.peak_flop_per_s("fp32") == pytest.approx(2 * 2 * 16 * 2 * clock)      # cores x pipes x lanes x 2
+    assert chip.peak_flop_per_s("bf16") == pytest.approx(2 * 2 * 32 * 2 * clock)      # VDPBF16PS: 32 MAC/pipe
+    assert chip.peak_flop_per_s("int8") == pytest.approx(2 * 2 * 64 * 2 * clock)      # VPDPBUSD: 64 MAC/pipe

@@ -1,0 +1,103 @@
+"""Fit a calibration again from the raw observations a calibration document recorded.
+
+The document keeps every timed micro-layer and chain (median, IQR, samples) and every held-out
+model timing; this module rebuilds the layer observations (each case characterized again, no
+timing) and runs the same fits as the calibration run, so a document from another machine can be
+re-fitted with today's model and fit code and its recorded whole-model timings predicted. The
+tests use it on recorded runs of two different CPUs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from chipcal.calibrate.run import fit_layer_params, fit_switch_overhead
+from chipcal.measure.timing import Measurement
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    model: str
+    batch: int
+    measured_s: float
+    predicted_s: float
+    predicted_default_s: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.measured_s - 1
+
+    @property
+    def default_error(self) -> float:
+        return self.predicted_default_s / self.measured_s - 1
+
+
+@dataclass(frozen=True)
+class Refit:
+    params: object                   # FamilyParams
+    models: tuple[ModelCheck, ...]
+
+    @property
+    def median_abs_error(self) -> float:
+        return float(np.median([abs(m.error) for m in self.models]))
+
+    @property
+    def p90_abs_error(self) -> float:
+        return float(np.percentile([abs(m.error) for m in self.models], 90))
+
+    @property
+    def default_median_abs_error(self) -> float:
+        return float(np.median([abs(m.default_error) for m in self.models]))
+
+
+def _measurement(row: dict) -> Measurement:
+    """The recorded timing of one row: its median, IQR, sample count and CV as recorded."""
+    base = Measurement.from_samples([row["median_s"]] * 3, method=row.get("method", ""))
+    return dataclasses.replace(base, n=int(row["n"]), iqr_s=float(row["iqr_s"]), cv=float(row["cv"]),
+                               unstable=bool(row["unstable"]))
+
+
+def _observations(rows: list[dict], cases) -> list:
+    from chipcal.measure.layers import LayerObservation
+    from chipcal.model.workload import characterize
+
+    by_label = {c.label: c for c in cases}
+    out = []
+    for row in rows:
+        case = by_label[row["case"]]
+        module, inputs = case.build()
+        workload = characterize(module, inputs, model_name=case.label, fuse=False)
+        out.append(LayerObservation(case.label, case.op_class, workload, _measurement(row)))
+    return out
+
+
+def refit(doc: dict, chip) -> Refit:
+    """Fit the layer and switch parameters of `chip` from `doc`'s recorded observations and
+    predict its recorded held-out models (eager, as they were timed)."""
+    from chipcal.measure.layers import default_cases, default_chains
+    from chipcal.model.estimate.prediction import predict
+    from chipcal.model.mapping.params import default_params
+    from chipcal.model.workload import characterize_model
+
+    precision = doc["precision"]
+    defaults = default_params(chip.kind)
+    model_bw = chip.memory.bandwidth_bytes_per_s
+    onchip = doc["bandwidth"].get("onchip_bytes_per_s")
+    base = dataclasses.replace(
+        defaults, bandwidth_efficiency=doc["bandwidth"]["measured_bytes_per_s"] / model_bw,
+        onchip_bandwidth_ratio=onchip / model_bw if onchip else defaults.onchip_bandwidth_ratio,
+        source="refit")
+    layers = _observations(doc["observations"]["layers"], default_cases(quick=False))
+    params, _ = fit_layer_params(layers, chip, precision, base)
+    chains = _observations(doc["observations"]["chains"], default_chains())
+    params, _ = fit_switch_overhead(chains, chip, precision, params)
+    checks = []
+    for row in doc["observations"]["models"]:
+        workload = characterize_model(row["model"], batch=row["batch"], fuse=False)
+        checks.append(ModelCheck(row["model"], row["batch"], row["median_s"],
+                                 predict(workload, chip, precision, params=params).latency_s,
+                                 predict(workload, chip, precision, params=defaults).latency_s))
+    return Refit(params, tuple(checks))

@@ -1,0 +1,52 @@
+"""Re-fit recorded calibration runs of other machines and predict their recorded whole-model
+timings: the fit must hold on a CPU the code was not developed on (issue: calibration that holds
+on a second machine)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from recorded import MACHINES, machine_tree
+
+from chipcal.calibrate.refit import refit
+from chipcal.measure import system
+from chipcal.model.local import chip_from_cpu
+
+
+def recorded_chip(tmp_path, name: str, doc: dict):
+    """The recorded CPU as the calibration modelled it: its cores, SIMD and clock from the recorded
+    cpuinfo, its DRAM bandwidth and last-level cache as that run measured them."""
+    proc, sys_ = machine_tree(tmp_path, name)
+    spec = system.detect_cpu(proc, sys_, arch="x86_64")
+    spec = dataclasses.replace(spec, memory_bandwidth_bytes_per_s=doc["chip"]["memory_bandwidth_bytes_per_s"],
+                               memory_bandwidth_source="measured: the recorded run's bandwidth probe",
+                               l3_bytes=doc["chip"]["l3_bytes"] or spec.l3_bytes)
+    return chip_from_cpu(spec)
+
+
+# (machine, document, held-out runs, calibrated median |error| recorded with the code of its day)
+RECORDED = [
+    # AVX2-only EPYC, quiet host, --quick: 6 models x batch 1, 8; that day 18.6 % (defaults 36.2 %)
+    ("amd-epyc-avx2-2vcpu", "calibration-quick.json", 12, 0.186),
+    # Xeon with AMX, the checked-in reference run: 7 models x batch 1, 8; that day 11.8 % (defaults 34.2 %)
+    ("intel-xeon-spr-2vcpu", "calibration-full.json", 14, 0.118),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "document", "runs", "that_day"), RECORDED)
+def test_refit_of_a_recorded_run_predicts_its_models(tmp_path, name, document, runs, that_day):
+    """Today's fit on each machine's recorded raw timings predicts that machine's recorded
+    whole-model timings (never used in the fit) at least twice as well as the defaults.
+
+    The issue's target is a median |error| <= 10 % and p90 <= 25 %; today's fit reaches
+    11.4 % / 32.8 % on the EPYC and 15.1 % / 24.5 % on the Xeon, so the bounds below guard
+    against regressions and do not claim the target."""
+    doc = json.loads((MACHINES / name / document).read_text())
+    result = refit(doc, recorded_chip(tmp_path, name, doc))
+    assert len(result.models) == runs
+    assert result.median_abs_error < 0.16 and result.p90_abs_error < 0.35
+    assert result.median_abs_error < result.default_median_abs_error / 2
+    assert result.median_abs_error < that_day + 0.05
