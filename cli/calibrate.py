@@ -18,10 +18,13 @@ from chipcal.cli.common import (
     choice_error,
     csv_choices,
     csv_list,
+    device_arg,
     positive_int_list,
     print_json,
     run,
+    summary_record,
 )
+from chipcal.measure.device import check_device
 from chipcal.model.precision import PRECISIONS
 
 
@@ -52,7 +55,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     from chipcal.calibrate.run import DEFAULT_BATCHES, DEFAULT_MODELS, QUICK_MODELS
 
     p = Parser(prog=prog or "chipcal calibrate", description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cpu", type=str.lower, help="cpu (default) or cuda[:N]")
+    p.add_argument("--device", default="cpu", type=device_arg, help="cpu (default), cuda or cuda:N")
     p.add_argument("--quick", action="store_true",
                    help=f"fewer micro-layers, shorter timing budgets, models {','.join(QUICK_MODELS)}")
     p.add_argument("--models", type=csv_list, metavar="A,B,…",
@@ -81,18 +84,12 @@ def _check_models(names: list[str]) -> None:
 
 
 def _body(args: argparse.Namespace) -> int:
-    if not (args.device == "cpu" or args.device == "cuda" or args.device.startswith("cuda:")):
-        raise UsageError(f"unknown device {args.device!r}; valid: cpu, cuda, cuda:N")
-    import torch
-
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device is available on this machine (use --device cpu)")
+    check_device(args.device)
 
     from chipcal.calibrate import store
     from chipcal.calibrate.journal import Journal
     from chipcal.calibrate.report import plot_writers, render_markdown
     from chipcal.calibrate.run import QUICK_MODELS, CalibrationConfig, run_calibration
-    from chipcal.cli.report import summary_record
 
     store.check_writable(Path(args.out))
     if args.resume:

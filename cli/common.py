@@ -8,6 +8,7 @@ the `chipcal` umbrella both call `main`. A user mistake raises `UsageError` (or 
 from __future__ import annotations
 
 import argparse
+import csv
 import difflib
 import json
 import math
@@ -201,6 +202,16 @@ def csv_list(text: str) -> list[str]:
     return items
 
 
+def device_arg(text: str) -> str:
+    """argparse type: the canonical name of a device (cpu, cuda:N); parsed by measure.device.Device."""
+    from chipcal.measure.device import Device
+
+    try:
+        return str(Device.parse(text))
+    except ChipcalError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def output_file(text: str) -> str:
     """argparse type for a file the command will write: checked before any work is done."""
     path = Path(text).expanduser()
@@ -214,6 +225,28 @@ def output_file(text: str) -> str:
     return text
 
 
+class RowWriter:
+    """Appends each record to a CSV file as soon as it exists (rows survive a Ctrl-C)."""
+
+    def __init__(self, path: str | None, fields: Sequence[str]):
+        self.path, self.fields = path, list(fields)
+        if path:
+            with open(path, "w", newline="") as f:
+                csv.DictWriter(f, self.fields).writeheader()
+
+    def write(self, record: dict) -> None:
+        if self.path:
+            with open(self.path, "a", newline="") as f:
+                csv.DictWriter(f, self.fields, extrasaction="ignore").writerow(record)
+
+
+def progress(total: int, desc: str):
+    """A tqdm bar on stderr (stdout stays for the table/JSON)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, file=sys.stderr, unit="pt", dynamic_ncols=True, leave=False)
+
+
 def plot_path(text: str) -> str:
     """argparse type for --plot: a writable .png or .svg file name."""
     if not text.lower().endswith((".png", ".svg")):
@@ -225,3 +258,44 @@ def save_figure(fig, path: str) -> None:
     """Write a matplotlib figure (format from the suffix) and say where."""
     fig.savefig(path, dpi=120, bbox_inches="tight")
     sys.stderr.write(f"wrote {path}\n")
+
+
+def _field(doc: object, path: str, kind: type | tuple[type, ...]) -> object:
+    """doc[a][b]… for path 'a.b…' (a number indexes a list), checked to be of `kind`; ValueError
+    naming the field if not. Numbers may be null (a figure the run could not determine); bools
+    are not numbers."""
+    value = doc
+    for key in path.split("."):
+        if isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        elif isinstance(value, dict) and key in value:
+            value = value[key]
+        else:
+            raise ValueError(f"missing field {path}")
+    if kind is float:
+        if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+            return value
+    elif isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+        return value
+    raise ValueError(f"field {path} has the wrong type ({type(value).__name__})")
+
+
+def summary_record(doc: dict, path: Path) -> dict:
+    """One flat record per calibration run; ValueError naming the field if the document lacks one."""
+    row = {"machine": _field(doc, "machine_slug", str), "device": _field(doc, "device", str),
+           "chip": _field(doc, "chip.name", str), "created_utc": _field(doc, "created_utc", str),
+           "quick": _field(doc, "quick", bool)}
+    for i in range(len(_field(doc, "peaks", list))):
+        precision = _field(doc, f"peaks.{i}.precision", str)
+        for key, column in (("measured_flop_per_s", "peak_flop_per_s"), ("fraction_of_physics", "fraction_of_physics"),
+                            ("fraction_of_spec", "fraction_of_spec")):
+            row[f"{column}_{precision}"] = _field(doc, f"peaks.{i}.{key}", float)
+    row["bandwidth_bytes_per_s"] = _field(doc, "bandwidth.measured_bytes_per_s", float)
+    row.update({"models_validated": _field(doc, "validation.n", int),
+                **{key: _field(doc, f"validation.{key}", float)
+                   for key in ("median_abs_error", "p90_abs_error", "max_abs_error")},
+                "power_source": _field(doc, "power.source", str) if _field(doc, "power.available", bool) else None,
+                "flags": ", ".join(dict.fromkeys(_field(doc, f"flags.{i}.code", str)
+                                                 for i in range(len(_field(doc, "flags", list))))) or None,
+                "path": str(path)})
+    return row

@@ -15,23 +15,21 @@ from collections.abc import Sequence
 import pandas as pd
 
 from chipcal.cli.common import (
+    EXIT_INTERRUPTED,
     Parser,
+    RowWriter,
     UsageError,
     csv_choices,
+    device_arg,
+    output_file,
     positive_float,
     positive_int_list,
     print_json,
     print_table,
+    progress,
     run,
 )
-from chipcal.cli.measure_peak import (
-    EXIT_INTERRUPTED,
-    RowWriter,
-    check_device,
-    check_output_file,
-    device_arg,
-    progress,
-)
+from chipcal.measure.device import check_device
 from chipcal.measure.models import MODEL_PRECISIONS
 
 FIELDS = ("model", "batch", "precision", "device", "flop", "latency_s", "latency_iqr_s", "latency_ci_low_s",
@@ -56,7 +54,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="timing budget per row in seconds (default 5)")
     p.add_argument("--no-power", action="store_true", help="skip the power measurement")
     p.add_argument("--json", action="store_true", help="print an array of flat records")
-    p.add_argument("--csv", metavar="FILE", help="write the rows to FILE as each completes")
+    p.add_argument("--csv", metavar="FILE", type=output_file, help="write the rows to FILE as each completes")
     return p
 
 
@@ -138,15 +136,14 @@ def _measured_peaks(args, precisions: list[str], fp, bar_desc) -> dict[str, floa
 
 
 def _body(args: argparse.Namespace) -> int:
-    check_device(args.device)
-    check_output_file("--csv", args.csv)
+    device = check_device(args.device)
     models = _models(args.model)
     from chipcal.measure.models import UnsupportedPrecision, measure_model
     from chipcal.measure.power import UnavailableSource, open_power_source
     from chipcal.measure.reference import reference_peaks
     from chipcal.measure.system import OtherLoad, busy_note, fingerprint
 
-    fp = fingerprint(int(args.device.partition(":")[2] or 0))
+    fp = fingerprint(device.index)
     ref = reference_peaks(fp, args.device)
     power = UnavailableSource("--no-power given") if args.no_power else open_power_source(args.device)
     writer = RowWriter(args.csv, FIELDS)

@@ -8,74 +8,25 @@ knee). Results are cached per machine in the user cache dir; --remeasure ignores
 from __future__ import annotations
 
 import argparse
-import csv
-import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import pandas as pd
 
-from chipcal.cli.common import Parser, UsageError, csv_choices, print_json, print_table, run
+from chipcal.cli.common import (
+    EXIT_INTERRUPTED,
+    Parser,
+    RowWriter,
+    csv_choices,
+    device_arg,
+    output_file,
+    print_json,
+    print_table,
+    progress,
+    run,
+)
+from chipcal.measure.device import check_device
 from chipcal.model.precision import PRECISIONS
-
-EXIT_INTERRUPTED = 130
-
-
-def device_arg(text: str) -> str:
-    """argparse type: cpu, cuda or cuda:N."""
-    value = text.strip().lower()
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", value):
-        raise argparse.ArgumentTypeError(f"unknown device {text!r}; valid: cpu, cuda, cuda:N")
-    return value
-
-
-def check_device(device: str) -> None:
-    """UsageError when a CUDA device is asked for and there is none (one line, exit 2)."""
-    if not device.startswith("cuda"):
-        return
-    import torch
-
-    if not torch.cuda.is_available():
-        raise UsageError(f"--device {device}: no CUDA device is available on this machine "
-                         "(torch.cuda.is_available() is False); valid here: cpu")
-    index = int(device.partition(":")[2] or 0)
-    if index >= torch.cuda.device_count():
-        raise UsageError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s); "
-                         f"valid: cuda:0..cuda:{torch.cuda.device_count() - 1}")
-
-
-def check_output_file(flag: str, path: str | None) -> None:
-    """UsageError when an output file cannot be written (its folder is missing)."""
-    if path is None:
-        return
-    parent = Path(path).expanduser().resolve().parent
-    if not parent.is_dir():
-        raise UsageError(f"{flag} {path}: folder {parent} does not exist")
-    if Path(path).is_dir():
-        raise UsageError(f"{flag} {path}: is a directory, give a file name")
-
-
-class RowWriter:
-    """Appends each record to a CSV file as soon as it exists (rows survive a Ctrl-C)."""
-
-    def __init__(self, path: str | None, fields: Sequence[str]):
-        self.path, self.fields = path, list(fields)
-        if path:
-            with open(path, "w", newline="") as f:
-                csv.DictWriter(f, self.fields).writeheader()
-
-    def write(self, record: dict) -> None:
-        if self.path:
-            with open(self.path, "a", newline="") as f:
-                csv.DictWriter(f, self.fields, extrasaction="ignore").writerow(record)
-
-
-def progress(total: int, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, file=sys.stderr, unit="pt", dynamic_ncols=True, leave=False)
-
 
 FIELDS = ("device", "kind", "precision", "support", "kernel", "peak_flop_per_s", "spec_peak_flop_per_s",
           "physics_peak_flop_per_s", "fraction_of_spec", "fraction_of_physics", "bandwidth_bytes_per_s",
@@ -200,8 +151,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--remeasure", action="store_true", help="ignore the cached measurement")
     p.add_argument("--no-bandwidth", action="store_true", help="skip the bandwidth sweep")
     p.add_argument("--json", action="store_true", help="print an array of flat records")
-    p.add_argument("--plot", metavar="FILE", help="write the GEMM and bandwidth curves (PNG/PDF/SVG)")
-    p.add_argument("--csv", metavar="FILE", help="write the rows to FILE as each completes")
+    p.add_argument("--plot", metavar="FILE", type=output_file, help="write the GEMM and bandwidth curves (PNG/PDF/SVG)")
+    p.add_argument("--csv", metavar="FILE", type=output_file, help="write the rows to FILE as each completes")
     return p
 
 
@@ -229,16 +180,14 @@ def _display(rows: list[dict]) -> pd.DataFrame:
 
 
 def _body(args: argparse.Namespace) -> int:
-    check_device(args.device)
-    check_output_file("--plot", args.plot)
-    check_output_file("--csv", args.csv)
+    device = check_device(args.device)
     from chipcal.measure import bandwidth as bw_mod
     from chipcal.measure import peak as peak_mod
     from chipcal.measure.reference import reference_peaks
     from chipcal.measure.system import busy_note, fingerprint
 
-    kind = peak_mod.device_kind(args.device)
-    fp = fingerprint(peak_mod.gpu_index(args.device))
+    kind = device.kind
+    fp = fingerprint(device.index)
     precisions = args.precision or list(peak_mod.default_precisions(args.device, fp))
     ref = reference_peaks(fp, args.device)
     writer = RowWriter(args.csv, FIELDS)

@@ -106,10 +106,9 @@ def _local_chip(calibration_dir: str | None) -> Chip:
         cal = load_calibration(calibration_dir)     # validated: a local-cpu calibration has its bandwidth
         if cal.chip == LOCAL_CHIP_NAME:
             return local_chip(cal.memory_bandwidth_bytes_per_s, cal.l3_bytes, f"calibration {calibration_dir}")
-    from chipcal.measure.bandwidth import cached_bandwidth, local_overrides
-    from chipcal.measure.system import fingerprint
+    from chipcal.measure.bandwidth import cached_cpu_bandwidth, local_overrides
 
-    measured = cached_bandwidth("cpu", fingerprint())
+    measured = cached_cpu_bandwidth()
     return local_chip(**local_overrides(measured)) if measured is not None else local_chip()
 
 
@@ -364,8 +363,8 @@ def _body(args: argparse.Namespace) -> int:
     if args.explain:
         for i, (chip, p) in enumerate(pairs):
             params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
-            found[i] = opportunities(p, source.get(p.model, p.batch), chip, params,
-                                     workload_at=lambda b, m=p.model: source.get(m, b),
+            found[i] = opportunities(p, source.get(p.model, p.batch, p.fused), chip, params,
+                                     workload_at=lambda b, m=p.model, f=p.fused: source.get(m, b, f),
                                      target_utilization=args.target_utilization)
 
     if args.by_layer:

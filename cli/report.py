@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chipcal.calibrate import store
-from chipcal.cli.common import Parser, UsageError, print_json, print_table, run
+from chipcal.cli.common import Parser, UsageError, print_json, print_table, run, summary_record
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -21,47 +21,6 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every run, not only the latest per machine")
     p.add_argument("--json", action="store_true", help="print an array of flat records")
     return p
-
-
-def _field(doc: object, path: str, kind: type | tuple[type, ...]) -> object:
-    """doc[a][b]… for path 'a.b…' (a number indexes a list), checked to be of `kind`; ValueError
-    naming the field if not. Numbers may be null (a figure the run could not determine); bools
-    are not numbers."""
-    value = doc
-    for key in path.split("."):
-        if isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        elif isinstance(value, dict) and key in value:
-            value = value[key]
-        else:
-            raise ValueError(f"missing field {path}")
-    if kind is float:
-        if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
-            return value
-    elif isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
-        return value
-    raise ValueError(f"field {path} has the wrong type ({type(value).__name__})")
-
-
-def summary_record(doc: dict, path: Path) -> dict:
-    """One flat record per calibration run; ValueError naming the field if the document lacks one."""
-    row = {"machine": _field(doc, "machine_slug", str), "device": _field(doc, "device", str),
-           "chip": _field(doc, "chip.name", str), "created_utc": _field(doc, "created_utc", str),
-           "quick": _field(doc, "quick", bool)}
-    for i in range(len(_field(doc, "peaks", list))):
-        precision = _field(doc, f"peaks.{i}.precision", str)
-        for key, column in (("measured_flop_per_s", "peak_flop_per_s"), ("fraction_of_physics", "fraction_of_physics"),
-                            ("fraction_of_spec", "fraction_of_spec")):
-            row[f"{column}_{precision}"] = _field(doc, f"peaks.{i}.{key}", float)
-    row["bandwidth_bytes_per_s"] = _field(doc, "bandwidth.measured_bytes_per_s", float)
-    row.update({"models_validated": _field(doc, "validation.n", int),
-                **{key: _field(doc, f"validation.{key}", float)
-                   for key in ("median_abs_error", "p90_abs_error", "max_abs_error")},
-                "power_source": _field(doc, "power.source", str) if _field(doc, "power.available", bool) else None,
-                "flags": ", ".join(dict.fromkeys(_field(doc, f"flags.{i}.code", str)
-                                                 for i in range(len(_field(doc, "flags", list))))) or None,
-                "path": str(path)})
-    return row
 
 
 def collect(directory: Path, latest_only: bool) -> tuple[list[dict], list[str]]:

@@ -14,8 +14,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from chipcal.measure import cache
-from chipcal.measure.peak import check_device, clock_probe_for, device_kind, gpu_index
-from chipcal.measure.system import Fingerprint, OtherLoad, fingerprint
+from chipcal.measure.device import check_device, device_kind, gpu_index
+from chipcal.measure.peak import clock_probe_for
+from chipcal.measure.system import (
+    Fingerprint,
+    OtherLoad,
+    detect_cpu,
+    fingerprint,
+    local_host_identity,
+    matches_host_key,
+)
 from chipcal.measure.timing import Measurement, budget_s, time_callable
 
 DEFAULT_BANDWIDTH_SIZES = {"cpu": tuple(16 * 1024 * 4**i for i in range(9)),     # 16 KiB … 1 GiB per array
@@ -162,7 +170,7 @@ def measure_bandwidth(device: str = "cpu", sizes: Sequence[int] | None = None, *
     notes.extend(skipped)
     if use_cache:
         cache.update(path, key, {"bandwidth": {
-            "sizes": sizes, "notes": skipped, "other_cpus": other.cpus,
+            "host": fp.host_identity, "sizes": sizes, "notes": skipped, "other_cpus": other.cpus,
             "points": [{"kernel": p.kernel, "size_bytes": p.size_bytes, "measurement": p.measurement.to_dict()}
                        for p in points]}})
     return _bandwidth_from_points(device, fp.slug, points, False, notes, llc, other.cpus)
@@ -202,18 +210,37 @@ def _bw_point_from_dict(d: dict) -> BandwidthPoint:
     return BandwidthPoint(kernel, size, moved, moved, meas, moved / meas.median_s)
 
 
-def cached_bandwidth(device: str, fp: Fingerprint) -> Bandwidth | None:
-    """The cached bandwidth measurement of this machine, None when nothing valid is cached."""
-    payload, _ = cache.load(cache.cache_path("bandwidth", device, fp.slug), fp.cache_key(device))
+def cached_cpu_bandwidth() -> Bandwidth | None:
+    """This machine's newest cached CPU bandwidth measurement, found without importing torch
+    (`predict --hardware local` must not need torch); None when nothing usable is cached.
+
+    The full cache key holds torch's thread count and ATen ISA, which only an imported torch can
+    tell, and the machine slug hashes the GPU as torch sees it. So each entry records the CPU
+    side of the machine identity (`Fingerprint.host_identity`), and this takes the newest
+    `bandwidth-cpu-*` file whose entry has this host's identity and whose key has this torch
+    release, ISA overrides and CPU affinity (`system.matches_host_key`); an unstable entry is not served.
+    """
+    host = local_host_identity()
+    prefix = "bandwidth-cpu-"
+    for path in sorted(cache.cache_dir().glob(f"{prefix}*.json"), key=_mtime, reverse=True):
+        entry = (cache.load_matching(path, matches_host_key) or {}).get("bandwidth")
+        if not isinstance(entry, dict) or entry.get("host") != host or cache.holds_unstable(entry):
+            continue
+        try:
+            points = [_bw_point_from_dict(d) for d in entry["points"]]
+        except (KeyError, TypeError, ValueError):
+            continue
+        if points:
+            return _bandwidth_from_points("cpu", path.stem.removeprefix(prefix), points, True, [],
+                                          detect_cpu().l3_bytes, None)
+    return None
+
+
+def _mtime(path) -> float:
     try:
-        entry = (payload or {})["bandwidth"]
-        if cache.holds_unstable(entry):
-            return None
-        points = [_bw_point_from_dict(d) for d in entry["points"]]
-    except (KeyError, TypeError, ValueError):
-        return None
-    llc = fp.l3_bytes if device_kind(device) == "cpu" else None
-    return _bandwidth_from_points(device, fp.slug, points, True, [], llc, None) if points else None
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def local_overrides(bandwidth: Bandwidth) -> dict:

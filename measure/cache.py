@@ -1,6 +1,10 @@
-"""Measurement cache in the user's cache directory (never the repository).
+"""chipcal's cache root, and the measurement cache in it (never the repository).
 
-One JSON file per (probe, device, machine slug). A file is reused only when its schema and
+One root for everything chipcal caches: `$CHIPCAL_CACHE_DIR`, else `$XDG_CACHE_HOME/chipcal`, else
+`~/.cache/chipcal` (`cache_root`); measurements live in its `measurements/` folder, workload
+characterizations (measure/workloads.py) in `workloads/`.
+
+Measurements: one JSON file per (probe, device, machine slug). A file is reused only when its schema and
 environment key (fingerprint slug, torch version, threads, ATen ISA and its overrides, CPU
 affinity, driver …) equal the current ones; a stale or unreadable file is ignored (the caller
 warns with `CacheWarning`) and rewritten after measuring. Writers merge their entries into the
@@ -16,10 +20,11 @@ import os
 import re
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 SCHEMA = 2      # 2: one file per probe, entries merged under a lock
+CACHE_ENV = "CHIPCAL_CACHE_DIR"
 
 
 class CacheWarning(UserWarning):
@@ -53,10 +58,22 @@ def holds_unstable(entry: dict) -> bool:
         return False
 
 
+def cache_root() -> Path:
+    """$CHIPCAL_CACHE_DIR, else $XDG_CACHE_HOME/chipcal, else ~/.cache/chipcal (an empty
+    variable counts as unset, as the XDG spec says)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "chipcal"
+
+
 def cache_dir() -> Path:
-    """$XDG_CACHE_HOME/chipcal, or ~/.cache/chipcal."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "chipcal"
+    """The measurement cache: <cache root>/measurements."""
+    return cache_root() / "measurements"
+
+
+def workload_dir() -> Path:
+    """The workload-characterization cache: <cache root>/workloads."""
+    return cache_root() / "workloads"
 
 
 def cache_path(probe: str, device: str, slug: str) -> Path:
@@ -65,9 +82,8 @@ def cache_path(probe: str, device: str, slug: str) -> Path:
     return cache_dir() / f"{probe}-{safe_device}-{slug}.json"
 
 
-def load(path: Path, key: dict) -> tuple[dict | None, str | None]:
-    """(payload, None) when `path` holds this schema and key; (None, why) when it is stale or
-    corrupt; (None, None) when there is no file."""
+def _read(path: Path) -> tuple[dict | None, str | None]:
+    """(document, None); (None, why) when it is corrupt; (None, None) when there is no file."""
     if not path.exists():
         return None, None
     try:
@@ -76,12 +92,29 @@ def load(path: Path, key: dict) -> tuple[dict | None, str | None]:
             raise ValueError("not a chipcal cache document")
     except (OSError, ValueError) as exc:
         return None, f"ignoring corrupt measurement cache {path}: {exc}"
+    return doc, None
+
+
+def load(path: Path, key: dict) -> tuple[dict | None, str | None]:
+    """(payload, None) when `path` holds this schema and key; (None, why) when it is stale or
+    corrupt; (None, None) when there is no file."""
+    doc, problem = _read(path)
+    if doc is None:
+        return None, problem
     if doc.get("schema") != SCHEMA or doc.get("key") != key:
         old = doc.get("key") if isinstance(doc.get("key"), dict) else {}
         changed = sorted(k for k in set(key) | set(old) if old.get(k) != key.get(k))
         return None, (f"ignoring stale measurement cache {path}: measured under a different "
                       f"{', '.join(changed) or 'schema'}; remeasuring")
     return doc["payload"], None
+
+
+def load_matching(path: Path, accept: Callable[[dict], bool]) -> dict | None:
+    """The payload of `path` when it holds this schema and `accept(key)` (a check of part of the
+    key: what a caller can know without torch); None otherwise."""
+    doc, _ = _read(path)
+    key = doc.get("key") if doc is not None and doc.get("schema") == SCHEMA else None
+    return doc["payload"] if isinstance(key, dict) and accept(key) else None
 
 
 @contextlib.contextmanager

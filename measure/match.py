@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 
+from chipcal.measure.device import Device
 from chipcal.measure.system import Fingerprint
 from chipcal.model.chip import Chip
 from chipcal.model.registry import Registry
@@ -88,4 +89,4 @@ def match_registry_chip(fp: Fingerprint, registry: Registry, device: str | None 
     """The registry chip this machine's `device` is (GPU when None and a GPU is present), or None."""
     if device is None:
         device = "cuda" if fp.gpu_name else "cpu"
-    return _match_gpu(fp, registry) if device.startswith("cuda") else _match_cpu(fp, registry)
+    return _match_gpu(fp, registry) if Device.parse(device).is_cuda else _match_cpu(fp, registry)

@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from chipcal.measure.device import Device
 from chipcal.measure.power import PowerReading, PowerSource
 from chipcal.measure.timing import Measurement, budget_s, time_callable
 from chipcal.model.errors import OutOfMemory, UnsupportedPrecision
@@ -83,7 +84,7 @@ def numerics(precision: str, device: str) -> Iterator[None]:
     prior = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
     torch.set_float32_matmul_precision("highest")
     torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = device.startswith("cuda")
+    torch.backends.cudnn.benchmark = Device.parse(device).is_cuda
     try:
         yield
     finally:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chipcal.measure import cache
+from chipcal.measure.device import check_device, device_kind, gpu_index
 from chipcal.measure.system import CPU_SWEEP_PRECISIONS, Fingerprint, OtherLoad, fingerprint
 from chipcal.measure.throttle import ThrottleWatch
 from chipcal.measure.timing import Measurement, budget_s, fixed_threads, time_callable
@@ -43,10 +44,6 @@ _SQUARE = {"cpu": (256, 512, 1024, 2048, 4096), "cuda": (1024, 2048, 4096, 8192,
 # tall (large M, small N), short-wide (small M: batch-like), small-K
 _RECT = {"cpu": ((16384, 256, 1024), (256, 4096, 4096), (4096, 4096, 256)),
          "cuda": ((65536, 1024, 4096), (1024, 16384, 16384), (16384, 16384, 1024))}
-
-
-def device_kind(device: str) -> str:
-    return "cuda" if device.startswith("cuda") else "cpu"
 
 
 def default_shapes(device: str) -> tuple[Shape, ...]:
@@ -287,13 +284,6 @@ def gpuclock_probe_for(device: str) -> Callable[[], float | None] | None:
     return probe
 
 
-def check_device(device: str) -> None:
-    import torch
-
-    if device_kind(device) == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} requested but no CUDA device is available")
-
-
 def clock_probe_for(device: str):
     return gpuclock_probe_for(device) if device_kind(device) == "cuda" else None
 
@@ -497,7 +487,3 @@ def cached_peak_flop_per_s(device: str, precision: str, fp: Fingerprint) -> floa
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return GemmPeak(device, fp.slug, tuple(points), from_cache=True).peak_flop_per_s(precision)
-
-
-def gpu_index(device: str) -> int:
-    return int(device.partition(":")[2] or 0) if device_kind(device) == "cuda" else 0

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from chipcal.measure.device import Device
 from chipcal.measure.nvml import NvmlUnavailable, device_handle, open_nvml
 from chipcal.model.errors import MeasurementUnavailable
 
@@ -343,10 +344,11 @@ class NvmlSource(PowerSource):
 
 def open_power_source(device: str = "cpu") -> PowerSource:
     """The power sensor for `device` ("cpu", "cuda", "cuda:N"), or UnavailableSource with the reason."""
-    if device.startswith("cuda"):
+    parsed = Device.parse(device)
+    if parsed.is_cuda:
         import torch
 
-        index = int(device.partition(":")[2] or 0)
+        index = parsed.index
         if not torch.cuda.is_available():
             return UnavailableSource(f"no CUDA device for {device!r}")
         from chipcal.measure.nvml import cuda_uuid

@@ -10,7 +10,8 @@ P = idle + e_flop·FLOP/s + e_byte·byte/s.
 from __future__ import annotations
 
 from chipcal.measure.bandwidth import bandwidth_callable
-from chipcal.measure.peak import clock_probe_for, device_kind, gemm_callable
+from chipcal.measure.device import device_kind
+from chipcal.measure.peak import clock_probe_for, gemm_callable
 from chipcal.measure.power import PowerSource
 from chipcal.measure.timing import ClockSampler
 from chipcal.model.precision import BYTES_PER_ELEMENT

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from chipcal.measure.device import Device
 from chipcal.measure.match import match_registry_chip
 from chipcal.measure.system import Fingerprint, local_chip
 from chipcal.model.registry import Registry, load_registry
@@ -39,7 +40,7 @@ def _physics(chip) -> dict[str, float]:
 def reference_peaks(fp: Fingerprint, device: str, registry: Registry | None = None) -> ReferencePeaks:
     """Spec and physics peaks for `device` on the machine `fp` describes."""
     registry = registry or load_registry()
-    if device.startswith("cuda"):
+    if Device.parse(device).is_cuda:
         chip = match_registry_chip(fp, registry, device)
         if chip is None:
             return ReferencePeaks(device, None, notes=(

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from chipcal.measure.device import Device
 from chipcal.measure.nvml import NvmlUnavailable, cuda_uuid, device_handle, open_nvml, text
 from chipcal.model.chip import Chip
 from chipcal.model.local import CpuSpec, chip_from_cpu, cpu_class
@@ -315,6 +316,12 @@ class Fingerprint:
     gpu_pci_device_id: str | None = None       # "10de:2330" (vendor:device, NVML pciDeviceId)
 
     @property
+    def host_identity(self) -> dict:
+        """This machine's CPU-side identity (see `host_identity`)."""
+        return host_identity(self.cpu_model, self.physical_cores, self.logical_cores, self.memory_bytes,
+                             self.cpu_features)
+
+    @property
     def cpu_precisions(self) -> dict[str, str]:
         """Precision -> "native" (a hardware unit torch uses) or "emulated" on this CPU (see
         `cpu_precision_support`)."""
@@ -328,7 +335,7 @@ class Fingerprint:
         key = {"slug": self.slug, "device": device, "torch_version": self.torch_version,
                "torch_threads": self.torch_threads, "aten_cpu_capability": self.aten_cpu_capability,
                "isa_env": [list(kv) for kv in self.isa_env], "cpu_affinity": list(self.cpu_affinity)}
-        if device.startswith("cuda"):
+        if Device.parse(device).is_cuda:
             key |= {"gpu_index": self.gpu_index, "driver_version": self.driver_version,
                     "cuda_runtime_version": self.cuda_runtime_version,
                     "gpu_power_limit_w": self.gpu_power_limit_w}
@@ -354,6 +361,42 @@ def machine_slug(cpu_model: str, cores: int, logical: int, memory_bytes: int, fe
     if gpu_name:
         parts.append(_slugify(gpu_name))
     return "-".join([*parts, digest])
+
+
+def host_identity(cpu_model: str, physical_cores: int, logical_cores: int, memory_bytes: int,
+                  cpu_features: tuple[str, ...]) -> dict:
+    """The CPU side of the machine identity `machine_slug` hashes (no GPU, no software): what a
+    CPU measurement belongs to, and what can be read without torch (`local_host_identity`)."""
+    return {"cpu_model": cpu_model, "physical_cores": physical_cores, "logical_cores": logical_cores,
+            "memory_gib": round(memory_bytes / 2**30), "cpu_features": sorted(cpu_features)}
+
+
+def _cpu_features(blocks: list[dict[str, str]]) -> tuple[str, ...]:
+    return tuple(sorted(f for f in _flags(blocks) if f in FEATURE_FLAGS))
+
+
+def local_host_identity() -> dict:
+    """`Fingerprint.host_identity` of this machine, read from /proc and /sys only (no torch)."""
+    spec = detect_cpu()
+    return host_identity(spec.model_name, spec.cores, spec.cores * spec.threads_per_core, spec.memory_bytes,
+                         _cpu_features(_cpuinfo(Path("/proc"))))
+
+
+def matches_host_key(key: dict, device: str = "cpu") -> bool:
+    """Whether a `Fingerprint.cache_key(device)` agrees with this process on what is known without
+    importing torch: the device, the torch release (package metadata has no local build tag:
+    '2.14.1' for torch.__version__ '2.14.1+cu130'), the ISA overrides and the CPU affinity.
+    torch's thread count and ATen ISA need torch itself."""
+    from importlib import metadata
+
+    try:
+        release = metadata.version("torch").split("+")[0]
+    except metadata.PackageNotFoundError:
+        return False
+    env = _env_fields()
+    return (key.get("device") == device and str(key.get("torch_version")).split("+")[0] == release
+            and key.get("isa_env") == [list(kv) for kv in env["isa_env"]]
+            and key.get("cpu_affinity") == list(env["cpu_affinity"]))
 
 
 def _gpu_fields(index: int, notes: list[str]) -> dict:
@@ -430,7 +473,12 @@ def torch_cpu_fields() -> dict:
 
     return {"aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "mkldnn_bf16": ask("_is_mkldnn_bf16_supported"), "mkldnn_fp16": ask("_is_mkldnn_fp16_supported"),
-            "isa_env": tuple((k, os.environ[k]) for k in ISA_ENV if k in os.environ),
+            **_env_fields()}
+
+
+def _env_fields() -> dict:
+    """The ISA overrides set in the environment and the CPUs this process may run on (no torch)."""
+    return {"isa_env": tuple((k, os.environ[k]) for k in ISA_ENV if k in os.environ),
             "cpu_affinity": tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()}
 
 
@@ -442,7 +490,7 @@ def fingerprint(gpu_index: int = 0) -> Fingerprint:
     notes: list[str] = []
     spec = detect_cpu()
     blocks = _cpuinfo(Path("/proc"))
-    features = tuple(sorted(f for f in _flags(blocks) if f in FEATURE_FLAGS))
+    features = _cpu_features(blocks)
     clocks = cpu_clocks()
     gpu = _gpu_fields(gpu_index, notes)
     logical = spec.cores * spec.threads_per_core

@@ -14,6 +14,8 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from chipcal.measure.device import Device
+
 # nvml.h: nvmlClocksEventReason* bits
 NVML_CLOCK_EVENT_BITS = {
     0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
@@ -78,4 +80,4 @@ class ThrottleWatch:
             self.reasons = tuple(sorted(seen))
             if not self.observable:
                 self.note = ("throttling not observable here: no thermal_throttle counters"
-                             + ("" if self.device.startswith("cuda") else " and, in a VM, no real CPU clock"))
+                             + ("" if Device.parse(self.device).is_cuda else " and, in a VM, no real CPU clock"))

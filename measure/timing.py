@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import binom
 
+from chipcal.measure.device import Device, check_device
 from chipcal.measure.system import OtherLoad, cpu_clocks
 
 CV_THRESHOLD = 0.10        # coefficient of variation above which a measurement is unstable (pyperf warns at 10%)
@@ -38,6 +38,8 @@ MIN_CUDA_BLOCK_S = 1e-3
 
 def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int] | None:
     """1-based ranks (l, u) of the order-statistic CI of the median, or None when n is too small."""
+    from scipy.stats import binom  # here, not at import: a cached-result reader needs no scipy
+
     alpha = (1.0 - confidence) / 2
     best = None
     for rank in range(1, n // 2 + 1):
@@ -289,7 +291,7 @@ def budget_s(fn: Callable[[], object], device: str, max_time_s: float, samples: 
     """
     import torch
 
-    cuda = device.startswith("cuda")
+    cuda = Device.parse(device).is_cuda
     with torch.inference_mode():
         fn()
         if cuda:
@@ -316,9 +318,7 @@ def time_callable(fn: Callable[[], object], *, device: str = "cpu", min_samples:
 
     if min_samples < 1 or max_time_s <= 0 or target_rel_ci <= 0:
         raise ValueError("min_samples, max_time_s and target_rel_ci must be positive")
-    cuda = device.startswith("cuda")
-    if cuda and not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} requested but no CUDA device is available")
+    cuda = check_device(device).is_cuda
     threads = threads or torch.get_num_threads()
     if clock_probe is None and not cuda:
         clock_probe = cpu_clock_probe

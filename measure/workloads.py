@@ -1,7 +1,8 @@
 """Workload characterizations cached on disk, so repeated predictions need no torch.
 
 Each (model, batch, fused|eager) is characterized once (torch, meta tensors) and stored under
-$CHIPCAL_CACHE_DIR (default ~/.cache/chipcal/workloads), keyed by a hash of the workload code
+the `workloads/` folder of chipcal's cache root (measure/cache.py: $CHIPCAL_CACHE_DIR, else
+$XDG_CACHE_HOME/chipcal, else ~/.cache/chipcal), keyed by a hash of the workload code
 and the torch/torchvision versions: a change to either invalidates the entry.
 
 The cache is data, never code: JSON (model/workload/serialize.py) with a SHA-256 of its content,
@@ -26,13 +27,10 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-CACHE_ENV = "CHIPCAL_CACHE_DIR"
+from chipcal.measure.cache import workload_dir
+
 FORMAT = "chipcal.workload/1"
 SAFE_MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,63}")   # every torchvision model name has this shape
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "chipcal" / "workloads")
 
 
 def _code_key() -> str:
@@ -91,7 +89,7 @@ class WorkloadSource:
         """The cache directory (created 0700 if missing), or None if it is not safe to use."""
         if not self._dir_checked:
             self._dir_checked = True
-            path = cache_dir()
+            path = workload_dir()
             try:
                 path.mkdir(mode=0o700, parents=True, exist_ok=True)
                 why = unsafe_directory(path)

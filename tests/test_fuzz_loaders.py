@@ -209,8 +209,7 @@ def test_calibration_loader_fuzz(tmp_path):
 
 
 def test_predict_with_fuzzed_calibration_exits_0_or_2_in_one_line(cli, tmp_path, monkeypatch):
-    monkeypatch.setenv(workloads.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path / "cache"))
     from test_mapping import mlp
 
     monkeypatch.setattr(workloads.WorkloadSource, "get", lambda self, model, batch, fuse=True: mlp(batch))
@@ -252,7 +251,7 @@ def test_workload_cache_loader_fuzz(tmp_path, monkeypatch, genuine):
     reach the field-by-field check behind it."""
     from chipcal.model.workload import models
 
-    monkeypatch.setenv(workloads.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path / "cache"))
     calls = []
     monkeypatch.setattr(models, "characterize_model", lambda *a, **k: calls.append(a) or genuine)
     source = workloads.WorkloadSource(use_cache=True)

@@ -270,3 +270,17 @@ def test_every_registry_chip_maps_a_gemm_and_an_elementwise_op():
                     continue  # e.g. a precision only a GPU's DLA runs
                 assert 0 < a.utilization <= 1 and 0 < a.lane_fill <= 1, (name, precision)
                 assert a.units_allocated <= a.units_total and math.isfinite(a.peak_flop_per_s)
+
+
+def test_traffic_is_a_named_record():
+    """8x8x8 fp32 GEMM after a producer: 256 B each of input, weights, output (worked by hand)."""
+    from chipcal.model.mapping.base import Traffic, traffic
+
+    g = gemm_subgraph(1, 8, 8, 8, deps=(0,))
+    # fits on chip (256 + 256 <= 1024): only the weights come from DRAM; 768 B pass the on-chip level
+    held = traffic(g, 1.0, 1024, 1024, "fp32", weights_on_chip=False)
+    assert held == Traffic(dram_bytes=256.0, onchip_bytes=768.0, activations_on_chip=True)
+    # 100 B on chip: all 768 B from DRAM, plus the Hong-Kung excess 2*8*8*8*4/sqrt(100/4) - 768 = 51.2 B
+    spilled = traffic(g, 1.0, 100, 100, "fp32", weights_on_chip=False)
+    assert spilled.dram_bytes == pytest.approx(819.2) and spilled.onchip_bytes == pytest.approx(819.2)
+    assert spilled.activations_on_chip is False

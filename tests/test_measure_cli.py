@@ -83,7 +83,7 @@ def tiny_sweep(tmp_path, monkeypatch):
     """Small GEMM shapes and bandwidth sizes, a private cache dir, and no registry match: the host
     CPU may be a registry chip (Xeon 8480+, EPYC 9654, i7-12700K), which would give it a vendor
     spec; these tests are about the local-CPU path, on any host."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(reference_mod, "match_registry_chip", lambda *a, **k: None)
     monkeypatch.setattr(peak_mod, "default_shapes", lambda device: ((64, 64, 64), (128, 64, 32)))
     monkeypatch.setitem(bw_mod.DEFAULT_BANDWIDTH_SIZES, "cpu", (64 * 1024, 256 * 1024))

@@ -17,8 +17,8 @@ TINY = [(64, 32, 16), (96, 64, 32)]
 
 @pytest.fixture
 def user_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    return tmp_path / "xdg" / "chipcal"
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "measurements"
 
 
 @pytest.fixture(scope="module")

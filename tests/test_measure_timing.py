@@ -123,6 +123,7 @@ class FakeEvent:
 
 def test_cuda_path_with_fake_events(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     short = time_callable(sleep(0.02), device="cuda", max_time_s=0.6, min_samples=6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -18,10 +19,9 @@ from chipcal.model.mapping.params import CALIBRATION_SCHEMA
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
-    """No user cache is read: workloads (CHIPCAL_CACHE_DIR) and measurements (XDG_CACHE_HOME,
-    e.g. the bandwidth `--hardware local` would otherwise take from this host's last run)."""
-    monkeypatch.setenv(workloads.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    """No user cache is read: neither workloads nor measurements (e.g. the bandwidth
+    `--hardware local` would otherwise take from this host's last run) — one root for both."""
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path / "cache"))
 
 
 @pytest.fixture
@@ -221,3 +221,54 @@ def test_resnet50_eager_batch_1_on_v100_is_host_bound_near_the_published_latency
     rc, out, err = cli(predict_main, ["--model", "resnet50", "--hardware", "v100-sxm2", "--runtime", "compiled",
                                       "--json"])
     assert json.loads(out)[0]["bottleneck"] != "host" and json.loads(out)[0]["latency_s"] < 1 / 96 / 2
+
+
+@pytest.mark.parametrize("runtime, fused", [("eager", False), ("fused", True), ("compiled", True)])
+def test_explain_characterizes_the_workload_of_the_runtime(cli, monkeypatch, runtime, fused):
+    """--explain once always took the fused workload, even for an eager prediction; the record
+    says which workload was predicted."""
+    asked = []
+
+    def get(self, model, batch, fuse=True):
+        asked.append(fuse)
+        return dataclasses.replace(mlp(batch), fused=fuse)
+
+    monkeypatch.setattr(workloads.WorkloadSource, "get", get)
+    rc, out, _ = cli(predict_main, ["--model", "mlp1024", "--hardware", "v100-sxm2", "--runtime", runtime,
+                                    "--host-overhead-s", "1e-3", "--explain", "--json"])
+    row = json.loads(out)[0]
+    assert rc == 0 and row["runtime"] == runtime and row["fused"] is fused
+    assert len(asked) > 2 and set(asked) == {fused}      # the prediction, --explain, its batch sweep
+
+
+def test_local_prediction_from_a_warm_cache_imports_no_torch(tmp_path, monkeypatch):
+    """`predict --hardware local` once built a torch fingerprint to find the cached bandwidth. With
+    the workload and a (planted, steady 12.5 GB/s) bandwidth measurement in a private cache, a
+    fresh process predicts from them and never imports torch."""
+    import subprocess
+    import sys
+
+    from chipcal.measure import bandwidth
+    from chipcal.measure.system import fingerprint
+    from chipcal.measure.timing import Measurement
+
+    rate = 12.5e9
+
+    def steady(kernel, size, device, *_):
+        moved = bandwidth.KERNELS[kernel] * size
+        return bandwidth.BandwidthPoint(kernel, size, moved, moved, Measurement.from_samples([moved / rate] * 6), rate)
+
+    monkeypatch.setattr(bandwidth, "_measure_bandwidth_point", steady)
+    bandwidth.measure_bandwidth("cpu", [1 << 20, 1 << 22], fp=fingerprint())
+    workloads.WorkloadSource(use_cache=True).get("resnet18", 1, True)      # warm the workload cache
+    assert bandwidth.cached_cpu_bandwidth().sustained_bytes_per_s["triad"] == pytest.approx(rate)
+
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "chipcal.cli.main", "predict", "--model",
+                          "resnet18", "--hardware", "local", "--json"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert "chipcal.measure.bandwidth" in imported          # the local chip's cache lookup ran here
+    assert not {m for m in imported if m == "torch" or m.startswith("torch.")}
+    row = json.loads(run.stdout)[0]
+    assert row["bandwidth_bytes_per_s"] == local_chip(rate).memory.bandwidth_bytes_per_s
+    assert row["bandwidth_bytes_per_s"] != local_chip().memory.bandwidth_bytes_per_s

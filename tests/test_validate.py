@@ -25,7 +25,7 @@ RESULTS = DOCS.with_name("validation_results.md")
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(workloads.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path / "cache"))
 
 
 # --- the packaged corpus -------------------------------------------------------------------------

@@ -48,9 +48,8 @@ def test_from_dict_names_the_bad_field(mutate, says):
 
 @pytest.fixture
 def cache_root(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv(workloads.CACHE_ENV, str(root))
-    return root
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "workloads"
 
 
 @pytest.fixture
@@ -85,9 +84,8 @@ def test_second_source_reads_json_entry_without_characterizing(cache_root, count
 
 def test_planted_pickle_behind_a_traversing_model_name_is_never_loaded(cli, tmp_path, monkeypatch):
     """`--model ../evil` once built D/../evil-….pkl and unpickled it: the payload ran."""
-    root = tmp_path / "d" / "cache"
-    root.mkdir(parents=True)
-    monkeypatch.setenv(workloads.CACHE_ENV, str(root))
+    (tmp_path / "d" / "workloads").mkdir(parents=True)
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path / "d"))
     marker = tmp_path / "pwned"
     key = workloads._code_key()
 
@@ -112,7 +110,7 @@ def test_pickle_at_a_real_entry_name_is_not_executed(cache_root, counted, tmp_pa
         def __reduce__(self):
             return (open, (str(marker), "w"))
 
-    cache_root.mkdir(mode=0o700)
+    cache_root.mkdir(mode=0o700, parents=True)
     src = source(notes := [])
     path = src._path("resnet18", 1, True)
     path.write_bytes(pickle.dumps(Payload()))
@@ -122,7 +120,7 @@ def test_pickle_at_a_real_entry_name_is_not_executed(cache_root, counted, tmp_pa
 
 
 def test_directory_writable_by_others_is_not_used(cache_root, counted):
-    cache_root.mkdir()
+    cache_root.mkdir(parents=True)
     os.chmod(cache_root, 0o777)
     notes = []
     source(notes).get("resnet18", 1)
@@ -131,7 +129,7 @@ def test_directory_writable_by_others_is_not_used(cache_root, counted):
 
 
 def test_directory_of_another_user_is_not_used(cache_root, counted, monkeypatch):
-    cache_root.mkdir(mode=0o700)
+    cache_root.mkdir(mode=0o700, parents=True)
     other = cache_root.stat().st_uid + 1
     monkeypatch.setattr(workloads.os, "geteuid", lambda: other)
     notes = []
@@ -143,15 +141,16 @@ def test_directory_of_another_user_is_not_used(cache_root, counted, monkeypatch)
 def test_symlinked_directory_and_symlinked_entry_are_not_followed(tmp_path, monkeypatch, counted):
     target = tmp_path / "elsewhere"
     target.mkdir(mode=0o700)
-    link = tmp_path / "link"
+    link = tmp_path / "root" / "workloads"
+    link.parent.mkdir()
     link.symlink_to(target)
-    monkeypatch.setenv(workloads.CACHE_ENV, str(link))
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(link.parent))
     notes = []
     source(notes).get("resnet18", 1)
     assert list(target.iterdir()) == [] and any("symbolic link" in n for n in notes)
 
     real_dir = tmp_path / "real"
-    monkeypatch.setenv(workloads.CACHE_ENV, str(real_dir))
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(real_dir))
     good = source([])
     good.get("resnet18", 1)                                 # a genuine entry to point at
     entry = good._path("resnet18", 1, True)

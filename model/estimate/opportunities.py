@@ -42,6 +42,11 @@ def _ms(t: float) -> str:
     return f"{t * 1e3:.3f} ms"
 
 
+def _again(pred: Prediction, workload, chip: Chip, precision: str, params: FamilyParams) -> Prediction:
+    """`workload` predicted as `pred` was: same runtime, same host cost per op."""
+    return predict(workload, chip, precision, params, runtime=pred.runtime, host_overhead_s=pred.host_per_op_s)
+
+
 def batch_opportunity(pred: Prediction, chip: Chip, params: FamilyParams,
                       workload_at: Callable[[int], object], target: float, max_batch: int) -> Opportunity:
     if pred.compute_utilization >= target:
@@ -50,7 +55,7 @@ def batch_opportunity(pred: Prediction, chip: Chip, params: FamilyParams,
                            {"batch": pred.batch, "utilization": pred.compute_utilization})
     best, b = None, pred.batch * 2
     while b <= max_batch:
-        p = predict(workload_at(b), chip, pred.precision, params)
+        p = _again(pred, workload_at(b), chip, pred.precision, params)
         if not p.fits_in_memory:
             break
         best = p
@@ -79,7 +84,7 @@ def precision_opportunities(pred: Prediction, workload, chip: Chip, params: Fami
         lower = BYTES_PER_ELEMENT[p] < here or (p == "tf32" and pred.precision == "fp32")
         if p == pred.precision or not lower or not chip.supports(p):
             continue
-        q = predict(workload, chip, p, params)
+        q = _again(pred, workload, chip, p, params)
         out.append(Opportunity(
             "precision",
             f"{p}: {_ms(q.latency_s)} ({pred.latency_s / q.latency_s:.2f}x faster), energy "
@@ -157,7 +162,7 @@ def opportunities(pred: Prediction, workload, chip: Chip, params: FamilyParams,
     if workload_at is not None:
         found.append(batch_opportunity(pred, chip, params, workload_at, target_utilization, max_batch))
     found += precision_opportunities(pred, workload, chip, params)
-    if workload.ops:
+    if workload.ops and workload.fused:     # an eager workload already runs each op as its own kernel
         found.append(fusion_opportunity(pred, workload, chip, params))
     found += memory_opportunities(pred, workload)
     return tuple(found)

@@ -59,6 +59,7 @@ class Prediction:
     status: str
     reason: str = ""
     runtime: str = "fused"
+    fused: bool = True              # the workload predicted: fused subgraphs (True) or one per op (eager)
     latency_s: float = NAN
     serial_latency_s: float = NAN
     critical_path_latency_s: float = NAN
@@ -129,6 +130,7 @@ def trace_bytes_per_element(workload) -> float:
 def unsupported(workload, chip: Chip, precision: str, reason: str, runtime: str = "fused") -> Prediction:
     return Prediction(model=workload.model, chip=chip_label(chip), kind=chip.kind, batch=workload.batch,
                       precision=precision, status=STATUS_UNSUPPORTED, reason=reason, runtime=runtime,
+                      fused=workload.fused,
                       tdp_w=chip.tdp_w,
                       memory_capacity_bytes=chip.memory.capacity_bytes)
 
@@ -196,7 +198,7 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
     attained = flop / latency if latency > 0 else 0.0
     return Prediction(
         model=workload.model, chip=chip_label(chip), kind=chip.kind, batch=workload.batch,
-        precision=precision, status=STATUS_OK, runtime=runtime, latency_s=latency,
+        precision=precision, status=STATUS_OK, runtime=runtime, fused=workload.fused, latency_s=latency,
         serial_latency_s=sched.serial_latency_s, critical_path_latency_s=sched.critical_path_latency_s,
         throughput_per_s=workload.batch / latency if latency > 0 else math.inf,
         energy_j=energy, energy_per_sample_j=energy / workload.batch,

@@ -19,7 +19,7 @@ overhead_s's job. A subgraph
 that moves no bytes and does no arithmetic (a view) launches no kernel and costs nothing.
 
     energy = MACs × E_core(node, engine circuit, precision, MMA shape)             (compute)
-           + non-MAC FLOP × E_core(node, vector circuit, precision) / 2
+           + non-MAC FLOP × E_core(node, vector circuit, precision) / FLOP_PER_MAC
            + DRAM bytes × E_DRAM(memory type) + on-chip bytes × E_onchip(node, level) (memory)
            + P_static × latency                                                    (static)
     (all-in energies of model/power.py at the boost voltage, × V(engine clock)² for the

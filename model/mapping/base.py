@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from chipcal.model.chip import Chip, Engine
 from chipcal.model.errors import UnsupportedPrecision
@@ -139,9 +140,17 @@ def bytes_per_element(precision: str) -> float:
     return BYTES_PER_ELEMENT[precision]
 
 
+class Traffic(NamedTuple):
+    """The bytes one subgraph moves; the field names are `Allocation`'s."""
+
+    dram_bytes: float           # to/from DRAM
+    onchip_bytes: float         # through the on-chip level (every byte passes it once)
+    activations_on_chip: bool   # input/output held in the last-level cache/SRAM
+
+
 def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_capacity: float,
-            precision: str, weights_on_chip: bool) -> tuple[float, float, bool]:
-    """(DRAM bytes, on-chip bytes, activations held on chip) for one subgraph.
+            precision: str, weights_on_chip: bool) -> Traffic:
+    """The DRAM bytes, on-chip bytes and whether activations stay on chip, for one subgraph.
 
     Weights come from DRAM unless `weights_on_chip` (the caller decided that the whole model's
     weights stay in on-chip memory across repeated inferences). Activations stay on chip when the
@@ -167,8 +176,8 @@ def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_cap
         bound = 2.0 * g.m * g.n * g.k * g.count * b / math.sqrt(blocking_capacity / b)
         extra = max(0.0, bound - compulsory)
     if resident:
-        return dram, compulsory + extra, True
-    return dram + extra, compulsory + extra, False
+        return Traffic(dram, compulsory + extra, True)
+    return Traffic(dram + extra, compulsory + extra, False)
 
 
 def best(candidates: list[Allocation]) -> Allocation:

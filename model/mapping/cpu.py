@@ -22,6 +22,7 @@ from __future__ import annotations
 from chipcal.model.chip import Chip, Engine
 from chipcal.model.mapping.base import (
     Allocation,
+    Traffic,
     best,
     bytes_per_element,
     ceil_div,
@@ -48,7 +49,7 @@ def storage_lanes(chip: Chip, precision: str) -> int:
     return max(1, int(int(chip.microarch["simd_bits"]) / (8 * bytes_per_element(precision))))
 
 
-def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, dram: tuple,
+def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, moved: Traffic,
            what: str) -> Allocation:
     cores = int(chip.microarch["cores"])
     waves, busy, util = wave_schedule(items, cores, 1)
@@ -58,35 +59,35 @@ def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, 
         family="cpu", engine=engine.name, circuit=engine.circuit, compute_precision=precision,
         peak_flop_per_s=engine_peak_flop_per_s(engine, precision), unit_name="core", units_total=cores,
         units_allocated=busy, waves=waves, utilization=util, lane_fill=fill, occupancy=None,
-        dram_bytes=dram[0], onchip_bytes=dram[1], activations_on_chip=dram[2], detail=detail)
+        **moved._asdict(), detail=detail)
 
 
-def _simd_gemm(subgraph, chip: Chip, engine: Engine, precision: str, dram: tuple) -> Allocation:
+def _simd_gemm(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic) -> Allocation:
     g = subgraph.gemm
     lanes = accumulator_lanes(chip, precision)
     nr = 2 * lanes
     items = ceil_div(g.m, MICRO_ROWS) * ceil_div(g.n, nr) * g.count
     fill = g.n / round_up(g.n, lanes)
-    return _alloc(chip, engine, precision, items, fill, dram,
+    return _alloc(chip, engine, precision, items, fill, moved,
                   f"SIMD GEMM {MICRO_ROWS}x{nr} micro-tiles, N={g.n} over {lanes} lanes")
 
 
-def _amx_gemm(subgraph, chip: Chip, engine: Engine, precision: str, dram: tuple) -> Allocation:
+def _amx_gemm(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic) -> Allocation:
     g = subgraph.gemm
     k_step = max(1, int(AMX_K_BYTES / bytes_per_element(precision)))
     items = ceil_div(g.m, AMX_TILE) * ceil_div(g.n, AMX_TILE) * g.count
     fill = (g.m / round_up(g.m, AMX_TILE)) * (g.n / round_up(g.n, AMX_TILE)) * (g.k / round_up(g.k, k_step))
-    return _alloc(chip, engine, precision, items, fill, dram,
+    return _alloc(chip, engine, precision, items, fill, moved,
                   f"matrix-engine {AMX_TILE}x{AMX_TILE} tiles, K step {k_step}")
 
 
-def _vector(subgraph, chip: Chip, engine: Engine, precision: str, dram: tuple, grain: int) -> Allocation:
+def _vector(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic, grain: int) -> Allocation:
     lanes = storage_lanes(chip, precision)
     threads = int(subgraph.threads)
     items = ceil_div(threads, grain)
     vd = max(1, int(subgraph.parallelism.vector_dim))
     fill = vd / round_up(vd, lanes)
-    return _alloc(chip, engine, precision, items, fill, dram,
+    return _alloc(chip, engine, precision, items, fill, moved,
                   f"{threads} outputs in chunks of {grain}, vector dim {vd} over {lanes} lanes")
 
 
@@ -99,21 +100,21 @@ def onchip_capacity(chip: Chip) -> float:
 def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
                  weights_on_chip: bool = False) -> Allocation:
     on_chip = onchip_capacity(chip)
-    dram = traffic(subgraph, bytes_scale, on_chip, on_chip, precision, weights_on_chip)
+    moved = traffic(subgraph, bytes_scale, on_chip, on_chip, precision, weights_on_chip)
     if not is_mac_work(subgraph):
         found = vector_engine(chip, precision) or mac_engines(chip, precision)[0]
-        return _vector(subgraph, chip, found[0], found[1], dram, GRAIN_SIZE)
+        return _vector(subgraph, chip, found[0], found[1], moved, GRAIN_SIZE)
     dense = subgraph.gemm is not None and subgraph.op_class != "depthwise"
     candidates = []
     for engine, p in mac_engines(chip, precision):
         if engine.circuit == "systolic_mac":
             if dense:
-                candidates.append(_amx_gemm(subgraph, chip, engine, p, dram))
+                candidates.append(_amx_gemm(subgraph, chip, engine, p, moved))
         elif dense:
-            candidates.append(_simd_gemm(subgraph, chip, engine, p, dram))
+            candidates.append(_simd_gemm(subgraph, chip, engine, p, moved))
         else:
-            candidates.append(_vector(subgraph, chip, engine, p, dram, accumulator_lanes(chip, p)))
+            candidates.append(_vector(subgraph, chip, engine, p, moved, accumulator_lanes(chip, p)))
     if not candidates:  # depthwise at a precision only the matrix engine runs
         engine, p = mac_engines(chip, precision)[0]
-        candidates.append(_vector(subgraph, chip, engine, p, dram, accumulator_lanes(chip, p)))
+        candidates.append(_vector(subgraph, chip, engine, p, moved, accumulator_lanes(chip, p)))
     return best(candidates)

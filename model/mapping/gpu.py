@@ -24,6 +24,7 @@ from __future__ import annotations
 from chipcal.model.chip import Chip, Engine
 from chipcal.model.mapping.base import (
     Allocation,
+    Traffic,
     UnsupportedPrecision,
     best,
     bytes_per_element,
@@ -56,7 +57,7 @@ def smem_factor(chip: Chip, engine: Engine, precision: str, tile_m: int, tile_n:
     return min(1.0, feed / per_sm)
 
 
-def _tiled(subgraph, chip: Chip, engine: Engine, precision: str, dram: tuple, tensor: bool,
+def _tiled(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic, tensor: bool,
            tile_m: int, tile_n: int) -> Allocation:
     sms = int(chip.microarch["sm_count"])
     g = subgraph.gemm
@@ -78,10 +79,10 @@ def _tiled(subgraph, chip: Chip, engine: Engine, precision: str, dram: tuple, te
         family="gpu", engine=engine.name, circuit=engine.circuit, compute_precision=precision,
         peak_flop_per_s=engine_peak_flop_per_s(engine, precision), unit_name="SM", units_total=sms,
         units_allocated=busy, waves=waves, utilization=util, lane_fill=fill * feed, occupancy=occupancy,
-        dram_bytes=dram[0], onchip_bytes=dram[1], activations_on_chip=dram[2], detail=detail)
+        **moved._asdict(), detail=detail)
 
 
-def _threaded(subgraph, chip: Chip, engine: Engine, precision: str, dram: tuple) -> Allocation:
+def _threaded(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic) -> Allocation:
     sms = int(chip.microarch["sm_count"])
     max_threads = int(chip.microarch["max_threads_per_sm"])
     per_sm = max(1, max_threads // BLOCK_THREADS)
@@ -98,7 +99,7 @@ def _threaded(subgraph, chip: Chip, engine: Engine, precision: str, dram: tuple)
         family="gpu", engine=engine.name, circuit=engine.circuit, compute_precision=precision,
         peak_flop_per_s=engine_peak_flop_per_s(engine, precision), unit_name="SM", units_total=sms,
         units_allocated=busy, waves=waves, utilization=util, lane_fill=fill, occupancy=occupancy,
-        dram_bytes=dram[0], onchip_bytes=dram[1], activations_on_chip=dram[2], detail=detail)
+        **moved._asdict(), detail=detail)
 
 
 def onchip_capacity(chip: Chip) -> float:
@@ -109,12 +110,12 @@ def onchip_capacity(chip: Chip) -> float:
 def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
                  weights_on_chip: bool = False) -> Allocation:
     l2 = onchip_capacity(chip)
-    dram = traffic(subgraph, bytes_scale, l2, l2, precision, weights_on_chip)
+    moved = traffic(subgraph, bytes_scale, l2, l2, precision, weights_on_chip)
     if not is_mac_work(subgraph):
         found = vector_engine(chip, precision)
         if found is None:
             raise UnsupportedPrecision(f"{chip.name}: no CUDA-core engine for {precision} {subgraph.op_class} work")
-        return _threaded(subgraph, chip, found[0], found[1], dram)
+        return _threaded(subgraph, chip, found[0], found[1], moved)
     candidates = []
     dense = subgraph.gemm is not None and subgraph.op_class != "depthwise"
     for engine, p in mac_engines(chip, precision):
@@ -122,9 +123,9 @@ def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
             continue  # e.g. Jetson DLAs: separate accelerators, not fed by CUDA kernels
         tensor = engine.circuit == "tensor_core"
         if dense:
-            candidates += [_tiled(subgraph, chip, engine, p, dram, tensor, tm, tn) for tm, tn in GEMM_TILES]
+            candidates += [_tiled(subgraph, chip, engine, p, moved, tensor, tm, tn) for tm, tn in GEMM_TILES]
         elif not tensor:
-            candidates.append(_threaded(subgraph, chip, engine, p, dram))
+            candidates.append(_threaded(subgraph, chip, engine, p, moved))
     if not candidates:
         raise UnsupportedPrecision(f"{chip.name}: no CUDA-core or tensor-core engine runs {precision} "
                                    f"{subgraph.op_class} work")

@@ -26,6 +26,7 @@ import math
 from chipcal.model.chip import Chip, Engine
 from chipcal.model.mapping.base import (
     Allocation,
+    Traffic,
     bytes_per_element,
     ceil_div,
     engine_peak_flop_per_s,
@@ -44,7 +45,7 @@ def _geometry(chip: Chip) -> tuple[int, int, int, float]:
     return int(ma["tiles"]), int(ma["pe_rows"]), int(ma["pe_cols"]), float(ma["scratchpad_bytes_per_tile"])
 
 
-def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, dram: tuple,
+def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, moved: Traffic,
            what: str) -> Allocation:
     tiles = _geometry(chip)[0]
     waves, busy, util = wave_schedule(items, tiles, 1)
@@ -52,7 +53,7 @@ def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, 
         family="kpu", engine=engine.name, circuit=engine.circuit, compute_precision=precision,
         peak_flop_per_s=engine_peak_flop_per_s(engine, precision), unit_name="tile", units_total=tiles,
         units_allocated=busy, waves=waves, utilization=util, lane_fill=fill, occupancy=None,
-        dram_bytes=dram[0], onchip_bytes=dram[1], activations_on_chip=dram[2],
+        **moved._asdict(),
         detail=f"{what} → {items} blocks, {waves} wave(s), {busy}/{tiles} tiles busy; lane fill {fill:.0%}")
 
 
@@ -66,7 +67,7 @@ def k_chunks(k: int, rows: int, cols: int, scratchpad: float, precision: str) ->
     return ceil_div(k, kc)
 
 
-def _blocks(subgraph, chip: Chip, engine: Engine, precision: str, dram: tuple) -> Allocation:
+def _blocks(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic) -> Allocation:
     _, rows, cols, spad = _geometry(chip)
     g = subgraph.gemm
     m, n, k, count = g.m, g.n, g.k, g.count
@@ -79,17 +80,17 @@ def _blocks(subgraph, chip: Chip, engine: Engine, precision: str, dram: tuple) -
     temporal = k / (k + chunks * (rows + cols))
     what = (f"{rows}x{cols} output blocks on {engine.name} ({precision}), K={k} in {chunks} scratchpad "
             f"pass(es); spatial fill {spatial:.0%}, temporal fill {temporal:.0%}")
-    return _alloc(chip, engine, precision, items, spatial * temporal, dram, what)
+    return _alloc(chip, engine, precision, items, spatial * temporal, moved, what)
 
 
-def _elementwise(subgraph, chip: Chip, dram: tuple, precision: str) -> Allocation:
+def _elementwise(subgraph, chip: Chip, moved: Traffic, precision: str) -> Allocation:
     _, rows, cols, _ = _geometry(chip)
     engine, p = vector_engine(chip, precision) or mac_engines(chip, precision)[0]
     threads = int(subgraph.threads)
     per_pass = rows * cols
     items = ceil_div(threads, per_pass)
     fill = threads / (items * per_pass) if items else 1.0
-    return _alloc(chip, engine, p, items, fill, dram,
+    return _alloc(chip, engine, p, items, fill, moved,
                   f"{threads} outputs on the PEs of {engine.name} ({p}), {per_pass} per tile pass")
 
 
@@ -102,9 +103,9 @@ def onchip_capacity(chip: Chip) -> float:
 def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
                  weights_on_chip: bool = False) -> Allocation:
     spad = _geometry(chip)[3]
-    dram = traffic(subgraph, bytes_scale, onchip_capacity(chip), spad, precision, weights_on_chip)
+    moved = traffic(subgraph, bytes_scale, onchip_capacity(chip), spad, precision, weights_on_chip)
     if not is_mac_work(subgraph) or subgraph.gemm is None:
-        return _elementwise(subgraph, chip, dram, precision)
+        return _elementwise(subgraph, chip, moved, precision)
     native = chip.engine_for(precision)
     engine, p = (native, precision) if native is not None else mac_engines(chip, precision)[0]
-    return _blocks(subgraph, chip, engine, p, dram)
+    return _blocks(subgraph, chip, engine, p, moved)

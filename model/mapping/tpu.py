@@ -25,6 +25,7 @@ from __future__ import annotations
 from chipcal.model.chip import Chip, Engine
 from chipcal.model.mapping.base import (
     Allocation,
+    Traffic,
     best,
     ceil_div,
     engine_peak_flop_per_s,
@@ -40,7 +41,7 @@ def _geometry(chip: Chip) -> tuple[int, int, int]:
     return int(ma["mxu_count"]), int(ma["array_rows"]), int(ma["array_cols"])
 
 
-def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, dram: tuple,
+def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, moved: Traffic,
            what: str) -> Allocation:
     mxus = _geometry(chip)[0]
     waves, busy, util = wave_schedule(items, mxus, 1)
@@ -48,11 +49,11 @@ def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, 
         family="tpu", engine=engine.name, circuit=engine.circuit, compute_precision=precision,
         peak_flop_per_s=engine_peak_flop_per_s(engine, precision), unit_name="MXU",
         units_total=mxus, units_allocated=busy, waves=waves, utilization=util, lane_fill=fill,
-        occupancy=None, dram_bytes=dram[0], onchip_bytes=dram[1], activations_on_chip=dram[2],
+        occupancy=None, **moved._asdict(),
         detail=f"{what} → {waves} wave(s), {busy}/{mxus} MXUs busy; lane fill {fill:.0%}")
 
 
-def _systolic(subgraph, chip: Chip, engine: Engine, precision: str, dram: tuple) -> Allocation:
+def _systolic(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic) -> Allocation:
     mxus, rows, cols = _geometry(chip)
     g = subgraph.gemm
     groups_per_tile = 1
@@ -68,10 +69,10 @@ def _systolic(subgraph, chip: Chip, engine: Engine, precision: str, dram: tuple)
     what = (f"{tiles} weight tiles of {rows}x{cols} (K={g.k}, N={g.n}, count={g.count}, "
             f"{groups_per_tile} group(s)/tile) x {split} M-split on {engine.name} ({precision}); spatial "
             f"fill {spatial:.0%}, temporal fill {temporal:.0%} (M={g.m} rows streamed)")
-    return _alloc(chip, engine, precision, items, spatial * temporal, dram, what)
+    return _alloc(chip, engine, precision, items, spatial * temporal, moved, what)
 
 
-def _vector(subgraph, chip: Chip, dram: tuple, precision: str) -> Allocation:
+def _vector(subgraph, chip: Chip, moved: Traffic, precision: str) -> Allocation:
     _, rows, cols = _geometry(chip)
     engine, p = mac_engines(chip, precision)[0]
     threads = int(subgraph.threads)
@@ -79,7 +80,7 @@ def _vector(subgraph, chip: Chip, dram: tuple, precision: str) -> Allocation:
     fill = threads / (items * cols) if items else 1.0
     what = (f"{threads} outputs on the vector unit beside {engine.name} ({p}): {cols} lanes per MXU, "
             f"1/{rows} of the array rate")
-    return _alloc(chip, engine, p, items, fill / rows, dram, what)
+    return _alloc(chip, engine, p, items, fill / rows, moved, what)
 
 
 def onchip_capacity(chip: Chip) -> float:
@@ -90,10 +91,10 @@ def onchip_capacity(chip: Chip) -> float:
 def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
                  weights_on_chip: bool = False) -> Allocation:
     sram = onchip_capacity(chip)
-    dram = traffic(subgraph, bytes_scale, sram, sram, precision, weights_on_chip)
+    moved = traffic(subgraph, bytes_scale, sram, sram, precision, weights_on_chip)
     if not is_mac_work(subgraph) or subgraph.gemm is None:
-        return _vector(subgraph, chip, dram, precision)
-    candidates = [_systolic(subgraph, chip, e, p, dram)
+        return _vector(subgraph, chip, moved, precision)
+    candidates = [_systolic(subgraph, chip, e, p, moved)
                   for e, p in mac_engines(chip, precision) if e.circuit == "systolic_mac"]
-    candidates.append(_vector(subgraph, chip, dram, precision))
+    candidates.append(_vector(subgraph, chip, moved, precision))
     return best(candidates)

@@ -72,7 +72,7 @@ class FamilyCheck:
     ours_flop: int
     fvcore: int                 # fvcore's count: MACs for the MAC families, its own FLOP convention otherwise
     fvcore_skipped_macs: int    # our MACs in constructs fvcore skipped
-    flopcounter_macs: int       # FlopCounterMode FLOP / 2
+    flopcounter_macs: int       # FlopCounterMode FLOP / FLOP_PER_MAC
     flopcounter_skipped_macs: int
     fvcore_agrees: bool | None  # None: not a MAC family (conventions differ)
     flopcounter_agrees: bool | None
