@@ -91,15 +91,17 @@ class CalibrationConfig:
 def _chip_for(fp, device: str):
     """(chip, origin): the registry chip this machine is, else (CPU) the locally built chip with
     engines for the precisions that have a hardware unit here (fp.cpu_precisions)."""
+    from chipcal.measure.device import device_kind
     from chipcal.measure.match import match_registry_chip
     from chipcal.measure.system import local_chip
     from chipcal.model.errors import ChipcalError
     from chipcal.model.registry import load_registry
 
+    gpu = device_kind(device) == "cuda"
     match = match_registry_chip(fp, load_registry(), device)
     if match is not None:
-        return match, f"registry match for {fp.gpu_name if device.startswith('cuda') else fp.cpu_model}"
-    if device.startswith("cuda"):
+        return match, f"registry match for {fp.gpu_name if gpu else fp.cpu_model}"
+    if gpu:
         raise ChipcalError(
             f"GPU {fp.gpu_name!r} ({fp.gpu_sm_count} SMs, {(fp.gpu_memory_bytes or 0) / 2**30:.1f} GiB, default "
             f"power limit {fp.gpu_default_power_limit_w} W) matches no registry GPU; add its TOML to model/hardware/")
@@ -308,13 +310,13 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         local_overrides,
         measure_bandwidth,
     )
+    from chipcal.measure.device import device_kind
     from chipcal.measure.dispatch import probe_dispatch
     from chipcal.measure.layers import LayerSet, default_cases, default_chains
     from chipcal.measure.models import measure_model
     from chipcal.measure.peak import (
         default_precisions,
         default_shapes,
-        device_kind,
         gemm_peak_from_dict,
         gemm_peak_to_dict,
         measure_gemm_peak,
