@@ -16,9 +16,9 @@ import datetime as _dt
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
+from chipcal.measure.cache import write_json_atomic
 from chipcal.model.errors import ChipcalError
 
 CONFIG_FILE = "config.json"
@@ -62,18 +62,8 @@ class Journal:
             return None
 
     def put(self, step: str, data) -> None:
-        path = self.directory / f"{step}.json"
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{step}", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump({"step": step, "data": data}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        # NaN allowed: a frozen power counter's reading is data too; json.loads reads it back
+        write_json_atomic(self.directory / f"{step}.json", {"step": step, "data": data}, allow_nan=True)
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)

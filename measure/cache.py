@@ -130,13 +130,13 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _write(path: Path, key: dict, payload: dict) -> None:
+def write_json_atomic(path: Path, document: object, allow_nan: bool = False) -> None:
     """Temp file + fsync + rename + directory fsync: a crash leaves the old file or the new one,
     never half of one, and no temp file is left behind on an error."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump({"schema": SCHEMA, "key": key, "payload": payload}, f, allow_nan=False)
+            json.dump(document, f, allow_nan=allow_nan)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -156,4 +156,4 @@ def update(path: Path, key: dict, entries: dict) -> None:
     by a concurrent run under the same key, are kept); a stale or corrupt file is replaced."""
     with _locked(path):
         payload, _ = load(path, key)
-        _write(path, key, {**(payload or {}), **entries})
+        write_json_atomic(path, {"schema": SCHEMA, "key": key, "payload": {**(payload or {}), **entries}})
