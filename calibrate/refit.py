@@ -89,7 +89,7 @@ def refit(doc: dict, chip) -> Refit:
     base = dataclasses.replace(
         defaults, bandwidth_efficiency=doc["bandwidth"]["measured_bytes_per_s"] / model_bw,
         onchip_bandwidth_ratio=onchip / model_bw if onchip else defaults.onchip_bandwidth_ratio,
-        source="refit")
+        first_touch_bytes_per_s=(doc.get("first_touch") or {}).get("bytes_per_s"), source="refit")
     layers = _observations(doc["observations"]["layers"], default_cases(quick=False))
     params, _ = fit_layer_params(layers, chip, precision, base)
     chains = _observations(doc["observations"]["chains"], default_chains())

@@ -309,6 +309,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         bandwidth_to_dict,
         local_overrides,
         measure_bandwidth,
+        measure_first_touch,
     )
     from chipcal.measure.device import device_kind
     from chipcal.measure.dispatch import probe_dispatch
@@ -420,6 +421,18 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     power_doc, fits["power"], power_flags = power_section(source, power_rows, chip, fp, config)
     flags += power_flags
     step(source.name)
+
+    # 4b. first touch of freshly mapped memory (CPU eager: outputs above the mmap threshold)
+    first_touch = None
+    if device_kind(config.device) == "cpu":
+        if (first_touch := journal.get("first_touch")) is None:
+            ft = measure_first_touch()
+            first_touch = {"bytes_per_s": ft.bytes_per_s, "size_bytes": ft.size_bytes,
+                           "fresh_median_s": ft.fresh.median_s, "reused_median_s": ft.reused.median_s,
+                           "fresh_iqr_s": ft.fresh.iqr_s, "n": ft.fresh.n}
+            journal.put("first_touch", first_touch)
+        if first_touch["bytes_per_s"]:
+            base = dataclasses.replace(base, first_touch_bytes_per_s=first_touch["bytes_per_s"])
 
     # 5. timing rounds: micro-layers, chains and the held-out models, interleaved so that a slow
     # minute of the shared host spoils one round of each, not a whole phase (fits come after)
@@ -587,6 +600,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         "flags": [f.to_dict() for f in flags],
         "skipped": {"gemm_shapes": skipped_shapes, "models": skipped_models},
         "dispatch": dispatch,
+        "first_touch": first_touch,
         "throttle_note": gemm.throttle_note,
     }
 

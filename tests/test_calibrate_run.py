@@ -116,6 +116,9 @@ def fake_machine(request, monkeypatch, tmp_path):
     monkeypatch.setattr(peak, "measure_gemm_peak", gemm_peak)
     monkeypatch.setattr(bandwidth_mod, "measure_bandwidth", bandwidth)
     monkeypatch.setattr(layers.LayerSet, "time_round", time_round)
+    steady = Measurement.from_samples([0.01] * 5)
+    monkeypatch.setattr(bandwidth_mod, "measure_first_touch",       # 64 MiB: 10 ms fresh, 10 ms reused
+                        lambda: bandwidth_mod.FirstTouch(64 * 2**20, steady, steady))
     monkeypatch.setattr(models, "measure_model", measure_model)
     monkeypatch.setattr(power, "open_power_source", lambda device: power.UnavailableSource("synthetic: none"))
     return chip, truth

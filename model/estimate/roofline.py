@@ -5,7 +5,12 @@
                    W = FLOP / lane_fill: the work the busy lanes execute, padding included
     memory_time  = max(DRAM bytes / (spec bandwidth × bandwidth_efficiency),
                        on-chip bytes / (spec bandwidth × onchip_bandwidth_ratio))
-    latency      = max(compute_time, memory_time) + overhead_s[op_class] + switch_overhead_s
+    latency      = max(compute_time, memory_time) + first_touch_time + overhead_s[op_class] + switch_overhead_s
+    first_touch_time = output bytes / first_touch_bytes_per_s, for an output of at least
+                   fresh_allocation_bytes: the allocator maps such a buffer fresh for every call
+                   (glibc's mmap threshold tops out at 32 MiB, mallopt(3)), and the kernel's first
+                   write to each page faults. Serial with the kernel's own work; 0 where the
+                   parameters have no first-touch rate (measured by calibration, measure.bandwidth)
     bottleneck   = overhead if overhead ≥ max(compute, memory), else the larger of the two
 
 (h = half_efficiency_flop; utilization, lane fill, engine and DRAM bytes come from the mapper;
@@ -149,6 +154,14 @@ def _explain(sg, alloc: Allocation, compute: float, memory: float, overhead: flo
             f" (+{_us(overhead)} overhead); attains {attained / 1e12:.3g} TFLOP/s")
 
 
+def first_touch_s(output_bytes: float, params: FamilyParams) -> float:
+    """Page-fault time of a freshly mapped output buffer (module docstring), 0 below the threshold."""
+    rate = params.first_touch_bytes_per_s
+    if not rate or output_bytes < params.fresh_allocation_bytes:
+        return 0.0
+    return output_bytes / rate
+
+
 def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams,
                       trace_bytes_per_element: float = 4.0, weights_on_chip: bool = False,
                       context: ChipContext | None = None) -> SubgraphEstimate:
@@ -172,6 +185,7 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
                  alloc.onchip_bytes / (ctx.bandwidth_bytes_per_s * params.onchip_bandwidth_ratio))
     kernel = flop > 0 or alloc.onchip_bytes > 0
     overhead = params.overhead_s[subgraph.op_class] + params.switch_overhead_s if kernel else 0.0
+    memory += first_touch_s(subgraph.output_bytes * scale, params) if kernel else 0.0
     work = max(compute, memory)
     latency = work + overhead
     if not kernel:

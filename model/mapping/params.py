@@ -16,6 +16,9 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
                            the host-class default; a calibration sets it from the dispatch probe
     onchip_bandwidth_ratio bandwidth of the last on-chip level (CPU L3, GPU L2, TPU/KPU SRAM) as a
                            multiple of the spec DRAM bandwidth: cache-resident traffic is not free
+    first_touch_bytes_per_s  rate of the first write into a freshly mapped buffer (page faults) for
+                           outputs of at least fresh_allocation_bytes (CPU eager, glibc); None: not
+                           charged; a CPU calibration measures it (measure.bandwidth.measure_first_touch)
 
 A calibration directory holds `calibration.json` with at least
 ``{"schema": CALIBRATION_SCHEMA, "parameters": {"chip": NAME, "family_params": FamilyParams.to_dict()}}``;
@@ -79,6 +82,12 @@ def _class_table(name: str, table: Mapping[str, float], allow_zero: bool) -> Map
     return MappingProxyType({c: _number(f"{name}.{c}", table[c], allow_zero) for c in OP_CLASSES})
 
 
+# glibc malloc serves a request above its mmap threshold with a fresh mapping and unmaps it on
+# free; the dynamic threshold rises with freed chunks up to DEFAULT_MMAP_THRESHOLD_MAX =
+# 4 MiB x sizeof(long) = 32 MiB on 64-bit (mallopt(3), M_MMAP_THRESHOLD)
+FRESH_ALLOCATION_BYTES = 32 * 2**20
+
+
 @dataclass(frozen=True)
 class FamilyParams:
     """The non-geometric parameters of one architecture family (see module docstring)."""
@@ -92,6 +101,9 @@ class FamilyParams:
     source: str
     switch_overhead_s: float = 0.0
     host_overhead_s: float | None = None
+    # first write into a freshly mapped buffer (page faults), bytes/s; None: not charged
+    first_touch_bytes_per_s: float | None = None
+    fresh_allocation_bytes: float = FRESH_ALLOCATION_BYTES
 
     def __post_init__(self) -> None:
         # Fractions may exceed 1 after calibration: a locally built chip's peak and bandwidth are
@@ -113,6 +125,11 @@ class FamilyParams:
         if self.host_overhead_s is not None:
             object.__setattr__(self, "host_overhead_s",
                                _number("host_overhead_s", self.host_overhead_s, allow_zero=True))
+        if self.first_touch_bytes_per_s is not None:
+            object.__setattr__(self, "first_touch_bytes_per_s",
+                               _number("first_touch_bytes_per_s", self.first_touch_bytes_per_s, allow_zero=False))
+        object.__setattr__(self, "fresh_allocation_bytes",
+                           _number("fresh_allocation_bytes", self.fresh_allocation_bytes, allow_zero=False))
 
     def size_factor(self, flop: float) -> float:
         """W / (W + half_efficiency_flop): 1 for large kernels, 1/2 at W = half_efficiency_flop."""
@@ -130,6 +147,8 @@ class FamilyParams:
             "onchip_bandwidth_ratio": self.onchip_bandwidth_ratio,
             "switch_overhead_s": self.switch_overhead_s,
             "host_overhead_s": self.host_overhead_s,
+            "first_touch_bytes_per_s": self.first_touch_bytes_per_s,
+            "fresh_allocation_bytes": self.fresh_allocation_bytes,
             "source": self.source,
         }
 
@@ -142,7 +161,8 @@ class FamilyParams:
         missing = [k for k in keys if k not in d]
         if missing:
             raise CalibrationError(f"family_params is missing {', '.join(missing)}")
-        optional = {k: d[k] for k in ("switch_overhead_s", "host_overhead_s") if k in d}
+        optional = {k: d[k] for k in ("switch_overhead_s", "host_overhead_s", "first_touch_bytes_per_s",
+                                      "fresh_allocation_bytes") if k in d}
         return cls(**{k: d[k] for k in keys}, **optional)
 
 
