@@ -64,8 +64,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="validation batch sizes (default 1,8)")
     p.add_argument("--out", default="results", metavar="DIR", help="results directory (default results/)")
     p.add_argument("--precision", type=csv_choices("precision", PRECISIONS), metavar="fp32,bf16,…",
-                   help="GEMM sweep precisions (default: fp32 and those with a hardware unit here; any other "
-                        "is timed once at one small shape and reported as emulated). Layers and models run in fp32")
+                   help="GEMM sweep precisions (default fp32,bf16,fp16,int8: those with a hardware unit here are "
+                        "swept, any other is timed once at one small shape and reported as emulated). "
+                        "Layers and models run in fp32")
     p.add_argument("--remeasure", action="store_true", help="ignore cached GEMM peak and bandwidth results")
     p.add_argument("--resume", metavar="DIR", type=Path,
                    help="continue an interrupted run from its journal (DIR is named when a run is interrupted); "

@@ -147,7 +147,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = Parser(prog=prog or "measure_peak", description=__doc__.splitlines()[0])
     p.add_argument("--device", type=device_arg, default="cpu", help="cpu (default), cuda or cuda:N")
     p.add_argument("--precision", type=csv_choices("precision", PRECISIONS), default=None,
-                   help="comma-separated (default cpu: fp32,bf16,int8; cuda: fp32,tf32,fp16,bf16,fp8,int8)")
+                   help="comma-separated (default cpu: fp32,bf16,fp16,int8, those without a hardware unit timed once "
+                        "as emulated; cuda: fp32,tf32,fp16,bf16,fp8,int8)")
     p.add_argument("--remeasure", action="store_true", help="ignore the cached measurement")
     p.add_argument("--no-bandwidth", action="store_true", help="skip the bandwidth sweep")
     p.add_argument("--json", action="store_true", help="print an array of flat records")

@@ -318,11 +318,9 @@ def measure_gemm_point(precision: str, shape: Shape, device: str, *, max_time_s:
 
 
 def default_precisions(device: str, fp: Fingerprint) -> tuple[str, ...]:
-    """CUDA: every GEMM precision torch has; CPU: fp32 and the precisions with a hardware unit."""
-    if device_kind(device) == "cuda":
-        return CUDA_PRECISIONS
-    support = fp.cpu_precisions
-    return tuple(p for p in CPU_SWEEP_PRECISIONS if support.get(p) == "native")
+    """CUDA: every GEMM precision torch has. CPU: fp32, bf16, fp16 and int8; those with a hardware
+    unit here get the full sweep, the others are timed once as emulated (`emulated_reasons`)."""
+    return CUDA_PRECISIONS if device_kind(device) == "cuda" else CPU_SWEEP_PRECISIONS
 
 
 def emulated_reasons(device: str, fp: Fingerprint, precisions: Sequence[str]) -> dict[str, str]:

@@ -35,8 +35,9 @@ def test_precision_support_of_recorded_cpus(tmp_path, name, arch, torch_says, ex
     native = {p for p, s in expected.items() if s == "native"}
     chip = chip_from_cpu(spec.__class__(**{**spec.__dict__, "native_precisions": frozenset(native)}))
     assert set(chip.precisions) == {"fp64"} | native
-    # the default GEMM sweep runs only those
-    assert set(peak.default_precisions("cpu", fp)) == native
+    # the default GEMM sweep sweeps those and times the others once, as emulated
+    assert set(peak.default_precisions("cpu", fp)) == {"fp32", "bf16", "fp16", "int8"}
+    assert set(peak.emulated_reasons("cpu", fp, peak.default_precisions("cpu", fp))) == set(expected) - native
 
 
 def test_avx2_epyc_fp32_peak_by_hand(tmp_path):
