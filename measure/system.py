@@ -156,17 +156,26 @@ NATIVE_FLAGS = {
 CPU_SWEEP_PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
 
+# ONEDNN_MAX_CPU_ISA values (oneDNN "CPU dispatcher control") at which oneDNN may use VNNI
+ONEDNN_VNNI_ISAS = {"AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX10_1_512",
+                    "AVX512_CORE_FP16", "AVX10_1_512_AMX", "AVX512_CORE_AMX", "AVX10_1_512_AMX_FP16",
+                    "AVX512_CORE_AMX_FP16", "DEFAULT", "ALL"}
+
+
 def cpu_precision_support(features: set[str], arch: str, mkldnn_bf16: bool | None = None,
-                          mkldnn_fp16: bool | None = None) -> dict[str, str]:
+                          mkldnn_fp16: bool | None = None, onednn_max_isa: str | None = None) -> dict[str, str]:
     """Which GEMM precisions have a hardware unit on this CPU: "native" or "emulated".
 
     Native when a feature flag names the unit (NATIVE_FLAGS) and, for bf16/fp16, torch's oneDNN
     agrees (`mkldnn_bf16`/`mkldnn_fp16`; None = not asked): with the flag but without oneDNN's
     kernels (ONEDNN_MAX_CPU_ISA, an old torch) torch takes its slow reference path, which is
-    emulation as far as a measurement is concerned. fp32 is always native.
+    emulation as far as a measurement is concerned. torch has no such query for int8: an
+    `onednn_max_isa` cap below the VNNI ISAs (ONEDNN_VNNI_ISAS) keeps oneDNN off the int8 unit.
+    fp32 is always native.
     """
     family = "x86" if arch.lower().startswith(("x86", "amd64", "i686")) else "arm"
-    torch_says = {"bf16": mkldnn_bf16, "fp16": mkldnn_fp16, "int8": None}
+    int8_allowed = None if onednn_max_isa is None else onednn_max_isa.strip().upper() in ONEDNN_VNNI_ISAS
+    torch_says = {"bf16": mkldnn_bf16, "fp16": mkldnn_fp16, "int8": int8_allowed}
     support = {"fp32": "native"}
     for precision, flags in NATIVE_FLAGS[family].items():
         hardware = any(f in features for f in flags)
@@ -325,7 +334,9 @@ class Fingerprint:
     def cpu_precisions(self) -> dict[str, str]:
         """Precision -> "native" (a hardware unit torch uses) or "emulated" on this CPU (see
         `cpu_precision_support`)."""
-        return cpu_precision_support(set(self.cpu_features), self.arch, self.mkldnn_bf16, self.mkldnn_fp16)
+        env = dict(self.isa_env)
+        cap = env.get("ONEDNN_MAX_CPU_ISA") or env.get("DNNL_MAX_CPU_ISA")
+        return cpu_precision_support(set(self.cpu_features), self.arch, self.mkldnn_bf16, self.mkldnn_fp16, cap)
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}

@@ -69,6 +69,9 @@ def test_flag_without_torch_kernels_is_emulated():
     assert support["bf16"] == "emulated"
     # not asked (None): the flag decides
     assert cpu_precision_support({"avx512_bf16"}, "x86_64")["bf16"] == "native"
+    # VNNI in the flags, but oneDNN capped at AVX2 (ONEDNN_MAX_CPU_ISA): no int8 unit in use
+    assert cpu_precision_support({"avx512_vnni"}, "x86_64", onednn_max_isa="avx2")["int8"] == "emulated"
+    assert cpu_precision_support({"avx512_vnni"}, "x86_64", onednn_max_isa="AVX512_CORE_VNNI")["int8"] == "native"
 
 
 def test_emulated_precision_is_timed_once_at_a_small_shape(tmp_path, monkeypatch):
