@@ -19,8 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from chipcal.model.errors import ResultsWriteError
-from chipcal.model.mapping.params import CALIBRATION_FILE
 from chipcal.model.mapping.params import CALIBRATION_SCHEMA as SCHEMA
+from chipcal.model.mapping.params import (
+    CalibrationError,
+    CalibrationParams,
+    calibration_from_document,
+)
+
+CALIBRATION_FILE = "calibration.json"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -181,20 +187,33 @@ def text_writer(text: str) -> Callable[[Path], None]:
     return write
 
 
-def load(directory: Path) -> dict:
-    """A calibration document; ValueError if it is not one."""
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load(directory: str | Path) -> dict:
+    """The calibration document of a run directory; CalibrationError (a ValueError) names the
+    file and what is wrong. The schema must be SCHEMA; NaN/Infinity literals are refused."""
     path = Path(directory) / CALIBRATION_FILE
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable calibration ({exc})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a readable calibration (not UTF-8 text)") from None
+        doc = json.loads(path.read_bytes(), parse_constant=_no_constant)
+    except FileNotFoundError:
+        raise CalibrationError(f"no {CALIBRATION_FILE} in {directory} (write one with `chipcal calibrate`)") from None
+    except OSError as exc:
+        raise CalibrationError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:   # bad JSON, bad UTF-8, NaN literal, deep nesting
+        raise CalibrationError(f"{path}: not a readable calibration document ({str(exc)[:80]})") from None
     if not isinstance(doc, dict):
-        raise ValueError(f"{path}: not a calibration document (a JSON {type(doc).__name__}, expected an object)")
+        raise CalibrationError(f"{path}: not a calibration document (a JSON {type(doc).__name__}, expected an object)")
     if doc.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: schema {doc.get('schema')!r}, expected {SCHEMA!r}")
+        raise CalibrationError(f"{path}: schema {str(doc.get('schema'))[:40]!r}, expected {SCHEMA!r} "
+                               "(an older or foreign file; run `chipcal calibrate` again)")
     return doc
+
+
+def load_calibration(directory: str | Path) -> CalibrationParams:
+    """The fitted parameters of a run directory, for `predict --calibration`."""
+    return calibration_from_document(load(directory), Path(directory) / CALIBRATION_FILE)
 
 
 def find_runs(results_root: Path) -> list[Path]:

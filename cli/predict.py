@@ -15,6 +15,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 
+from chipcal.calibrate.store import load_calibration
 from chipcal.cli.common import (
     Parser,
     UsageError,
@@ -41,7 +42,6 @@ from chipcal.model.mapping.params import (
     RUNTIMES,
     CalibrationError,
     CalibrationParams,
-    load_calibration,
     params_for,
     runtime_fuses,
 )

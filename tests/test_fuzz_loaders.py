@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from chipcal.calibrate.store import load_calibration
 from chipcal.cli import hardware as hardware_cli
 from chipcal.cli import predict as predict_cli
 from chipcal.measure import workloads
 from chipcal.model import registry as registry_mod
 from chipcal.model.errors import ChipcalError
-from chipcal.model.mapping.params import CalibrationError, CalibrationParams, load_calibration
+from chipcal.model.mapping.params import CalibrationError, CalibrationParams
 from chipcal.model.registry import RegistryError, chip_from_dict, load_registry
 
 HARDWARE_DIR = Path(registry_mod.__file__).parent / "hardware"

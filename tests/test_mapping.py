@@ -11,13 +11,13 @@ import math
 
 import pytest
 
+from chipcal.calibrate.store import load_calibration
 from chipcal.model.mapping import default_params, map_subgraph, onchip_capacity
 from chipcal.model.mapping.base import UnsupportedPrecision, wave_schedule
 from chipcal.model.mapping.params import (
     CALIBRATION_SCHEMA,
     CalibrationError,
     FamilyParams,
-    load_calibration,
     params_for,
 )
 from chipcal.model.registry import load_registry

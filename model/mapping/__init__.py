@@ -13,8 +13,8 @@ from chipcal.model.mapping.params import (
     CalibrationError,
     CalibrationParams,
     FamilyParams,
+    calibration_from_document,
     default_params,
-    load_calibration,
     params_for,
 )
 
@@ -36,6 +36,6 @@ def onchip_capacity(chip: Chip) -> float:
 
 __all__ = [
     "MAC_CLASSES", "MAPPERS", "Allocation", "CalibrationError", "CalibrationParams", "FamilyParams",
-    "UnsupportedPrecision", "default_params", "load_calibration", "map_subgraph", "onchip_capacity",
+    "UnsupportedPrecision", "calibration_from_document", "default_params", "map_subgraph", "onchip_capacity",
     "params_for",
 ]

@@ -30,7 +30,6 @@ Why each default has its value: docs/prediction.md, "Parameters".
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,7 +53,6 @@ HOST_RUNTIMES = ("eager",)     # runtimes that pay a per-op host issue cost
 def runtime_fuses(runtime: str) -> bool:
     """True when `runtime` launches fused subgraphs (the workload is partitioned with fuse=True)."""
     return runtime != "eager"
-CALIBRATION_FILE = "calibration.json"
 CALIBRATION_SCHEMA = "chipcal.calibration/1"
 
 
@@ -265,25 +263,10 @@ class CalibrationParams:
         return self.chip.lower() in names
 
 
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def load_calibration(directory: str | Path) -> CalibrationParams:
-    """Read <directory>/calibration.json; CalibrationError names the file and what is wrong.
-
-    The schema must be CALIBRATION_SCHEMA (an older or foreign document is refused, not half
-    applied); NaN/Infinity literals are refused.
-    """
-    path = Path(directory) / CALIBRATION_FILE
-    try:
-        data = json.loads(path.read_bytes(), parse_constant=_no_constant)
-    except FileNotFoundError:
-        raise CalibrationError(f"no {CALIBRATION_FILE} in {directory} (write one with `chipcal calibrate`)") from None
-    except OSError as exc:
-        raise CalibrationError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (ValueError, RecursionError) as exc:   # bad JSON, bad UTF-8, NaN literal, deep nesting
-        raise CalibrationError(f"{path}: not a calibration document ({str(exc)[:80]})") from None
+def calibration_from_document(data: object, path: Path) -> CalibrationParams:
+    """The parameters of a calibration document (already read by calibrate.store); `path` names
+    it in errors. CalibrationError says what is wrong: the schema must be CALIBRATION_SCHEMA (an
+    older or foreign document is refused, not half applied)."""
     if not isinstance(data, dict):
         raise CalibrationError(f"{path}: not a calibration document (a JSON {type(data).__name__})")
     if data.get("schema") != CALIBRATION_SCHEMA:
