@@ -88,27 +88,6 @@ class CalibrationConfig:
         return 2.0 if self.quick else 6.0
 
 
-def _chip_for(fp, device: str):
-    """(chip, origin): the registry chip this machine is, else (CPU) the locally built chip with
-    engines for the precisions that have a hardware unit here (fp.cpu_precisions)."""
-    from chipcal.measure.device import device_kind
-    from chipcal.measure.match import match_registry_chip
-    from chipcal.measure.system import local_chip
-    from chipcal.model.errors import ChipcalError
-    from chipcal.model.registry import load_registry
-
-    gpu = device_kind(device) == "cuda"
-    match = match_registry_chip(fp, load_registry(), device)
-    if match is not None:
-        return match, f"registry match for {fp.gpu_name if gpu else fp.cpu_model}"
-    if gpu:
-        raise ChipcalError(
-            f"GPU {fp.gpu_name!r} ({fp.gpu_sm_count} SMs, {(fp.gpu_memory_bytes or 0) / 2**30:.1f} GiB, default "
-            f"power limit {fp.gpu_default_power_limit_w} W) matches no registry GPU; add its TOML to model/hardware/")
-    return (local_chip(support=fp.cpu_precisions),
-            "built from this CPU's detected cores, SIMD width and clock (no registry match)")
-
-
 def _measurement_row(m) -> dict:
     return {"median_s": m.median_s, "iqr_s": m.iqr_s, "ci_low_s": m.ci_low_s, "ci_high_s": m.ci_high_s,
             "n": m.n, "cv": m.cv, "unstable": m.unstable, "method": m.method}
@@ -313,6 +292,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     )
     from chipcal.measure.device import device_kind
     from chipcal.measure.dispatch import probe_dispatch
+    from chipcal.measure.identify import identify
     from chipcal.measure.layers import LayerSet, default_cases, default_chains
     from chipcal.measure.models import measure_model
     from chipcal.measure.peak import (
@@ -335,7 +315,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     journal = journal or NoJournal()      # each step's observations are recorded as soon as measured
     step = progress.step
     fp = fingerprint()
-    chip, origin = _chip_for(fp, config.device)
+    identity = identify(fp, config.device)
+    chip, origin = identity.chip, identity.origin
     cases = default_cases(quick=config.quick)
     flags: list[gap.Flag] = []
 

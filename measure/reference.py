@@ -1,20 +1,18 @@
 """The peaks a measurement is judged against: vendor spec (registry) and physics (derived).
 
-GPU: the registry chip matched by SM count, memory size and power limit gives both the stated
-(spec) peak and the microarchitecture-derived (physics) peak; no match, no reference.
-CPU: physics always comes from the locally built chip (the cores and clock this OS sees); the spec
-comes from the registry CPU that measure.match finds (model name and core count: a VM slice of a
-56-core part is not that part). The local VM CPU has no vendor spec: spec is None.
+The chip is measure.identify's, the same one the calibration models: a registry chip (matched by
+PCI ID or SM count, memory and power limit for GPUs; model name and core count for CPUs) gives
+the stated (spec) and the microarchitecture-derived (physics) peaks; a locally built CPU has
+physics peaks only. An unmatched GPU has no reference.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from chipcal.measure.device import Device
-from chipcal.measure.match import match_registry_chip
-from chipcal.measure.system import Fingerprint, local_chip
-from chipcal.model.registry import Registry, load_registry
+from chipcal.measure.identify import UnknownDevice, identify
+from chipcal.measure.system import Fingerprint
+from chipcal.model.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -38,24 +36,17 @@ def _physics(chip) -> dict[str, float]:
 
 
 def reference_peaks(fp: Fingerprint, device: str, registry: Registry | None = None) -> ReferencePeaks:
-    """Spec and physics peaks for `device` on the machine `fp` describes."""
-    registry = registry or load_registry()
-    if Device.parse(device).is_cuda:
-        chip = match_registry_chip(fp, registry, device)
-        if chip is None:
-            return ReferencePeaks(device, None, notes=(
-                f"no registry chip matches {fp.gpu_name} ({fp.gpu_sm_count} SMs, "
-                f"{(fp.gpu_memory_bytes or 0) / 2**30:.1f} GiB, default power limit "
-                f"{fp.gpu_default_power_limit_w} W): no spec or physics peak",))
-        return ReferencePeaks(device, chip.name, dict(chip.stated_peak_flop_per_s), _physics(chip),
-                              chip.memory.bandwidth_bytes_per_s)
-    local = local_chip(support=fp.cpu_precisions)
-    notes = [f"physics peak: local CPU model ({local.sources[0]})"]
-    chip = match_registry_chip(fp, registry, "cpu")
-    if chip is None:
+    """Spec and physics peaks for `device` on the machine `fp` describes (measure.identify)."""
+    try:
+        identity = identify(fp, device, registry)
+    except UnknownDevice as exc:
+        return ReferencePeaks(device, None, notes=(f"{exc}: no spec or physics peak",))
+    chip = identity.chip
+    notes = [f"physics peak: {identity.origin}"]
+    if not identity.from_registry:
         notes.append(f"no vendor spec: no registry CPU with {fp.physical_cores} cores matches '{fp.cpu_model}'")
-        return ReferencePeaks(device, local.name, {}, _physics(local), None, tuple(notes))
+        return ReferencePeaks(device, chip.name, {}, _physics(chip), None, tuple(notes))
     if not chip.stated_peak_flop_per_s:
         notes.append(f"registry {chip.name} states no FLOP/s peak")
-    return ReferencePeaks(device, chip.name, dict(chip.stated_peak_flop_per_s), _physics(local),
+    return ReferencePeaks(device, chip.name, dict(chip.stated_peak_flop_per_s), _physics(chip),
                           chip.memory.bandwidth_bytes_per_s, tuple(notes))

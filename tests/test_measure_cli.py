@@ -11,9 +11,9 @@ import torch
 from chipcal.cli import measure_model_efficiency as mme
 from chipcal.cli import measure_peak as mp
 from chipcal.measure import bandwidth as bw_mod
+from chipcal.measure import identify as identify_mod
 from chipcal.measure import models as models_mod
 from chipcal.measure import peak as peak_mod
-from chipcal.measure import reference as reference_mod
 from chipcal.measure.models import measure_module
 
 PEAK_BAD = [
@@ -84,7 +84,7 @@ def tiny_sweep(tmp_path, monkeypatch):
     CPU may be a registry chip (Xeon 8480+, EPYC 9654, i7-12700K), which would give it a vendor
     spec; these tests are about the local-CPU path, on any host."""
     monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(reference_mod, "match_registry_chip", lambda *a, **k: None)
+    monkeypatch.setattr(identify_mod, "match_registry_chip", lambda *a, **k: None)
     monkeypatch.setattr(peak_mod, "default_shapes", lambda device: ((64, 64, 64), (128, 64, 32)))
     monkeypatch.setitem(bw_mod.DEFAULT_BANDWIDTH_SIZES, "cpu", (64 * 1024, 256 * 1024))
     real = peak_mod.measure_gemm_peak

@@ -283,3 +283,23 @@ def test_local_chip_takes_measured_bandwidth_and_cache_knee():
     assert chip.microarch["l3_bytes"] == (min(knee, reported_l3) if reported_l3 else knee)
     # compute peaks do not depend on memory measurements
     assert chip.peak_flop_per_s("fp32") == local_chip().peak_flop_per_s("fp32")
+
+
+def test_identify_unknown_gpu_is_a_one_line_chipcal_error():
+    from chipcal.measure.identify import UnknownDevice, identify
+    from chipcal.model.errors import ChipcalError
+
+    # an RTX 4090 D-like card (the registry holds the 128-SM 4090 only): numbers and ID match nothing
+    fp = dataclasses.replace(gpu_fp("NVIDIA GeForce RTX 4090 D", 114, 24564, 425), gpu_pci_device_id="10de:2685")
+    with pytest.raises(UnknownDevice) as info:
+        identify(fp, "cuda:0", load_registry())
+    assert isinstance(info.value, ChipcalError) and "\n" not in str(info.value) and "model/hardware" in str(info.value)
+
+
+def test_identify_registry_cpu_only_with_its_core_count():
+    from chipcal.measure.identify import identify
+
+    registry = load_registry()
+    fp = dataclasses.replace(gpu_fp("x", 1, 1, 1), gpu_name=None, cpu_model="AMD EPYC 9654 96-Core Processor",
+                             physical_cores=96)
+    assert identify(fp, "cpu", registry).from_registry and identify(fp, "cpu", registry).chip.name == "epyc-9654"
