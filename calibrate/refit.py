@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chipcal.calibrate.run import fit_layer_params, fit_switch_overhead
+from chipcal.calibrate.layer_fits import fit_layer_params, fit_switch_overhead
 from chipcal.measure.timing import Measurement
 
 

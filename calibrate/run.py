@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from chipcal.calibrate import flags as gap
-from chipcal.calibrate.fits import FitResult, fit_log_latency, fit_power, fit_saturating_efficiency
 from chipcal.calibrate.journal import NoJournal
+from chipcal.calibrate.layer_fits import fit_layer_params, fit_switch_overhead, gemm_fits
+from chipcal.calibrate.power_fit import power_section
 from chipcal.calibrate.store import SCHEMA
-from chipcal.calibrate.sustain import SustainFitError, fit_sustain, observations_from_power_rows
 from chipcal.measure.timing import Measurement
 
 DEFAULT_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "densenet121",
@@ -38,9 +37,6 @@ N_CHAINS = 3         # measure.layers.default_chains()
 RUNTIME = "eager"    # layers and models are timed in PyTorch eager mode: one kernel per op
 MODEL_MIN_SAMPLES = 5
 MODEL_MAX_CALL_S = 4.0     # a validation model whose predicted forward pass is longer is not run
-MODEL_SIGMA_FLOOR = 0.05   # per-layer log uncertainty floor: timing spread, else model misfit
-PRIOR_SIGMA = 1.0     # log-space width of the prior around the family defaults (a factor of e)
-EFFICIENCY_MAX = 2.0   # measured may exceed an *assumed* local peak (clock above the nominal one)
 
 class Progress(Protocol):
     """Where the run reports progress: phases of known length, one step at a time."""
@@ -120,161 +116,6 @@ def onchip_bandwidth(bw, os_llc_bytes: int | None = None) -> float | None:
         return None
     plateau = [p.bytes_per_s for p in bw.points if knee / 8 <= p.working_set_bytes <= knee]
     return float(np.median(plateau)) if plateau else None
-
-
-# --- fits ----------------------------------------------------------------------------------------
-
-def gemm_fits(gemm, chip) -> dict[str, FitResult]:
-    """Saturating efficiency curve per precision with a hardware unit, efficiency relative to the
-    physics peak (an emulated precision's one point is a rate, not a unit's curve)."""
-    fits = {}
-    for p in gemm.native_precisions:
-        physics = chip.peak_flop_per_s(p)
-        curve = gemm.curve(p)
-        if physics and len(curve) >= 3:
-            fits[f"gemm_efficiency_{p}"] = fit_saturating_efficiency(
-                [pt.flop for pt in curve], [pt.flop_per_s / physics for pt in curve], name=f"gemm_efficiency_{p}")
-    return fits
-
-
-def fit_layer_params(observations: Sequence, chip, precision: str, base):
-    """Fit efficiency[c] and overhead_s[c] for every op class the micro-layers exercise, and the
-    size curve's half_efficiency_flop, through the predictor itself.
-
-    Prediction of a micro-layer = chipcal.model.estimate.predict(its workload, chip, params), so
-    the mapper's own utilization and lane-fill penalties are not counted twice (the raw GEMM
-    sweep fit only seeds half_efficiency_flop). bandwidth_efficiency stays as given in `base`
-    (from the bandwidth probe). Returns (FamilyParams, FitResult).
-    """
-    from chipcal.model.estimate.prediction import predict
-
-    classes = sorted({sg.op_class for o in observations for sg in o.workload.subgraphs
-                      if sg.flop > 0 or sg.bytes_written > 0})
-    names = ([f"efficiency.{c}" for c in classes] + [f"overhead_s.{c}" for c in classes]
-             + ["half_efficiency_flop"])
-    x0 = ([min(base.efficiency[c], 1.0) for c in classes] + [max(base.overhead_s[c], 1e-7) for c in classes]
-          + [max(base.half_efficiency_flop, 1.0)])
-    lower = [1e-3] * len(classes) + [1e-8] * len(classes) + [1.0]
-    upper = [EFFICIENCY_MAX] * len(classes) + [1e-2] * len(classes) + [1e12]
-    measured = [o.measurement.median_s for o in observations]
-
-    def params_from(values: dict[str, float]):
-        eff = dict(base.efficiency)
-        over = dict(base.overhead_s)
-        for c in classes:
-            eff[c] = values[f"efficiency.{c}"]
-            over[c] = values[f"overhead_s.{c}"]
-        return dataclasses.replace(base, efficiency=eff, overhead_s=over,
-                                   half_efficiency_flop=values["half_efficiency_flop"])
-
-    def predict_all(values: dict[str, float]) -> np.ndarray:
-        params = params_from(values)
-        return np.array([predict(o.workload, chip, precision, params=params).latency_s for o in observations])
-
-    sigma = [max(MODEL_SIGMA_FLOOR, o.measurement.iqr_s / 1.349 / o.measurement.median_s) for o in observations]
-    defaults = list(x0)       # the prior is centred on the family defaults, the search starts from the grid
-    x0 = _coordinate_start(names, x0, lower, upper, predict_all, measured, sigma)
-    fit = fit_log_latency(names, x0, predict_all, measured, name="op_class_latency", prior_centre=defaults,
-                          model="t(layer) = Σ_subgraphs max(FLOP/(peak·util·efficiency[c]·W/(W+W_half)), "
-                                "bytes/(BW·bw_eff)) + overhead_s[c]",
-                          lower=lower, upper=upper, prior_sigma=PRIOR_SIGMA, data_sigma=sigma, robust=True)
-    return params_from(fit.parameters), fit
-
-
-def _coordinate_start(names: list[str], x0: list[float], lower: list[float], upper: list[float],
-                      predict_all, measured: Sequence[float], sigma: Sequence[float]) -> list[float]:
-    """A starting point for the joint fit: two sweeps of per-class grid search.
-
-    The roofline's max(compute, memory) is flat in efficiency wherever a layer is memory-bound,
-    so a gradient method started there cannot see that a much lower efficiency fits (PyTorch's
-    CPU max-pool is ~15x slower than its bytes suggest). A coarse log grid over each class's
-    (efficiency, overhead) pair, others held, finds the right basin; the objective is the
-    joint fit's own (soft-L1 of the scaled log residuals plus the prior).
-    """
-    values = dict(zip(names, x0, strict=True))
-    centre = dict(values)
-    log_meas = np.log(np.asarray(measured, dtype=float))
-    sig = np.asarray(sigma, dtype=float)
-
-    def cost(trial: dict[str, float]) -> float:
-        r = (np.log(predict_all(trial)) - log_meas) / sig / 2.0        # soft-L1 with f_scale 2
-        prior = sum((np.log(trial[k] / centre[k]) / PRIOR_SIGMA) ** 2 for k in trial)
-        return float(np.sum(8.0 * (np.sqrt(1 + r * r) - 1)) + prior)
-
-    bounds = {n: (lo, hi) for n, lo, hi in zip(names, lower, upper, strict=True)}
-    classes = [n.split(".", 1)[1] for n in names if n.startswith("efficiency.")]
-    for _ in range(2):
-        for c in classes:
-            e, o = f"efficiency.{c}", f"overhead_s.{c}"
-            grid = [(ev, ov) for ev in np.geomspace(*bounds[e], 12) for ov in np.geomspace(*bounds[o], 9)]
-            best = min(grid + [(values[e], values[o])], key=lambda eo: cost({**values, e: eo[0], o: eo[1]}))
-            values[e], values[o] = best
-        h = "half_efficiency_flop"
-        values[h] = min([*np.geomspace(1e3, 1e10, 8), values[h]], key=lambda w: cost({**values, h: w}))
-    return [values[n] for n in names]
-
-
-def fit_switch_overhead(chains: Sequence, chip, precision: str, params):
-    """Fit switch_overhead_s: t(chain) = prediction with kernels timed alone + switch · kernels.
-
-    `params` come from the isolated-layer fit (switch_overhead_s = 0). Returns
-    (params with the fitted switch_overhead_s, FitResult).
-    """
-    from chipcal.model.estimate.prediction import predict
-
-    alone = dataclasses.replace(params, switch_overhead_s=0.0)
-    base, kernels = [], []
-    for c in chains:
-        pred = predict(c.workload, chip, precision, params=alone)
-        base.append(pred.latency_s)
-        kernels.append(sum(1 for e in pred.subgraphs if e.overhead_s > 0))
-    base_a, kernels_a = np.asarray(base), np.asarray(kernels, dtype=float)
-    fit = fit_log_latency(["switch_overhead_s"], [1e-6],
-                          lambda v: base_a + v["switch_overhead_s"] * kernels_a,
-                          [c.measurement.median_s for c in chains], name="switch_overhead",
-                          model="t(chain) = Σ kernels as timed alone + switch_overhead_s × kernels",
-                          lower=[1e-9], upper=[1e-3],
-                          data_sigma=[max(MODEL_SIGMA_FLOOR, c.measurement.iqr_s / 1.349 / c.measurement.median_s)
-                                      for c in chains])
-    return dataclasses.replace(params, switch_overhead_s=fit.parameters["switch_overhead_s"]), fit
-
-
-def power_section(source, rows: list[dict], chip, fp, config: CalibrationConfig) -> tuple[dict, dict | None, list]:
-    """Power where a sensor exists: P = idle + e_flop·FLOP/s + e_byte·byte/s against the all-in
-    physics energy, and on a GPU (SM clock sampled) the sustain fit and its spec_beyond_tdp flag.
-    `rows` are measure.power_curve's. Returns (power document, the fit's dict or None, flags)."""
-    from chipcal.model import power, technology
-
-    doc = {"source": source.name, "available": source.available, "reason": source.reason}
-    if not source.available or not rows:
-        return doc, None, []
-    fit = fit_power([r["avg_power_w"] for r in rows], [r["flop_per_s"] for r in rows], [r["bytes_per_s"] for r in rows])
-    doc |= {"idle_w": fit.parameters["idle_w"], "j_per_flop": fit.parameters["j_per_flop"],
-            "j_per_byte": fit.parameters["j_per_byte"],
-            # the all-in energy of a dense GEMM at the spec clock (model.power), DRAM traffic included
-            "physics_j_per_flop": power.gemm_power(chip, config.precision).pj_per_flop_at_spec * 1e-12,
-            "physics_j_per_byte": technology.dram_energy_per_byte_j(chip.memory.type)}
-    spec = chip.stated_peak_flop_per_s.get(config.precision)
-    flags = [f for f in (gap.energy_exceeds_tdp(fit.parameters["j_per_flop"], spec, chip.tdp_w, fit.parameters["idle_w"]),
-                         gap.sag("power during sustained GEMM",
-                                 [r["avg_power_w"] for r in rows if r["kind"] == "sustained"], "W")) if f]
-    observations = observations_from_power_rows(rows, config.precision)
-    engine = chip.engine_for(config.precision)
-    boost = fp.gpu_max_sm_clock_hz or (engine.clock_hz if engine else None)
-    if len(observations) >= 2 and boost:
-        try:
-            sustain = fit_sustain(observations, boost, spec, engine.clock_hz if engine else None,
-                                  fp.gpu_power_limit_w or chip.tdp_w)
-        except SustainFitError as exc:
-            doc["sustain_note"] = str(exc)
-        else:
-            doc["sustain"] = {
-                "j_per_flop_at_boost": sustain.j_per_flop_at_boost, "static_w": sustain.static_w,
-                "sustained_clock_hz": sustain.sustained_clock_hz, "boost_clock_hz": sustain.boost_clock_hz,
-                "clock_fraction": sustain.clock_fraction, "sustained_flop_per_s": sustain.sustained_flop_per_s,
-                "power_at_spec_w": sustain.power_at_spec_w, "rms_residual_w": sustain.rms_residual_w}
-            flags += [f for f in (sustain.spec_beyond_tdp(),) if f]
-    return doc, fit.to_dict(), flags
 
 
 # --- the run ---------------------------------------------------------------------------------------
@@ -399,7 +240,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     if (power_rows := journal.get("power")) is None:
         power_rows = power_curve(source, config.device, config.precision) if source.available else []
         journal.put("power", power_rows)
-    power_doc, fits["power"], power_flags = power_section(source, power_rows, chip, fp, config)
+    power_doc, fits["power"], power_flags = power_section(source, power_rows, chip, fp, config.precision)
     flags += power_flags
     step(source.name)
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from test_measure_system import gpu_fp
 
-from chipcal.calibrate import run as calrun
+from chipcal.calibrate.power_fit import power_section
 from chipcal.measure import power
 from chipcal.model.registry import load_registry
 
@@ -38,8 +38,7 @@ def rows():
 def test_power_section_fits_the_board_and_flags_the_spec():
     chip = load_registry().get("h100-sxm5")
     fp = dataclasses.replace(gpu_fp("NVIDIA H100 80GB HBM3", 132, 81559, 700), gpu_max_sm_clock_hz=BOOST_HZ)
-    config = calrun.CalibrationConfig(device="cuda", precision="bf16")
-    doc, fit, flags = calrun.power_section(FakeNvml(), rows(), chip, fp, config)
+    doc, fit, flags = power_section(FakeNvml(), rows(), chip, fp, "bf16")
     sustain = doc["sustain"]
     assert sustain["j_per_flop_at_boost"] == pytest.approx(J_PER_FLOP, rel=1e-6)
     assert sustain["static_w"] == pytest.approx(STATIC_W, rel=1e-6)
@@ -56,6 +55,5 @@ def test_power_section_fits_the_board_and_flags_the_spec():
 def test_cpu_power_rows_without_clock_samples_give_no_sustain_fit():
     cpu_rows = [{**r, "sm_clock_hz": []} for r in rows()]
     chip = load_registry().get("h100-sxm5")
-    doc, _, flags = calrun.power_section(FakeNvml(), cpu_rows, chip, gpu_fp("x", 132, 81559, 700),
-                                            calrun.CalibrationConfig(device="cuda", precision="bf16"))
+    doc, _, flags = power_section(FakeNvml(), cpu_rows, chip, gpu_fp("x", 132, 81559, 700), "bf16")
     assert "sustain" not in doc and not [f for f in flags if f.code == "spec_beyond_tdp"]
