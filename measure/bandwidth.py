@@ -14,12 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from chipcal.measure import cache
+from chipcal.measure.cpu import detect_cpu
 from chipcal.measure.device import check_device, device_kind, gpu_index
 from chipcal.measure.peak import clock_probe_for
 from chipcal.measure.system import (
     Fingerprint,
     OtherLoad,
-    detect_cpu,
     fingerprint,
     local_host_identity,
     matches_host_key,

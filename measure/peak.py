@@ -27,8 +27,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chipcal.measure import cache
+from chipcal.measure.cpu import CPU_SWEEP_PRECISIONS
 from chipcal.measure.device import check_device, device_kind, gpu_index
-from chipcal.measure.system import CPU_SWEEP_PRECISIONS, Fingerprint, OtherLoad, fingerprint
+from chipcal.measure.system import Fingerprint, OtherLoad, fingerprint
 from chipcal.measure.throttle import ThrottleWatch
 from chipcal.measure.timing import Measurement, budget_s, fixed_threads, time_callable
 from chipcal.model.precision import FLOP_PER_MAC, check_precision

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from chipcal.measure.cpu import cpu_clocks
 from chipcal.measure.device import Device, check_device
-from chipcal.measure.system import OtherLoad, cpu_clocks
+from chipcal.measure.system import OtherLoad
 
 CV_THRESHOLD = 0.10        # coefficient of variation above which a measurement is unstable (pyperf warns at 10%)
 CLOCK_DRIFT = 0.05         # relative clock change between rounds that marks a measurement unstable

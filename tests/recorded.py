@@ -40,11 +40,11 @@ def recorded_fingerprint(tmp_path: Path, name: str, arch: str = "x86_64", **torc
     are given explicitly, never read from the host."""
     import dataclasses
 
-    from chipcal.measure import system
+    from chipcal.measure import cpu, system
 
     proc, sys_ = machine_tree(tmp_path, name)
-    spec = system.detect_cpu(proc, sys_, arch=arch)
-    features = tuple(sorted(f for f in system._flags(system._cpuinfo(proc)) if f in system.FEATURE_FLAGS))
+    spec = cpu.detect_cpu(proc, sys_, arch=arch)
+    features = tuple(sorted(f for f in cpu._flags(cpu._cpuinfo(proc)) if f in cpu.FEATURE_FLAGS))
     fields = dict.fromkeys(f.name for f in dataclasses.fields(system.Fingerprint))
     fields.update(cpu_model=spec.model_name, cpu_vendor=spec.vendor, arch=arch, physical_cores=spec.cores,
                   logical_cores=spec.cores * spec.threads_per_core, torch_threads=spec.cores,

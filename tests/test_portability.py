@@ -7,7 +7,7 @@ import pytest
 from recorded import recorded_fingerprint
 
 from chipcal.measure import peak
-from chipcal.measure.system import cpu_precision_support
+from chipcal.measure.cpu import cpu_precision_support
 from chipcal.model.local import chip_from_cpu
 
 # name, arch, torch's oneDNN answers, expected support (from the recorded feature flags by hand)
