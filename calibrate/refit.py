@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from chipcal.calibrate.crossval import CrossValidation, cross_validate, folds, keep_defaults
 from chipcal.calibrate.layer_fits import fit_layer_params, fit_switch_overhead
 from chipcal.measure.timing import Measurement
 
@@ -39,6 +40,7 @@ class ModelCheck:
 class Refit:
     params: object                   # FamilyParams
     models: tuple[ModelCheck, ...]
+    crossval: CrossValidation
 
     @property
     def median_abs_error(self) -> float:
@@ -91,8 +93,10 @@ def refit(doc: dict, chip) -> Refit:
         onchip_bandwidth_ratio=onchip / model_bw if onchip else defaults.onchip_bandwidth_ratio,
         first_touch_bytes_per_s=(doc.get("first_touch") or {}).get("bytes_per_s"), source="refit")
     layers = _observations(doc["observations"]["layers"], default_cases(quick=False))
-    params, _ = fit_layer_params(layers, chip, precision, base)
     chains = _observations(doc["observations"]["chains"], default_chains())
+    params, _ = fit_layer_params(layers, chip, precision, base)
+    cv = cross_validate(layers, chains, chip, precision, base, defaults, params, folds(doc.get("quick", False)))
+    params = keep_defaults(params, defaults, cv.classes_keeping_defaults)
     params, _ = fit_switch_overhead(chains, chip, precision, params)
     checks = []
     for row in doc["observations"]["models"]:
@@ -100,4 +104,4 @@ def refit(doc: dict, chip) -> Refit:
         checks.append(ModelCheck(row["model"], row["batch"], row["median_s"],
                                  predict(workload, chip, precision, params=params).latency_s,
                                  predict(workload, chip, precision, params=defaults).latency_s))
-    return Refit(params, tuple(checks))
+    return Refit(params, tuple(checks), cv)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chipcal.calibrate.crossval import REVERT_MARGIN, REVERT_MIN_LAYERS
 from chipcal.calibrate.fits import saturating
 
 PLOTS = {
@@ -133,6 +134,7 @@ def render_markdown(doc: dict) -> str:
                [[r["case"], str(r["kernels"]), _si(r["flop"], "FLOP"), _si(r["median_s"], "s"), _si(r["iqr_s"], "s"),
                  str(r["n"]), _si(r["predicted_s"], "s")] for r in doc["observations"].get("chains", [])]),
         "",
+        *_crossval_lines(doc.get("crossval")),
         "## Validation: whole models (never used in the fit)",
         "",
         f"{val['fit_data']} {val['validation_data']}",
@@ -149,7 +151,9 @@ def render_markdown(doc: dict) -> str:
         f"({val.get('n_models', '?')} models × batch sizes; with the uncalibrated defaults: median "
         f"{_pct(val['default_median_abs_error'])}, p90 {_pct(val['default_p90_abs_error'])}). "
         f"Noise between the interleaved rounds of the same model: {_pct(val.get('noise_rel'))}, "
-        "the accuracy that this host's noise alone permits.",
+        "the accuracy that this host's noise alone permits."
+        + (f" Cross-validated error on the held-out micro-benchmarks: median {_pct(val['crossval_median_abs_error'])}, "
+           f"p90 {_pct(val['crossval_p90_abs_error'])}." if val.get("crossval_median_abs_error") is not None else ""),
         *([f"Host dispatch cost per eager op (measure.dispatch): {doc['dispatch']['per_op_s'] * 1e6:.1f} µs "
            f"(IQR {doc['dispatch']['iqr_s'] * 1e6:.1f} µs, n = {doc['dispatch']['n']})."] if doc.get("dispatch") else []),
         "",
@@ -169,6 +173,36 @@ def render_markdown(doc: dict) -> str:
     lines += ["", "## Plots", ""]
     lines += [f"- [{name}]({name}): {desc}" for name, desc in PLOTS.items() if name in doc.get("plots", [])]
     return "\n".join(lines) + "\n"
+
+
+def _crossval_lines(cv: dict | None) -> list[str]:
+    """The self-check section: k-fold cross-validation of the micro-benchmark fits (absent from
+    documents written before it existed)."""
+    if not cv:
+        return []
+    kept = cv["classes_keeping_defaults"]
+    return [
+        "## Self-check: cross-validation of the fits",
+        "",
+        f"The layer fit was run again {cv['folds']} times, each without one fold of the micro-layers, and "
+        "the switch fit once without each chain; the held-out micro-benchmarks were predicted by the fit "
+        f"that did not see them. Held-out median |error| **{_pct(cv['median_abs_error'])}**, p90 "
+        f"{_pct(cv['p90_abs_error'])} (defaults: {_pct(cv['default_median_abs_error'])}, "
+        f"{_pct(cv['default_p90_abs_error'])}).",
+        "",
+        "Per op class, over the held-out layers that run it: the fold's fitted parameters against the same "
+        "parameters with this class's efficiency and overhead at their defaults (a class keeps its defaults "
+        f"where they are better by more than {100 * REVERT_MARGIN:.0f} points, if it has at least "
+        f"{REVERT_MIN_LAYERS} micro-layers of its own).",
+        "",
+        _table(["op class", "own layers", "held-out layers running it", "median |error| fitted",
+                "with its defaults", "kept"],
+               [[v["op_class"], str(v["own_layers"]), str(v["n"]), _pct(v["median_abs_error"]), _pct(v["reverted_median_abs_error"]),
+                 "defaults" if v["keeps_defaults"] else "fitted"] for v in cv["classes"]]),
+        "",
+        f"Classes that keep their defaults: {', '.join(kept) if kept else 'none'}.",
+        "",
+    ]
 
 
 def _figure():

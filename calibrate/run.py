@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from chipcal.calibrate import flags as gap
+from chipcal.calibrate.crossval import cross_validate, folds, keep_defaults
 from chipcal.calibrate.journal import NoJournal
 from chipcal.calibrate.layer_fits import fit_layer_params, fit_switch_overhead, gemm_fits
 from chipcal.calibrate.power_fit import power_section
@@ -301,10 +302,16 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     observations, chains = layer_set.observations(), chain_set.observations()
 
     # 6. fits on the micro-benchmarks
-    progress.phase("fitting op-class efficiency, overhead and switch cost", 2)
+    k = folds(config.quick)
+    progress.phase("fitting op-class efficiency, overhead and switch cost; cross-validation", 2 + k)
     params, layer_fit = fit_layer_params(observations, chip, config.precision, base)
     fits["op_class_latency"] = layer_fit.to_dict()
     step("op classes")
+    # self-check: k-fold cross-validation over the layers, leave-one-out over the chains; an op
+    # class whose fitted values predict held-out layers clearly worse than its defaults keeps them
+    crossval = cross_validate(observations, chains, chip, config.precision, base, defaults, params, k,
+                              on_fold=lambda f: step(f"cross-validation fold {f + 1}/{k}"))
+    params = keep_defaults(params, defaults, crossval.classes_keeping_defaults)
     params, switch_fit = fit_switch_overhead(chains, chip, config.precision, params)
     fits["switch_overhead"] = switch_fit.to_dict()
     step("switch overhead")
@@ -349,7 +356,22 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         "n_models": len({r["model"] for r in model_rows}),
         "noise_rel": _round_noise(plan),
         **_error_summary(errors, ""), **_error_summary(default_errors, "default_"),
+        "crossval_median_abs_error": crossval.median_abs_error, "crossval_p90_abs_error": crossval.p90_abs_error,
+        "crossval_default_median_abs_error": crossval.default_median_abs_error,
     }
+    if crossval.classes_keeping_defaults:
+        flags.append(gap.Flag(
+            "fitted_class_reverted", "info",
+            f"op classes {', '.join(crossval.classes_keeping_defaults)}: their fitted efficiency and overhead "
+            "predicted held-out micro-layers worse than their defaults (cross-validation); the defaults are kept",
+            {"classes": float(len(crossval.classes_keeping_defaults))}))
+    if crossval.held_out and crossval.median_abs_error > crossval.default_median_abs_error:
+        flags.append(gap.Flag(
+            "calibration_worse_than_defaults", "warning",
+            f"held-out micro-benchmarks ({crossval.folds}-fold cross-validation): calibrated median |error| "
+            f"{crossval.median_abs_error:.1%} > {crossval.default_median_abs_error:.1%} with the defaults",
+            {"crossval_median_abs_error": crossval.median_abs_error,
+             "crossval_default_median_abs_error": crossval.default_median_abs_error}))
 
     # the calibration must earn its place: worse than the defaults on the held-out models is flagged
     if model_rows and validation["median_abs_error"] > validation["default_median_abs_error"]:
@@ -423,6 +445,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         "skipped": {"gemm_shapes": skipped_shapes, "models": skipped_models},
         "dispatch": dispatch,
         "first_touch": first_touch,
+        "crossval": crossval.to_dict(),
         "throttle_note": gemm.throttle_note,
     }
 

@@ -1,0 +1,209 @@
+"""The calibration's self-check: k-fold cross-validation of the micro-benchmark fits.
+
+The layer fit is run again k times, each time without one fold of the micro-layers; the held-out
+layers are predicted with that fold's parameters and with the family defaults. The switch fit is
+checked the same way, leaving one chain out at a time (with the layer parameters of the full
+fit). Per op class, the held-out layers that run the class are also predicted with the fold's
+parameters but that class's efficiency and overhead put back to their defaults: where that
+predicts them better, the fitted values of the class spoil predictions and the class keeps its
+defaults (`keep_defaults`). The cross-validated error is reported next to the whole-model error:
+it is the accuracy the fit has on data it did not see, measured before any model is looked at.
+
+Folds are dealt round-robin within each op class (cases sorted by label), so every fold holds a
+mix of classes and no class loses all its layers at once unless it has only one; such a class is
+predicted from the prior alone when held out, which the comparison shows as a tie.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from chipcal.calibrate.layer_fits import MODEL_SIGMA_FLOOR, fit_layer_params, fit_switch_overhead
+
+REVERT_MARGIN = MODEL_SIGMA_FLOOR   # the per-layer uncertainty floor of the fit
+REVERT_MIN_LAYERS = 3
+
+
+def folds(quick: bool) -> int:
+    """Folds of the layer cross-validation: 4 for the quick suite's 16 layers, 5 for the full 37
+    (each fold fits on 75-80 % of the layers; the quick run's time limit bounds the count)."""
+    return 4 if quick else 5
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One micro-benchmark predicted by a fit that did not see it."""
+
+    case: str
+    op_class: str
+    fold: int
+    measured_s: float
+    predicted_s: float            # the fold's calibrated parameters
+    predicted_default_s: float    # the family defaults
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.measured_s - 1
+
+    @property
+    def default_error(self) -> float:
+        return self.predicted_default_s / self.measured_s - 1
+
+
+@dataclass(frozen=True)
+class ClassVerdict:
+    """Held-out layers that run one op class: |error| with the fold's fitted parameters, and
+    with the same parameters but this class's efficiency and overhead at their defaults."""
+
+    op_class: str
+    n: int                      # held-out layers that run the class
+    own_layers: int             # micro-layers of the suite that are of this class
+    median_abs_error: float
+    reverted_median_abs_error: float
+
+    @property
+    def keeps_defaults(self) -> bool:
+        """The class's fitted values predict its held-out layers clearly worse than its defaults:
+        by more than REVERT_MARGIN in median |error|, for a class with at least REVERT_MIN_LAYERS
+        micro-layers of its own. With fewer, each fold fits the class's efficiency and overhead
+        on one layer or none: the fold's fit is weaker than the full fit, and the comparison
+        would judge the fold, not the calibration (the quick suite's 2-layer classes)."""
+        return (self.own_layers >= REVERT_MIN_LAYERS
+                and self.reverted_median_abs_error < self.median_abs_error - REVERT_MARGIN)
+
+
+@dataclass(frozen=True)
+class ClassAblation:
+    """One held-out layer predicted with one class of the fold's parameters put back to defaults."""
+
+    case: str
+    op_class: str
+    error: float            # the fold's parameters
+    reverted_error: float   # the same with op_class at its defaults
+
+
+@dataclass(frozen=True)
+class CrossValidation:
+    folds: int
+    layers: tuple[HeldOut, ...]
+    chains: tuple[HeldOut, ...]
+    ablations: tuple[ClassAblation, ...]
+
+    @property
+    def held_out(self) -> tuple[HeldOut, ...]:
+        return self.layers + self.chains
+
+    def _stat(self, errors: Sequence[float], q: float) -> float | None:
+        return float(np.percentile(np.abs(errors), q)) if len(errors) else None
+
+    @property
+    def median_abs_error(self) -> float | None:
+        return self._stat([h.error for h in self.held_out], 50)
+
+    @property
+    def p90_abs_error(self) -> float | None:
+        return self._stat([h.error for h in self.held_out], 90)
+
+    @property
+    def default_median_abs_error(self) -> float | None:
+        return self._stat([h.default_error for h in self.held_out], 50)
+
+    @property
+    def default_p90_abs_error(self) -> float | None:
+        return self._stat([h.default_error for h in self.held_out], 90)
+
+    def verdicts(self) -> tuple[ClassVerdict, ...]:
+        by_class: dict[str, list[ClassAblation]] = defaultdict(list)
+        for a in self.ablations:
+            by_class[a.op_class].append(a)
+        own = {c: sum(1 for h in self.layers if h.op_class == c) for c in by_class}
+        return tuple(ClassVerdict(c, len(abl), own[c], float(np.median([abs(a.error) for a in abl])),
+                                  float(np.median([abs(a.reverted_error) for a in abl])))
+                     for c, abl in sorted(by_class.items()))
+
+    @property
+    def classes_keeping_defaults(self) -> tuple[str, ...]:
+        return tuple(v.op_class for v in self.verdicts() if v.keeps_defaults)
+
+    def to_dict(self) -> dict:
+        return {
+            "folds": self.folds,
+            "median_abs_error": self.median_abs_error, "p90_abs_error": self.p90_abs_error,
+            "default_median_abs_error": self.default_median_abs_error,
+            "default_p90_abs_error": self.default_p90_abs_error,
+            "classes_keeping_defaults": list(self.classes_keeping_defaults),
+            "classes": [dataclasses.asdict(v) | {"keeps_defaults": v.keeps_defaults} for v in self.verdicts()],
+            "held_out": [dataclasses.asdict(h) | {"kind": "layer" if h in self.layers else "chain"}
+                         for h in self.held_out],
+        }
+
+
+def assign_folds(cases: Sequence[tuple[str, str]], k: int) -> list[int]:
+    """Fold of each (label, op_class): round-robin within each class, labels sorted."""
+    folds = [0] * len(cases)
+    by_class: dict[str, list[int]] = defaultdict(list)
+    for i, (_, op_class) in enumerate(cases):
+        by_class[op_class].append(i)
+    start = 0
+    for op_class in sorted(by_class):
+        for j, i in enumerate(sorted(by_class[op_class], key=lambda i: cases[i][0])):
+            folds[i] = (start + j) % k
+        start += len(by_class[op_class])     # staggered, so one-layer classes spread over the folds
+    return folds
+
+
+def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, base, defaults,
+                   params, k: int, on_fold: Callable[[int], None] | None = None) -> CrossValidation:
+    """k-fold cross-validation of the layer fit and leave-one-out of the switch fit.
+
+    `layers` and `chains` are LayerObservations; `base` is what the layer fit starts from (the
+    measured bandwidth, first touch, ...), `defaults` the family defaults, `params` the full fit's
+    result (its layer parameters serve the chain check). `on_fold(f)` is called after each fold.
+    """
+    from chipcal.model.estimate.prediction import predict
+
+    def latency(o, p) -> float:
+        return predict(o.workload, chip, precision, params=p).latency_s
+
+    folds = assign_folds([(o.case, o.op_class) for o in layers], k)
+    held: list[HeldOut] = []
+    ablations: list[ClassAblation] = []
+    for f in range(k):
+        train = [o for o, g in zip(layers, folds, strict=True) if g != f]
+        test = [o for o, g in zip(layers, folds, strict=True) if g == f]
+        if not test:
+            continue
+        fold_params, _ = fit_layer_params(train, chip, precision, base)
+        for o in test:
+            m = o.measurement.median_s
+            fitted = latency(o, fold_params)
+            held.append(HeldOut(o.case, o.op_class, f, m, fitted, latency(o, defaults)))
+            for c in sorted({sg.op_class for sg in o.workload.subgraphs if sg.flop > 0 or sg.bytes_written > 0}):
+                reverted = latency(o, keep_defaults(fold_params, defaults, [c]))
+                ablations.append(ClassAblation(o.case, c, fitted / m - 1, reverted / m - 1))
+        if on_fold:
+            on_fold(f)
+    chain_held: list[HeldOut] = []
+    if len(chains) >= 2:
+        alone = dataclasses.replace(params, switch_overhead_s=0.0)
+        for i, c in enumerate(chains):
+            fold_params, _ = fit_switch_overhead([o for j, o in enumerate(chains) if j != i], chip, precision, alone)
+            chain_held.append(HeldOut(c.case, c.op_class, i, c.measurement.median_s,
+                                      predict(c.workload, chip, precision, params=fold_params).latency_s,
+                                      predict(c.workload, chip, precision, params=defaults).latency_s))
+    return CrossValidation(k, tuple(held), tuple(chain_held), tuple(ablations))
+
+
+def keep_defaults(params, defaults, classes: Sequence[str]):
+    """`params` with the efficiency and overhead of `classes` put back to `defaults`."""
+    if not classes:
+        return params
+    eff, over = dict(params.efficiency), dict(params.overhead_s)
+    for c in classes:
+        eff[c], over[c] = defaults.efficiency[c], defaults.overhead_s[c]
+    return dataclasses.replace(params, efficiency=eff, overhead_s=over)
