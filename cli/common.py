@@ -260,42 +260,19 @@ def save_figure(fig, path: str) -> None:
     sys.stderr.write(f"wrote {path}\n")
 
 
-def _field(doc: object, path: str, kind: type | tuple[type, ...]) -> object:
-    """doc[a][b]… for path 'a.b…' (a number indexes a list), checked to be of `kind`; ValueError
-    naming the field if not. Numbers may be null (a figure the run could not determine); bools
-    are not numbers."""
-    value = doc
-    for key in path.split("."):
-        if isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        elif isinstance(value, dict) and key in value:
-            value = value[key]
-        else:
-            raise ValueError(f"missing field {path}")
-    if kind is float:
-        if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
-            return value
-    elif isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
-        return value
-    raise ValueError(f"field {path} has the wrong type ({type(value).__name__})")
-
-
-def summary_record(doc: dict, path: Path) -> dict:
-    """One flat record per calibration run; ValueError naming the field if the document lacks one."""
-    row = {"machine": _field(doc, "machine_slug", str), "device": _field(doc, "device", str),
-           "chip": _field(doc, "chip.name", str), "created_utc": _field(doc, "created_utc", str),
-           "quick": _field(doc, "quick", bool)}
-    for i in range(len(_field(doc, "peaks", list))):
-        precision = _field(doc, f"peaks.{i}.precision", str)
-        for key, column in (("measured_flop_per_s", "peak_flop_per_s"), ("fraction_of_physics", "fraction_of_physics"),
-                            ("fraction_of_spec", "fraction_of_spec")):
-            row[f"{column}_{precision}"] = _field(doc, f"peaks.{i}.{key}", float)
-    row["bandwidth_bytes_per_s"] = _field(doc, "bandwidth.measured_bytes_per_s", float)
-    row.update({"models_validated": _field(doc, "validation.n", int),
-                **{key: _field(doc, f"validation.{key}", float)
-                   for key in ("median_abs_error", "p90_abs_error", "max_abs_error")},
-                "power_source": _field(doc, "power.source", str) if _field(doc, "power.available", bool) else None,
-                "flags": ", ".join(dict.fromkeys(_field(doc, f"flags.{i}.code", str)
-                                                 for i in range(len(_field(doc, "flags", list))))) or None,
+def summary_record(doc, path: Path) -> dict:
+    """One flat record per calibration run (a calibrate.document.CalibrationDocument)."""
+    row = {"machine": doc.machine_slug, "device": doc.device, "chip": doc.chip.name,
+           "created_utc": doc.created_utc, "quick": doc.quick}
+    for p in doc.peaks:
+        row |= {f"peak_flop_per_s_{p.precision}": p.measured_flop_per_s,
+                f"fraction_of_physics_{p.precision}": p.fraction_of_physics,
+                f"fraction_of_spec_{p.precision}": p.fraction_of_spec}
+    val = doc.validation
+    row.update({"bandwidth_bytes_per_s": doc.bandwidth.measured_bytes_per_s, "models_validated": val.n,
+                "median_abs_error": val.median_abs_error, "p90_abs_error": val.p90_abs_error,
+                "max_abs_error": val.max_abs_error,
+                "power_source": doc.power.source if doc.power.available else None,
+                "flags": ", ".join(dict.fromkeys(f.code for f in doc.flags)) or None,
                 "path": str(path)})
     return row
