@@ -214,7 +214,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     assumed_bw = chip.memory.bandwidth_bytes_per_s
     if chip.name == LOCAL_CHIP_NAME:
         # a locally built chip takes measured figures where it only had assumptions
-        chip = local_chip(**local_overrides(bw), support=fp.cpu_precisions)
+        chip = local_chip(**local_overrides(bw), support=fp.cpu_precisions, cpu=fp.cpu)
         origin += "; DRAM bandwidth and last-level cache from the bandwidth probe"
     model_bw = chip.memory.bandwidth_bytes_per_s
     base = default_params(chip.kind)

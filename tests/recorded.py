@@ -76,6 +76,6 @@ def recorded_fingerprint(tmp_path: Path, name: str, arch: str = "x86_64", **torc
                   cpu_features=features, cpu_clock_hz=spec.clock_hz, cpu_clock_source=spec.clock_source,
                   cpu_max_clock_source="", memory_bytes=spec.memory_bytes, l3_bytes=spec.l3_bytes, gpu_count=0,
                   python_version="3.11", slug=f"recorded-{name}", notes=(), isa_env=(), cpu_affinity=(),
-                  torch_version="recorded", torchvision_version="recorded")
+                  torch_version="recorded", torchvision_version="recorded", cpu=spec)
     fields.update(torch_fields)
     return spec, system.Fingerprint(**fields)
