@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import difflib
 import json
 import math
 import os
@@ -17,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from chipcal.model.errors import ChipcalError
+from chipcal.model.errors import ChipcalError, unknown_name_message
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130          # 128 + SIGINT, as shells report a Ctrl-C
@@ -62,10 +61,7 @@ def run(main_body: Callable[[argparse.Namespace], int], parser: argparse.Argumen
 
 def choice_error(kind: str, value: str, valid: Iterable[str]) -> UsageError:
     """'unknown <kind> X (did you mean Y?); valid: …' as a UsageError."""
-    valid = list(valid)
-    close = difflib.get_close_matches(value, valid, n=3, cutoff=0.4)
-    hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    return UsageError(f"unknown {kind} {value!r}{hint}; valid: {', '.join(valid)}")
+    return UsageError(unknown_name_message(kind, value, list(valid)))
 
 
 def csv_choices(kind: str, valid: Sequence[str]) -> Callable[[str], list[str]]:
@@ -240,11 +236,41 @@ class RowWriter:
                 csv.DictWriter(f, self.fields, extrasaction="ignore").writerow(record)
 
 
-def progress(total: int, desc: str):
-    """A tqdm bar on stderr (stdout stays for the table/JSON)."""
-    from tqdm import tqdm
+def write_notes(rows: Sequence[dict], notes: Iterable[str], logical_cores: int) -> None:
+    """`note: …` lines: the reference's notes, then a warning when other work loaded the machine
+    while the rows (with their `other_cpus`) were measured."""
+    from chipcal.measure.system import busy_note
 
-    return tqdm(total=total, desc=desc, file=sys.stderr, unit="pt", dynamic_ncols=True, leave=False)
+    others = [r["other_cpus"] for r in rows if r["other_cpus"] is not None]
+    for note in (*notes, busy_note(max(others, default=None), logical_cores)):
+        if note:
+            sys.stdout.write(f"note: {note}\n")
+
+
+def interrupted_exit(prog: str, rows: Sequence[dict]) -> int:
+    """Say that a Ctrl-C ended the measurements and how many rows were kept; the exit status."""
+    sys.stderr.write(f"{prog}: interrupted; {len(rows)} row(s) kept\n")
+    return EXIT_INTERRUPTED
+
+
+class Measuring:
+    """`with Measuring(total, desc) as bar:` a measurement loop with a tqdm bar on stderr (stdout
+    stays for the table/JSON). A Ctrl-C ends the loop, not the command: the rows measured so far
+    are kept and `interrupted` is set (see `interrupted_exit`)."""
+
+    def __init__(self, total: int, desc: str):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, file=sys.stderr, unit="pt", dynamic_ncols=True, leave=False)
+        self.interrupted = False
+
+    def __enter__(self):
+        return self.bar
+
+    def __exit__(self, kind, exc, traceback) -> bool:
+        self.bar.close()
+        self.interrupted = kind is not None and issubclass(kind, KeyboardInterrupt)
+        return self.interrupted
 
 
 def plot_path(text: str) -> str:
