@@ -152,3 +152,27 @@ def test_the_document_loader_refuses_damage_in_one_line(tmp_path):
         else:
             n["accepted"] += 1
     assert n["refused"] > 0 and n["accepted"] > 0
+
+
+def test_the_gpu_power_sections_round_trip():
+    """No checked-in run had a power sensor: the power rows, the energy fit and the sustain fit of
+    the fake NVML board (test_calibrate_power) stand in, written and read back through JSON."""
+    import dataclasses
+
+    from test_calibrate_power import BOOST_HZ, STATIC_W, FakeNvml, rows
+    from test_measure_system import gpu_fp
+
+    from chipcal.calibrate.document import PowerRow
+    from chipcal.calibrate.power_fit import power_section
+    from chipcal.model.registry import load_registry
+
+    fp = dataclasses.replace(gpu_fp("NVIDIA H100 80GB HBM3", 132, 81559, 700), gpu_max_sm_clock_hz=BOOST_HZ)
+    section, fit, _ = power_section(FakeNvml(), rows(), load_registry().get("h100-sxm5"), fp, "bf16")
+    raw = reference_document()
+    raw["observations"]["power"] = [PowerRow.of(r).to_dict() for r in rows()]
+    raw["power"], raw["fits"]["power"] = section.to_dict(), fit.to_dict()
+    doc = CalibrationDocument.from_dict(json.loads(json.dumps(raw)))
+    assert CalibrationDocument.from_dict(doc.to_dict()) == doc
+    assert doc.power.sustain.static_w == pytest.approx(STATIC_W, rel=1e-6)
+    assert doc.power.idle_w == pytest.approx(STATIC_W, rel=0.05) and doc.fits["power"].name == fit.name
+    assert len(doc.observations.power) == 6 and doc.observations.power[-1].sm_clock_hz == (BOOST_HZ,) * 20
