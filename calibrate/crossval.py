@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from chipcal.calibrate.layer_fits import MODEL_SIGMA_FLOOR, fit_layer_params, fit_switch_overhead
+from chipcal.calibrate.records import Record
 
 REVERT_MARGIN = MODEL_SIGMA_FLOOR   # the per-layer uncertainty floor of the fit
 REVERT_MIN_LAYERS = 3
@@ -36,9 +37,10 @@ def folds(quick: bool) -> int:
 
 
 @dataclass(frozen=True)
-class HeldOut:
+class HeldOut(Record):
     """One micro-benchmark predicted by a fit that did not see it."""
 
+    kind: str                     # layer | chain
     case: str
     op_class: str
     fold: int
@@ -56,7 +58,7 @@ class HeldOut:
 
 
 @dataclass(frozen=True)
-class ClassVerdict:
+class ClassVerdict(Record):
     """Held-out layers that run one op class: |error| with the fold's fitted parameters, and
     with the same parameters but this class's efficiency and overhead at their defaults."""
 
@@ -130,17 +132,27 @@ class CrossValidation:
     def classes_keeping_defaults(self) -> tuple[str, ...]:
         return tuple(v.op_class for v in self.verdicts() if v.keeps_defaults)
 
-    def to_dict(self) -> dict:
-        return {
-            "folds": self.folds,
-            "median_abs_error": self.median_abs_error, "p90_abs_error": self.p90_abs_error,
-            "default_median_abs_error": self.default_median_abs_error,
-            "default_p90_abs_error": self.default_p90_abs_error,
-            "classes_keeping_defaults": list(self.classes_keeping_defaults),
-            "classes": [dataclasses.asdict(v) | {"keeps_defaults": v.keeps_defaults} for v in self.verdicts()],
-            "held_out": [dataclasses.asdict(h) | {"kind": "layer" if h in self.layers else "chain"}
-                         for h in self.held_out],
-        }
+    def section(self) -> CrossValSection:
+        """What the calibration document keeps of it."""
+        return CrossValSection(
+            folds=self.folds, median_abs_error=self.median_abs_error, p90_abs_error=self.p90_abs_error,
+            default_median_abs_error=self.default_median_abs_error,
+            default_p90_abs_error=self.default_p90_abs_error,
+            classes_keeping_defaults=self.classes_keeping_defaults, classes=self.verdicts(), held_out=self.held_out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrossValSection(Record):
+    """The self-check as the calibration document records it (calibrate.document)."""
+
+    folds: int
+    median_abs_error: float | None
+    p90_abs_error: float | None
+    default_median_abs_error: float | None
+    default_p90_abs_error: float | None
+    classes_keeping_defaults: tuple[str, ...]
+    classes: tuple[ClassVerdict, ...]
+    held_out: tuple[HeldOut, ...]
 
 
 def assign_folds(cases: Sequence[tuple[str, str]], k: int) -> list[int]:
@@ -182,7 +194,7 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
         for o in test:
             m = o.measurement.median_s
             fitted = latency(o, fold_params)
-            held.append(HeldOut(o.case, o.op_class, f, m, fitted, latency(o, defaults)))
+            held.append(HeldOut("layer", o.case, o.op_class, f, m, fitted, latency(o, defaults)))
             for c in sorted({sg.op_class for sg in o.workload.subgraphs if sg.flop > 0 or sg.bytes_written > 0}):
                 reverted = latency(o, keep_defaults(fold_params, defaults, [c]))
                 ablations.append(ClassAblation(o.case, c, fitted / m - 1, reverted / m - 1))
@@ -193,7 +205,7 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
         alone = dataclasses.replace(params, switch_overhead_s=0.0)
         for i, c in enumerate(chains):
             fold_params, _ = fit_switch_overhead([o for j, o in enumerate(chains) if j != i], chip, precision, alone)
-            chain_held.append(HeldOut(c.case, c.op_class, i, c.measurement.median_s,
+            chain_held.append(HeldOut("chain", c.case, c.op_class, i, c.measurement.median_s,
                                       predict(c.workload, chip, precision, params=fold_params).latency_s,
                                       predict(c.workload, chip, precision, params=defaults).latency_s))
     return CrossValidation(k, tuple(held), tuple(chain_held), tuple(ablations))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from chipcal.calibrate.records import Record
 from chipcal.model.tdp import VERDICT_UNSUSTAINABLE, ChipTdpComparison
 
 MEASURED_VS_SPEC_MIN = 0.80      # measured peak below 80% of the datasheet's dense peak
@@ -19,15 +20,11 @@ SAG_MIN_FRACTION = 0.05          # clock or power falling >5% from the first to 
 
 
 @dataclass(frozen=True)
-class Flag:
+class Flag(Record):
     code: str
     severity: str                  # "warning" (a real gap) or "info"
     message: str
-    values: dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {"code": self.code, "severity": self.severity, "message": self.message,
-                "values": dict(self.values)}
+    values: dict[str, float | None] = field(default_factory=dict)    # None: not determined (NaN written)
 
 
 def spec_unsustainable(cmp: ChipTdpComparison) -> Flag | None:

@@ -10,11 +10,13 @@ tests use it on recorded runs of two different CPUs.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from chipcal.calibrate.crossval import CrossValidation, cross_validate, folds, keep_defaults
+from chipcal.calibrate.document import CalibrationDocument, LayerRow
 from chipcal.calibrate.layer_fits import fit_layer_params, fit_switch_overhead
 from chipcal.measure.timing import Measurement
 
@@ -55,28 +57,27 @@ class Refit:
         return float(np.median([abs(m.default_error) for m in self.models]))
 
 
-def _measurement(row: dict) -> Measurement:
+def _measurement(row: LayerRow) -> Measurement:
     """The recorded timing of one row: its median, IQR, sample count and CV as recorded."""
-    base = Measurement.from_samples([row["median_s"]] * 3, method=row.get("method", ""))
-    return dataclasses.replace(base, n=int(row["n"]), iqr_s=float(row["iqr_s"]), cv=float(row["cv"]),
-                               unstable=bool(row["unstable"]))
+    base = Measurement.from_samples([row.median_s] * 3, method=row.method)
+    return dataclasses.replace(base, n=row.n, iqr_s=float(row.iqr_s), cv=float(row.cv), unstable=row.unstable)
 
 
-def _observations(rows: list[dict], cases) -> list:
+def _observations(rows: Sequence[LayerRow], cases) -> list:
     from chipcal.measure.layers import LayerObservation
     from chipcal.model.workload import characterize
 
     by_label = {c.label: c for c in cases}
     out = []
     for row in rows:
-        case = by_label[row["case"]]
+        case = by_label[row.case]
         module, inputs = case.build()
         workload = characterize(module, inputs, model_name=case.label, fuse=False)
         out.append(LayerObservation(case.label, case.op_class, workload, _measurement(row)))
     return out
 
 
-def refit(doc: dict, chip) -> Refit:
+def refit(doc: CalibrationDocument, chip) -> Refit:
     """Fit the layer and switch parameters of `chip` from `doc`'s recorded observations and
     predict its recorded held-out models (eager, as they were timed)."""
     from chipcal.measure.layers import default_cases, default_chains
@@ -84,24 +85,24 @@ def refit(doc: dict, chip) -> Refit:
     from chipcal.model.mapping.params import default_params
     from chipcal.model.workload import characterize_model
 
-    precision = doc["precision"]
+    precision = doc.precision
     defaults = default_params(chip.kind)
     model_bw = chip.memory.bandwidth_bytes_per_s
-    onchip = doc["bandwidth"].get("onchip_bytes_per_s")
+    onchip = doc.bandwidth.onchip_bytes_per_s
     base = dataclasses.replace(
-        defaults, bandwidth_efficiency=doc["bandwidth"]["measured_bytes_per_s"] / model_bw,
+        defaults, bandwidth_efficiency=doc.bandwidth.measured_bytes_per_s / model_bw,
         onchip_bandwidth_ratio=onchip / model_bw if onchip else defaults.onchip_bandwidth_ratio,
-        first_touch_bytes_per_s=(doc.get("first_touch") or {}).get("bytes_per_s"), source="refit")
-    layers = _observations(doc["observations"]["layers"], default_cases(quick=False))
-    chains = _observations(doc["observations"]["chains"], default_chains())
+        first_touch_bytes_per_s=doc.first_touch.bytes_per_s if doc.first_touch else None, source="refit")
+    layers = _observations(doc.observations.layers, default_cases(quick=False))
+    chains = _observations(doc.observations.chains, default_chains())
     params, _ = fit_layer_params(layers, chip, precision, base)
-    cv = cross_validate(layers, chains, chip, precision, base, defaults, params, folds(doc.get("quick", False)))
+    cv = cross_validate(layers, chains, chip, precision, base, defaults, params, folds(doc.quick))
     params = keep_defaults(params, defaults, cv.classes_keeping_defaults)
     params, _ = fit_switch_overhead(chains, chip, precision, params)
     checks = []
-    for row in doc["observations"]["models"]:
-        workload = characterize_model(row["model"], batch=row["batch"], fuse=False)
-        checks.append(ModelCheck(row["model"], row["batch"], row["median_s"],
+    for row in doc.observations.models:
+        workload = characterize_model(row.model, batch=row.batch, fuse=False)
+        checks.append(ModelCheck(row.model, row.batch, row.median_s,
                                  predict(workload, chip, precision, params=params).latency_s,
                                  predict(workload, chip, precision, params=defaults).latency_s))
     return Refit(params, tuple(checks), cv)

@@ -1,7 +1,7 @@
-"""Human-readable calibration report (markdown) and its plots, rendered from the JSON document.
+"""Human-readable calibration report (markdown) and its plots, rendered from the document.
 
-Everything here reads the calibration document only, so a checked-in report can be re-rendered
-from its calibration.json without re-measuring.
+Everything here reads the CalibrationDocument only, so a checked-in report can be re-rendered
+from its calibration.json (calibrate.store.load) without re-measuring.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from chipcal.calibrate.crossval import REVERT_MARGIN, REVERT_MIN_LAYERS
+from chipcal.calibrate.crossval import REVERT_MARGIN, REVERT_MIN_LAYERS, CrossValSection
+from chipcal.calibrate.document import CalibrationDocument, FitRecord
 from chipcal.calibrate.fits import saturating
 
 PLOTS = {
@@ -35,8 +36,8 @@ def _pct(value: float | None) -> str:
     return "-" if value is None or not np.isfinite(value) else f"{100 * value:.1f}%"
 
 
-def _r2(fit: dict) -> str:
-    return "-" if fit.get("r2") is None else f"{fit['r2']:.3f}"
+def _r2(fit: FitRecord) -> str:
+    return "-" if fit.r2 is None else f"{fit.r2:.3f}"
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -45,49 +46,47 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def render_markdown(doc: dict) -> str:
+def render_markdown(doc: CalibrationDocument) -> str:
     """report.md: summary, peaks, bandwidth, fits with uncertainties, validation, flags."""
-    chip, val = doc["chip"], doc["validation"]
+    chip, val = doc.chip, doc.validation
     lines = [
-        f"# Calibration: {doc['machine_slug']} ({doc['device']})",
+        f"# Calibration: {doc.machine_slug} ({doc.device})",
         "",
-        f"Created {doc['created_utc']} by `{doc['command']}`"
-        + (" (quick mode: fewer shapes, shorter timing budgets)" if doc["quick"] else "") + ".",
+        f"Created {doc.created_utc} by `{doc.command}`"
+        + (" (quick mode: fewer shapes, shorter timing budgets)" if doc.quick else "") + ".",
         "",
         "## Machine",
         "",
-        _table(["field", "value"], [[k, str(v)] for k, v in doc["environment_summary"].items()]),
+        _table(["field", "value"], [[k, str(v)] for k, v in doc.environment_summary.items()]),
         "",
-        f"Modelled as **{chip['name']}** ({chip['origin']}). Physics peaks are derived from its "
+        f"Modelled as **{chip.name}** ({chip.origin}). Physics peaks are derived from its "
         "microarchitecture (units × MAC/clock × 2 × clock); spec peaks are the vendor's dense figures "
         "(none exist for a locally built chip).",
         "",
         "## Peaks",
         "",
     ]
-    peak_rows = [[p["precision"], p.get("support", "native"), _si(p["measured_flop_per_s"], "FLOP/s"),
-                  _si(p["physics_flop_per_s"], "FLOP/s"), _pct(p["fraction_of_physics"]),
-                  _si(p["spec_flop_per_s"], "FLOP/s"), _pct(p["fraction_of_spec"]),
-                  str(p["n"]), _pct(p["cv"])] for p in doc["peaks"]]
+    peak_rows = [[p.precision, p.support, _si(p.measured_flop_per_s, "FLOP/s"),
+                  _si(p.physics_flop_per_s, "FLOP/s"), _pct(p.fraction_of_physics),
+                  _si(p.spec_flop_per_s, "FLOP/s"), _pct(p.fraction_of_spec),
+                  str(p.n), _pct(p.cv)] for p in doc.peaks]
     lines += [_table(["precision", "unit", "measured GEMM peak", "physics peak", "of physics", "spec peak",
                       "of spec", "samples", "CV"], peak_rows), ""]
-    lines += [f"- {p['precision']}: {p['note']}" for p in doc["peaks"] if p.get("note")]
-    lines += [f"- {p['precision']}: {p['unsupported']}" for p in doc["peaks"] if p.get("unsupported")]
-    skipped = doc.get("skipped", {})
-    lines += [f"- skipped {s['precision']} GEMM {'x'.join(map(str, s['shape']))}: one call predicted at "
-              f"{s['predicted_call_s']:.3g} s, over the {s['limit_s']:.3g} s bound"
-              for s in skipped.get("gemm_shapes", [])]
-    lines += [f"- skipped validation model {s['model']} batch {s['batch']}: one forward pass predicted at "
-              f"{s['predicted_call_s']:.3g} s, over the {s['limit_s']:.3g} s bound" for s in skipped.get("models", [])]
-    if doc.get("throttle_note"):
-        lines += [f"- {doc['throttle_note']}"]
+    lines += [f"- {p.precision}: {p.note}" for p in doc.peaks if p.note]
+    lines += [f"- {p.precision}: {p.unsupported}" for p in doc.peaks if p.unsupported]
+    lines += [f"- skipped {s.precision} GEMM {'x'.join(map(str, s.shape))}: one call predicted at "
+              f"{s.predicted_call_s:.3g} s, over the {s.limit_s:.3g} s bound" for s in doc.skipped.gemm_shapes]
+    lines += [f"- skipped validation model {s.model} batch {s.batch}: one forward pass predicted at "
+              f"{s.predicted_call_s:.3g} s, over the {s.limit_s:.3g} s bound" for s in doc.skipped.models]
+    if doc.throttle_note:
+        lines += [f"- {doc.throttle_note}"]
     lines += [""]
-    bw = doc["bandwidth"]
+    bw = doc.bandwidth
     lines += [
         f"Memory bandwidth (best of copy/triad beyond the last-level cache): "
-        f"**{_si(bw['measured_bytes_per_s'], 'B/s')}** vs {_si(bw['spec_bytes_per_s'], 'B/s')} in the chip "
-        f"model ({_pct(bw['fraction'])}; {bw['spec_source']}). Last-level cache plateau: "
-        f"{_si(bw.get('onchip_bytes_per_s'), 'B/s')} (sets onchip_bandwidth_ratio).",
+        f"**{_si(bw.measured_bytes_per_s, 'B/s')}** vs {_si(bw.spec_bytes_per_s, 'B/s')} in the chip "
+        f"model ({_pct(bw.fraction)}; {bw.spec_source}). Last-level cache plateau: "
+        f"{_si(bw.onchip_bytes_per_s, 'B/s')} (sets onchip_bandwidth_ratio).",
         "",
         "## Fitted parameters",
         "",
@@ -95,35 +94,34 @@ def render_markdown(doc: dict) -> str:
         "Uncertainties are 1σ from the fit's covariance; `-` means the data cannot constrain it.",
         "",
     ]
-    for fit in doc["fits"].values():
+    for fit in doc.fits.values():
         if fit is None:
             continue
-        loose = fit.get("unconstrained") or {}
-        rows = [[k, f"{v:.4g}", "-" if fit["stderr"].get(k) is None else f"{fit['stderr'][k]:.2g}",
-                 f"unconstrained: {loose[k]}" if k in loose else "fitted"]
-                for k, v in fit["parameters"].items()]
-        lines += [f"**{fit['name']}**: `{fit['model']}` — n = {fit['n']}, R² = {_r2(fit)} "
-                  f"(residuals in {fit['residual_space']})", "",
+        rows = [[k, f"{v:.4g}", "-" if fit.stderr.get(k) is None else f"{fit.stderr[k]:.2g}",
+                 f"unconstrained: {fit.unconstrained[k]}" if k in fit.unconstrained else "fitted"]
+                for k, v in fit.parameters.items()]
+        lines += [f"**{fit.name}**: `{fit.model}` — n = {fit.n}, R² = {_r2(fit)} "
+                  f"(residuals in {fit.residual_space})", "",
                   _table(["parameter", "value", "± 1σ", "status"], rows), ""]
-    params = doc["parameters"]["family_params"]
+    params = doc.parameters.family_params
     lines += [
         "Resulting parameter set (`chipcal predict --calibration <this directory>` applies it to "
-        f"`{doc['parameters']['chip']}`):",
+        f"`{doc.parameters.chip}`):",
         "",
         _table(["op class", "efficiency", "overhead"],
-               [[c, f"{params['efficiency'][c]:.3f}", _si(params["overhead_s"][c], "s")] for c in params["efficiency"]]),
+               [[c, f"{params.efficiency[c]:.3f}", _si(params.overhead_s[c], "s")] for c in params.efficiency]),
         "",
-        f"half_efficiency_flop = {params['half_efficiency_flop']:.3g} FLOP, "
-        f"bandwidth_efficiency = {params['bandwidth_efficiency']:.3f}, "
-        f"onchip_bandwidth_ratio = {params['onchip_bandwidth_ratio']:.2f}, "
-        f"switch_overhead_s = {_si(params.get('switch_overhead_s'), 's')} per kernel.",
+        f"half_efficiency_flop = {params.half_efficiency_flop:.3g} FLOP, "
+        f"bandwidth_efficiency = {params.bandwidth_efficiency:.3f}, "
+        f"onchip_bandwidth_ratio = {params.onchip_bandwidth_ratio:.2f}, "
+        f"switch_overhead_s = {_si(params.switch_overhead_s, 's')} per kernel.",
         "",
         "## Micro-layers (fit data)",
         "",
         _table(["case", "class", "FLOP", "measured", "IQR", "n", "predicted (default)", "predicted (calibrated)"],
-               [[r["case"], r["op_class"], _si(r["flop"], "FLOP"), _si(r["median_s"], "s"), _si(r["iqr_s"], "s"),
-                 str(r["n"]), _si(r["predicted_default_s"], "s"), _si(r["predicted_s"], "s")]
-                for r in doc["observations"]["layers"]]),
+               [[r.case, r.op_class, _si(r.flop, "FLOP"), _si(r.median_s, "s"), _si(r.iqr_s, "s"),
+                 str(r.n), _si(r.predicted_default_s, "s"), _si(r.predicted_s, "s")]
+                for r in doc.observations.layers]),
         "",
         "## Chains (fit data for switch_overhead_s)",
         "",
@@ -131,64 +129,64 @@ def render_markdown(doc: dict) -> str:
         "the extra cost of running different kernels back to back.",
         "",
         _table(["chain", "kernels", "FLOP", "measured", "IQR", "n", "predicted (calibrated)"],
-               [[r["case"], str(r["kernels"]), _si(r["flop"], "FLOP"), _si(r["median_s"], "s"), _si(r["iqr_s"], "s"),
-                 str(r["n"]), _si(r["predicted_s"], "s")] for r in doc["observations"].get("chains", [])]),
+               [[r.case, str(r.kernels), _si(r.flop, "FLOP"), _si(r.median_s, "s"), _si(r.iqr_s, "s"),
+                 str(r.n), _si(r.predicted_s, "s")] for r in doc.observations.chains]),
         "",
-        *_crossval_lines(doc.get("crossval")),
+        *_crossval_lines(doc.crossval),
         "## Validation: whole models (never used in the fit)",
         "",
-        f"{val['fit_data']} {val['validation_data']}",
+        f"{val.fit_data} {val.validation_data}",
         "",
         _table(["model", "batch", "FLOP", "measured", "IQR", "n", "delivered", "predicted", "error",
                 "predicted (defaults)"],
-               [[r["model"], str(r["batch"]), _si(r["flop"], "FLOP"), _si(r["median_s"], "s"), _si(r["iqr_s"], "s"),
-                 str(r["n"]), _si(r["delivered_flop_per_s"], "FLOP/s"), _si(r["predicted_s"], "s"),
-                 f"{100 * r['error']:+.1f}%", _si(r["predicted_default_s"], "s")]
-                for r in doc["observations"]["models"]]),
+               [[r.model, str(r.batch), _si(r.flop, "FLOP"), _si(r.median_s, "s"), _si(r.iqr_s, "s"),
+                 str(r.n), _si(r.delivered_flop_per_s, "FLOP/s"), _si(r.predicted_s, "s"),
+                 f"{100 * r.error:+.1f}%", _si(r.predicted_default_s, "s")]
+                for r in doc.observations.models]),
         "",
-        f"Absolute latency error, calibrated: median **{_pct(val['median_abs_error'])}**, "
-        f"p90 **{_pct(val['p90_abs_error'])}**, max {_pct(val['max_abs_error'])} over {val['n']} cases "
-        f"({val.get('n_models', '?')} models × batch sizes; with the uncalibrated defaults: median "
-        f"{_pct(val['default_median_abs_error'])}, p90 {_pct(val['default_p90_abs_error'])}). "
-        f"Noise between the interleaved rounds of the same model: {_pct(val.get('noise_rel'))}, "
+        f"Absolute latency error, calibrated: median **{_pct(val.median_abs_error)}**, "
+        f"p90 **{_pct(val.p90_abs_error)}**, max {_pct(val.max_abs_error)} over {val.n} cases "
+        f"({'?' if val.n_models is None else val.n_models} models × batch sizes; with the uncalibrated defaults: "
+        f"median {_pct(val.default_median_abs_error)}, p90 {_pct(val.default_p90_abs_error)}). "
+        f"Noise between the interleaved rounds of the same model: {_pct(val.noise_rel)}, "
         "the accuracy that this host's noise alone permits."
-        + (f" Cross-validated error on the held-out micro-benchmarks: median {_pct(val['crossval_median_abs_error'])}, "
-           f"p90 {_pct(val['crossval_p90_abs_error'])}." if val.get("crossval_median_abs_error") is not None else ""),
-        *([f"Host dispatch cost per eager op (measure.dispatch): {doc['dispatch']['per_op_s'] * 1e6:.1f} µs "
-           f"(IQR {doc['dispatch']['iqr_s'] * 1e6:.1f} µs, n = {doc['dispatch']['n']})."] if doc.get("dispatch") else []),
+        + (f" Cross-validated error on the held-out micro-benchmarks: median {_pct(val.crossval_median_abs_error)}, "
+           f"p90 {_pct(val.crossval_p90_abs_error)}." if val.crossval_median_abs_error is not None else ""),
+        *([f"Host dispatch cost per eager op (measure.dispatch): {doc.dispatch.per_op_s * 1e6:.1f} µs "
+           f"(IQR {doc.dispatch.iqr_s * 1e6:.1f} µs, n = {doc.dispatch.n})."] if doc.dispatch else []),
         "",
         "## Power",
         "",
     ]
-    power = doc["power"]
-    if power["available"]:
-        lines.append(f"Source: {power['source']}. Idle baseline {_si(power.get('idle_w'), 'W')}.")
+    power = doc.power
+    if power.available:
+        lines.append(f"Source: {power.source}. Idle baseline {_si(power.idle_w, 'W')}.")
     else:
-        lines.append(f"No power source: {power['reason']}. Energy figures are physics-model estimates only.")
+        lines.append(f"No power source: {power.reason}. Energy figures are physics-model estimates only.")
     lines += ["", "## Flags", ""]
-    if doc["flags"]:
-        lines += [f"- **{f['code']}** ({f['severity']}): {f['message']}" for f in doc["flags"]]
+    if doc.flags:
+        lines += [f"- **{f.code}** ({f.severity}): {f.message}" for f in doc.flags]
     else:
         lines.append("None: measurements, datasheet and physics model agree within the thresholds.")
     lines += ["", "## Plots", ""]
-    lines += [f"- [{name}]({name}): {desc}" for name, desc in PLOTS.items() if name in doc.get("plots", [])]
+    lines += [f"- [{name}]({name}): {desc}" for name, desc in PLOTS.items() if name in doc.plots]
     return "\n".join(lines) + "\n"
 
 
-def _crossval_lines(cv: dict | None) -> list[str]:
+def _crossval_lines(cv: CrossValSection | None) -> list[str]:
     """The self-check section: k-fold cross-validation of the micro-benchmark fits (absent from
     documents written before it existed)."""
-    if not cv:
+    if cv is None:
         return []
-    kept = cv["classes_keeping_defaults"]
+    kept = cv.classes_keeping_defaults
     return [
         "## Self-check: cross-validation of the fits",
         "",
-        f"The layer fit was run again {cv['folds']} times, each without one fold of the micro-layers, and "
+        f"The layer fit was run again {cv.folds} times, each without one fold of the micro-layers, and "
         "the switch fit once without each chain; the held-out micro-benchmarks were predicted by the fit "
-        f"that did not see them. Held-out median |error| **{_pct(cv['median_abs_error'])}**, p90 "
-        f"{_pct(cv['p90_abs_error'])} (defaults: {_pct(cv['default_median_abs_error'])}, "
-        f"{_pct(cv['default_p90_abs_error'])}).",
+        f"that did not see them. Held-out median |error| **{_pct(cv.median_abs_error)}**, p90 "
+        f"{_pct(cv.p90_abs_error)} (defaults: {_pct(cv.default_median_abs_error)}, "
+        f"{_pct(cv.default_p90_abs_error)}).",
         "",
         "Per op class, over the held-out layers that run it: the fold's fitted parameters against the same "
         "parameters with this class's efficiency and overhead at their defaults (a class keeps its defaults "
@@ -197,120 +195,110 @@ def _crossval_lines(cv: dict | None) -> list[str]:
         "",
         _table(["op class", "own layers", "held-out layers running it", "median |error| fitted",
                 "with its defaults", "kept"],
-               [[v["op_class"], str(v["own_layers"]), str(v["n"]), _pct(v["median_abs_error"]), _pct(v["reverted_median_abs_error"]),
-                 "defaults" if v["keeps_defaults"] else "fitted"] for v in cv["classes"]]),
+               [[v.op_class, str(v.own_layers), str(v.n), _pct(v.median_abs_error), _pct(v.reverted_median_abs_error),
+                 "defaults" if v.keeps_defaults else "fitted"] for v in cv.classes]),
         "",
         f"Classes that keep their defaults: {', '.join(kept) if kept else 'none'}.",
         "",
     ]
 
 
-def _figure():
+def _figure(size: tuple[float, float]):
+    """A matplotlib figure and axes (Agg backend: no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt
+    return plt.subplots(figsize=size)
 
 
-def plot_gemm_efficiency(doc: dict, path: Path) -> None:
-    plt = _figure()
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for p in doc["peaks"]:
-        rows = [g for g in doc["observations"]["gemm"] if g["precision"] == p["precision"]]
-        if not rows or not p["physics_flop_per_s"]:
-            continue
-        w = np.array([g["flop"] for g in rows])
-        eff = np.array([g["flop_per_s"] for g in rows]) / p["physics_flop_per_s"]
-        points = ax.scatter(w, eff, label=f"{p['precision']} measured")
-        fit = doc["fits"].get(f"gemm_efficiency_{p['precision']}")
-        if fit:
-            grid = np.logspace(np.log10(w.min()), np.log10(w.max()), 100)
-            ax.plot(grid, saturating(grid, fit["parameters"]["e_max"], fit["parameters"]["w_half_flop"]),
-                    color=points.get_facecolor()[0], label=f"{p['precision']} fit (R²={_r2(fit)})")
-    ax.set_xscale("log")
-    ax.set_xlabel("GEMM work (FLOP, 2 per MAC)")
-    ax.set_ylabel("achieved / physics peak")
-    ax.set_title("GEMM efficiency vs size")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+def _save(fig, ax, path: Path, title: str, xlabel: str, ylabel: str, log: str = "", legend_size: int | None = 8,
+          grid: str = "both") -> None:
+    """Label the axes (log scale on the axes named in `log`), add grid and legend, write and close."""
+    import matplotlib.pyplot as plt
+
+    for axis in log:
+        getattr(ax, f"set_{axis}scale")("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if grid:
+        ax.grid(True, which=grid, alpha=0.3)
+    if legend_size:
+        ax.legend(fontsize=legend_size)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
-def plot_predicted_vs_measured(doc: dict, path: Path) -> None:
-    plt = _figure()
-    fig, ax = plt.subplots(figsize=(6, 6))
-    models = doc["observations"]["models"]
-    layers = doc["observations"]["layers"]
-    ax.scatter([r["median_s"] for r in layers], [r["predicted_s"] for r in layers], marker=".", color="grey",
+def plot_gemm_efficiency(doc: CalibrationDocument, path: Path) -> None:
+    fig, ax = _figure((7, 5))
+    for p in doc.peaks:
+        rows = [g for g in doc.observations.gemm if g.precision == p.precision]
+        if not rows or not p.physics_flop_per_s:
+            continue
+        w = np.array([g.flop for g in rows])
+        eff = np.array([g.flop_per_s for g in rows]) / p.physics_flop_per_s
+        points = ax.scatter(w, eff, label=f"{p.precision} measured")
+        fit = doc.fits.get(f"gemm_efficiency_{p.precision}")
+        if fit:
+            grid = np.logspace(np.log10(w.min()), np.log10(w.max()), 100)
+            ax.plot(grid, saturating(grid, fit.parameters["e_max"], fit.parameters["w_half_flop"]),
+                    color=points.get_facecolor()[0], label=f"{p.precision} fit (R²={_r2(fit)})")
+    _save(fig, ax, path, "GEMM efficiency vs size", "GEMM work (FLOP, 2 per MAC)", "achieved / physics peak", "x")
+
+
+def plot_predicted_vs_measured(doc: CalibrationDocument, path: Path) -> None:
+    fig, ax = _figure((6, 6))
+    models, layers = doc.observations.models, doc.observations.layers
+    ax.scatter([r.median_s for r in layers], [r.predicted_s for r in layers], marker=".", color="grey",
                label="micro-layers (fit)")
-    ax.scatter([r["median_s"] for r in models], [r["predicted_s"] for r in models], color="tab:blue",
+    ax.scatter([r.median_s for r in models], [r.predicted_s for r in models], color="tab:blue",
                label="models (validation)")
     for r in models:
-        ax.annotate(f"{r['model']}/{r['batch']}", (r["median_s"], r["predicted_s"]), fontsize=7,
+        ax.annotate(f"{r.model}/{r.batch}", (r.median_s, r.predicted_s), fontsize=7,
                     xytext=(3, 3), textcoords="offset points")
-    values = [r["median_s"] for r in models + layers] + [r["predicted_s"] for r in models + layers]
+    values = [r.median_s for r in models + layers] + [r.predicted_s for r in models + layers]
     lo, hi = min(values) / 2, max(values) * 2
     ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
     ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25], color="k", alpha=0.07, label="±25%")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("measured latency (s)")
-    ax.set_ylabel("predicted latency (s)")
-    ax.set_title("Calibrated prediction vs measurement")
-    ax.legend(fontsize=8)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    _save(fig, ax, path, "Calibrated prediction vs measurement", "measured latency (s)", "predicted latency (s)",
+          "xy", grid="")
 
 
-def plot_roofline(doc: dict, path: Path) -> None:
-    plt = _figure()
-    fig, ax = plt.subplots(figsize=(7, 5))
-    bw = doc["bandwidth"]["measured_bytes_per_s"]
+def plot_roofline(doc: CalibrationDocument, path: Path) -> None:
+    fig, ax = _figure((7, 5))
+    bw = doc.bandwidth.measured_bytes_per_s
     intensity = np.logspace(-2, 3, 200)
-    for p in doc["peaks"]:
-        for peak, style, label in ((p["measured_flop_per_s"], "-", "measured"), (p["physics_flop_per_s"], ":", "physics")):
+    for p in doc.peaks:
+        for peak, style, label in ((p.measured_flop_per_s, "-", "measured"), (p.physics_flop_per_s, ":", "physics")):
             if peak:
-                ax.plot(intensity, np.minimum(peak, bw * intensity), style, label=f"{p['precision']} {label} roof")
-    layers = [r for r in doc["observations"]["layers"] if r["bytes"] > 0]
-    ax.scatter([r["flop"] / r["bytes"] for r in layers], [r["flop"] / r["median_s"] for r in layers],
+                ax.plot(intensity, np.minimum(peak, bw * intensity), style, label=f"{p.precision} {label} roof")
+    layers = [r for r in doc.observations.layers if r.bytes > 0]
+    ax.scatter([r.flop / r.bytes for r in layers], [r.flop / r.median_s for r in layers],
                marker=".", color="grey", label="micro-layers")
-    models = doc["observations"]["models"]
-    ax.scatter([r["flop"] / r["bytes"] for r in models], [r["delivered_flop_per_s"] for r in models],
+    models = doc.observations.models
+    ax.scatter([r.flop / r.bytes for r in models], [r.delivered_flop_per_s for r in models],
                color="tab:red", label="models")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP/byte, unfused DRAM traffic)")
-    ax.set_ylabel("FLOP/s")
-    ax.set_title(f"Roofline, measured bandwidth {bw / 1e9:.1f} GB/s")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    _save(fig, ax, path, f"Roofline, measured bandwidth {bw / 1e9:.1f} GB/s",
+          "arithmetic intensity (FLOP/byte, unfused DRAM traffic)", "FLOP/s", "xy", legend_size=7)
 
 
-def plot_power(doc: dict, path: Path) -> None:
-    plt = _figure()
-    fig, ax = plt.subplots(figsize=(7, 5))
-    rows = doc["observations"]["power"]
-    ax.scatter([r["flop_per_s"] for r in rows], [r["avg_power_w"] for r in rows])
-    ax.set_xlabel("throughput (FLOP/s)")
-    ax.set_ylabel("average power (W)")
-    ax.set_title("Power vs throughput")
-    ax.grid(True, alpha=0.3)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+def plot_power(doc: CalibrationDocument, path: Path) -> None:
+    fig, ax = _figure((7, 5))
+    rows = doc.observations.power
+    ax.scatter([r.flop_per_s for r in rows], [r.avg_power_w for r in rows])
+    _save(fig, ax, path, "Power vs throughput", "throughput (FLOP/s)", "average power (W)", legend_size=None,
+          grid="major")
 
 
-def plot_writers(doc: dict) -> dict:
+def plot_writers(doc: CalibrationDocument) -> dict:
     """{file name: writer(path)} for the plots this document has data for."""
     writers = {
         "gemm_efficiency.png": lambda p: plot_gemm_efficiency(doc, p),
         "predicted_vs_measured.png": lambda p: plot_predicted_vs_measured(doc, p),
         "roofline.png": lambda p: plot_roofline(doc, p),
     }
-    if doc["observations"]["power"]:
+    if doc.observations.power:
         writers["power.png"] = lambda p: plot_power(doc, p)
     return writers

@@ -9,7 +9,7 @@ Order (fit data and validation data never mix):
 6. fits on the micro-layers and chains -> per-op-class efficiency and overhead, switch cost;
 7. validation: the models predicted (calibrated and default) vs measured; gap flags.
 Every step's observations go to the journal as they are measured (calibrate.journal).
-The result is one JSON-able document (see docs/calibration.md for its fields).
+The result is a typed CalibrationDocument (calibrate.document; docs/calibration.md has its fields).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Protocol
 
 import numpy as np
 
+from chipcal.calibrate import document as cd
 from chipcal.calibrate import flags as gap
 from chipcal.calibrate.crossval import cross_validate, folds, keep_defaults
 from chipcal.calibrate.journal import NoJournal
 from chipcal.calibrate.layer_fits import fit_layer_params, fit_switch_overhead, gemm_fits
 from chipcal.calibrate.power_fit import power_section
-from chipcal.calibrate.store import SCHEMA
 from chipcal.measure.timing import Measurement
 
 DEFAULT_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "densenet121",
@@ -85,11 +85,6 @@ class CalibrationConfig:
         return 2.0 if self.quick else 6.0
 
 
-def _measurement_row(m) -> dict:
-    return {"median_s": m.median_s, "iqr_s": m.iqr_s, "ci_low_s": m.ci_low_s, "ci_high_s": m.ci_high_s,
-            "n": m.n, "cv": m.cv, "unstable": m.unstable, "method": m.method}
-
-
 def _environment_summary(fp) -> dict:
     summary = {
         "CPU": f"{fp.cpu_model} ({fp.physical_cores} physical / {fp.logical_cores} logical cores, "
@@ -121,7 +116,8 @@ def onchip_bandwidth(bw, os_llc_bytes: int | None = None) -> float | None:
 
 # --- the run ---------------------------------------------------------------------------------------
 
-def run_calibration(config: CalibrationConfig, progress: Progress | None = None, journal=None) -> dict:
+def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
+                    journal=None) -> cd.CalibrationDocument:
     """Measure, fit, validate and flag; returns the calibration document."""
     from chipcal.measure.bandwidth import (
         DEFAULT_BANDWIDTH_SIZES,
@@ -170,7 +166,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     else:
         gemm = measure_gemm_peak(config.device, gemm_precisions, remeasure=config.remeasure, fp=fp, on_shape=step)
         journal.put("gemm", gemm_peak_to_dict(gemm))
-    fits: dict[str, dict | None] = {}
+    fits: dict[str, cd.FitRecord | None] = {}
     gemm_fit = gemm_fits(gemm, chip)
     peaks, gemm_rows = [], []
     for p in gemm.precisions:
@@ -179,14 +175,14 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         # an emulated precision has no hardware unit: its rate is reported, never judged against a peak
         physics = None if emulated else chip.peak_flop_per_s(p)
         spec = chip.stated_peak_flop_per_s.get(p)
-        peaks.append({"precision": p, "support": "emulated" if emulated else "native",
-                      "measured_flop_per_s": best.flop_per_s, "physics_flop_per_s": physics,
-                      "fraction_of_physics": best.flop_per_s / physics if physics else None,
-                      "spec_flop_per_s": spec, "fraction_of_spec": best.flop_per_s / spec if spec else None,
-                      "best_shape": [best.m, best.n, best.k], "n": best.measurement.n, "cv": best.measurement.cv,
-                      **({"note": emulated} if emulated else {})})
-        gemm_rows += [{"precision": p, "m": pt.m, "n": pt.n, "k": pt.k, "flop": pt.flop, "flop_per_s": pt.flop_per_s,
-                       **_measurement_row(pt.measurement)} for pt in gemm.curve(p)]
+        peaks.append(cd.PeakRow(precision=p, support="emulated" if emulated else "native",
+                                measured_flop_per_s=best.flop_per_s, physics_flop_per_s=physics,
+                                fraction_of_physics=best.flop_per_s / physics if physics else None,
+                                spec_flop_per_s=spec, fraction_of_spec=best.flop_per_s / spec if spec else None,
+                                best_shape=(best.m, best.n, best.k), n=best.measurement.n,
+                                cv=best.measurement.cv, note=emulated or None))
+        gemm_rows += [cd.GemmRow(precision=p, m=pt.m, k=pt.k, flop=pt.flop, flop_per_s=pt.flop_per_s,
+                                 **cd.timing(pt.measurement)) for pt in gemm.curve(p)]
         if gemm.throttle.get(p):
             flags.append(gap.Flag("throttled", "warning",
                                   f"{p} GEMM sweep ran throttled: {', '.join(gemm.throttle[p])}",
@@ -198,14 +194,15 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                               gap.sag(f"{p} GEMM clock", best.measurement.clocks_hz, "Hz"),
                               gap.unstable_timing(f"{p} GEMM peak", best.measurement.cv, UNSTABLE_CV)) if f]
     for p, reason in gemm.unsupported.items():
-        peaks.append({"precision": p, "support": "unsupported", "measured_flop_per_s": None,
-                      "physics_flop_per_s": chip.peak_flop_per_s(p),
-                      "fraction_of_physics": None, "spec_flop_per_s": chip.stated_peak_flop_per_s.get(p),
-                      "fraction_of_spec": None, "best_shape": None, "n": 0, "cv": None, "unsupported": reason})
-    fits.update({k: v.to_dict() for k, v in gemm_fit.items()})
+        peaks.append(cd.PeakRow(precision=p, support="unsupported", measured_flop_per_s=None,
+                                physics_flop_per_s=chip.peak_flop_per_s(p), fraction_of_physics=None,
+                                spec_flop_per_s=chip.stated_peak_flop_per_s.get(p), fraction_of_spec=None,
+                                best_shape=None, n=0, cv=None, unsupported=reason))
+    fits.update({k: cd.FitRecord.of(v) for k, v in gemm_fit.items()})
 
-    skipped_shapes = [{"precision": sk.precision, "shape": [sk.m, sk.n, sk.k],
-                       "predicted_call_s": sk.predicted_call_s, "limit_s": sk.limit_s} for sk in gemm.skipped]
+    skipped_shapes = tuple(cd.SkippedShape(precision=sk.precision, shape=(sk.m, sk.n, sk.k),
+                                           predicted_call_s=sk.predicted_call_s, limit_s=sk.limit_s)
+                           for sk in gemm.skipped)
 
     # 3. bandwidth
     progress.phase("memory bandwidth", len(KERNELS) * len(DEFAULT_BANDWIDTH_SIZES[device_kind(config.device)]))
@@ -218,7 +215,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     assumed_bw = chip.memory.bandwidth_bytes_per_s
     if chip.name == LOCAL_CHIP_NAME:
         # a locally built chip takes measured figures where it only had assumptions
-        chip = local_chip(**local_overrides(bw), support=fp.cpu_precisions)
+        chip = local_chip(**local_overrides(bw), support=fp.cpu_precisions, cpu=fp.cpu)
         origin += "; DRAM bandwidth and last-level cache from the bandwidth probe"
     model_bw = chip.memory.bandwidth_bytes_per_s
     base = default_params(chip.kind)
@@ -248,14 +245,15 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     # 4b. first touch of freshly mapped memory (CPU eager: outputs above the mmap threshold)
     first_touch = None
     if device_kind(config.device) == "cpu":
-        if (first_touch := journal.get("first_touch")) is None:
+        if (recorded := journal.get("first_touch")) is None:
             ft = measure_first_touch()
-            first_touch = {"bytes_per_s": ft.bytes_per_s, "size_bytes": ft.size_bytes,
-                           "fresh_median_s": ft.fresh.median_s, "reused_median_s": ft.reused.median_s,
-                           "fresh_iqr_s": ft.fresh.iqr_s, "n": ft.fresh.n}
-            journal.put("first_touch", first_touch)
-        if first_touch["bytes_per_s"]:
-            base = dataclasses.replace(base, first_touch_bytes_per_s=first_touch["bytes_per_s"])
+            recorded = {"bytes_per_s": ft.bytes_per_s, "size_bytes": ft.size_bytes,
+                        "fresh_median_s": ft.fresh.median_s, "reused_median_s": ft.reused.median_s,
+                        "fresh_iqr_s": ft.fresh.iqr_s, "n": ft.fresh.n}
+            journal.put("first_touch", recorded)
+        first_touch = cd.FirstTouchSection(**recorded)
+        if first_touch.bytes_per_s:
+            base = dataclasses.replace(base, first_touch_bytes_per_s=first_touch.bytes_per_s)
 
     # 5. timing rounds: micro-layers, chains and the held-out models, interleaved so that a slow
     # minute of the shared host spoils one round of each, not a whole phase (fits come after)
@@ -267,8 +265,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
             workload = characterize_model(name, batch=batch, fuse=False)  # eager: one kernel per op
             call_s = predict(workload, chip, config.precision, params=defaults).latency_s
             if call_s > MODEL_MAX_CALL_S:
-                skipped_models.append({"model": name, "batch": batch, "predicted_call_s": call_s,
-                                       "limit_s": MODEL_MAX_CALL_S})
+                skipped_models.append(cd.SkippedModel(model=name, batch=batch, predicted_call_s=call_s,
+                                                      limit_s=MODEL_MAX_CALL_S))
                 continue
             plan.append(ModelPlan(name, batch, workload, call_s))
     # budget: at least MODEL_MIN_SAMPLES calls at 1.5x the predicted call, within the phase's share
@@ -305,7 +303,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     k = folds(config.quick)
     progress.phase("fitting op-class efficiency, overhead and switch cost; cross-validation", 2 + k)
     params, layer_fit = fit_layer_params(observations, chip, config.precision, base)
-    fits["op_class_latency"] = layer_fit.to_dict()
+    fits["op_class_latency"] = cd.FitRecord.of(layer_fit)
     step("op classes")
     # self-check: k-fold cross-validation over the layers, leave-one-out over the chains; an op
     # class whose fitted values predict held-out layers clearly worse than its defaults keeps them
@@ -313,15 +311,16 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                               on_fold=lambda f: step(f"cross-validation fold {f + 1}/{k}"))
     params = keep_defaults(params, defaults, crossval.classes_keeping_defaults)
     params, switch_fit = fit_switch_overhead(chains, chip, config.precision, params)
-    fits["switch_overhead"] = switch_fit.to_dict()
+    fits["switch_overhead"] = cd.FitRecord.of(switch_fit)
     step("switch overhead")
 
     def rows(obs, p):
-        return [{"case": o.case, "op_class": o.op_class, "flop": o.workload.flop,
-                 "bytes": o.workload.bytes_read + o.workload.bytes_written, "kernels": len(o.workload.subgraphs),
-                 "predicted_default_s": predict(o.workload, chip, config.precision, params=defaults).latency_s,
-                 "predicted_s": predict(o.workload, chip, config.precision, params=p).latency_s,
-                 **_measurement_row(o.measurement)} for o in obs]
+        return tuple(cd.LayerRow(
+            case=o.case, op_class=o.op_class, flop=o.workload.flop,
+            bytes=o.workload.bytes_read + o.workload.bytes_written, kernels=len(o.workload.subgraphs),
+            predicted_default_s=predict(o.workload, chip, config.precision, params=defaults).latency_s,
+            predicted_s=predict(o.workload, chip, config.precision, params=p).latency_s,
+            **cd.timing(o.measurement)) for o in obs)
 
     layer_rows, chain_rows = rows(observations, params), rows(chains, params)
 
@@ -332,33 +331,32 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         predicted = predict(workload, chip, config.precision, params=params)
         predicted_default = predict(workload, chip, config.precision, params=defaults)
         m = entry.measurement(config.rounds)
-        model_rows.append({"model": name, "batch": batch, "flop": workload.flop,
-                           "bytes": workload.bytes_read + workload.bytes_written,
-                           "delivered_flop_per_s": workload.flop / m.median_s,
-                           "predicted_s": predicted.latency_s, "predicted_serial_s": predicted.serial_latency_s,
-                           "predicted_default_s": predicted_default.latency_s,
-                           "error": predicted.latency_s / m.median_s - 1,
-                           "default_error": predicted_default.latency_s / m.median_s - 1,
-                           **_measurement_row(m)})
+        model_rows.append(cd.ModelRow(model=name, batch=batch, flop=workload.flop,
+                                      bytes=workload.bytes_read + workload.bytes_written,
+                                      delivered_flop_per_s=workload.flop / m.median_s,
+                                      predicted_s=predicted.latency_s, predicted_serial_s=predicted.serial_latency_s,
+                                      predicted_default_s=predicted_default.latency_s,
+                                      error=predicted.latency_s / m.median_s - 1,
+                                      default_error=predicted_default.latency_s / m.median_s - 1, **cd.timing(m)))
         if m.cv > UNSTABLE_CV:
             flags.append(gap.unstable_timing(f"{name} batch {batch}", m.cv, UNSTABLE_CV))
 
-    errors = np.abs([r["error"] for r in model_rows])
-    default_errors = np.abs([r["default_error"] for r in model_rows])
-    validation = {
-        "fit_data": (f"Fit data: the GEMM sweep ({len(gemm_rows)} shapes), the bandwidth probe, "
-                     f"{len(observations)} micro-layers ({', '.join(sorted({o.op_class for o in observations}))}) "
-                     f"and {len(chains)} hand-built chains of layers (not torchvision models)."),
-        "validation_data": (f"Validation only: {len(config.models)} whole torchvision models "
-                            f"({', '.join(config.models)}) at batch {', '.join(map(str, config.batches))}, "
-                            f"{config.precision}, weights=None, measured in the same run."),
-        "n": len(model_rows),
-        "n_models": len({r["model"] for r in model_rows}),
-        "noise_rel": _round_noise(plan),
+    errors = np.abs([r.error for r in model_rows])
+    default_errors = np.abs([r.default_error for r in model_rows])
+    validation = cd.ValidationSection(
+        fit_data=(f"Fit data: the GEMM sweep ({len(gemm_rows)} shapes), the bandwidth probe, "
+                  f"{len(observations)} micro-layers ({', '.join(sorted({o.op_class for o in observations}))}) "
+                  f"and {len(chains)} hand-built chains of layers (not torchvision models)."),
+        validation_data=(f"Validation only: {len(config.models)} whole torchvision models "
+                         f"({', '.join(config.models)}) at batch {', '.join(map(str, config.batches))}, "
+                         f"{config.precision}, weights=None, measured in the same run."),
+        n=len(model_rows),
+        n_models=len({r.model for r in model_rows}),
+        noise_rel=_round_noise(plan),
         **_error_summary(errors, ""), **_error_summary(default_errors, "default_"),
-        "crossval_median_abs_error": crossval.median_abs_error, "crossval_p90_abs_error": crossval.p90_abs_error,
-        "crossval_default_median_abs_error": crossval.default_median_abs_error,
-    }
+        crossval_median_abs_error=crossval.median_abs_error, crossval_p90_abs_error=crossval.p90_abs_error,
+        crossval_default_median_abs_error=crossval.default_median_abs_error,
+    )
     if crossval.classes_keeping_defaults:
         flags.append(gap.Flag(
             "fitted_class_reverted", "info",
@@ -374,16 +372,16 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
              "crossval_default_median_abs_error": crossval.default_median_abs_error}))
 
     # the calibration must earn its place: worse than the defaults on the held-out models is flagged
-    if model_rows and validation["median_abs_error"] > validation["default_median_abs_error"]:
+    if model_rows and validation.median_abs_error > validation.default_median_abs_error:
         flags.append(gap.Flag(
             "calibration_worse_than_defaults", "warning",
-            f"held-out models: calibrated median |error| {validation['median_abs_error']:.1%} > "
-            f"{validation['default_median_abs_error']:.1%} with the uncalibrated defaults "
-            f"(p90 {validation['p90_abs_error']:.1%} vs {validation['default_p90_abs_error']:.1%}); "
-            f"the noise between rounds alone permits about {validation['noise_rel']:.1%}",
-            {"median_abs_error": validation["median_abs_error"],
-             "default_median_abs_error": validation["default_median_abs_error"],
-             "noise_rel": validation["noise_rel"]}))
+            f"held-out models: calibrated median |error| {validation.median_abs_error:.1%} > "
+            f"{validation.default_median_abs_error:.1%} with the uncalibrated defaults "
+            f"(p90 {validation.p90_abs_error:.1%} vs {validation.default_p90_abs_error:.1%}); "
+            f"the noise between rounds alone permits about {validation.noise_rel:.1%}",
+            {"median_abs_error": validation.median_abs_error,
+             "default_median_abs_error": validation.default_median_abs_error,
+             "noise_rel": validation.noise_rel}))
 
     # flags from the spec side
     if chip.stated_peak_flop_per_s:
@@ -397,57 +395,59 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     # host side of the eager runtime: the per-op dispatch cost of this host (measure.dispatch). On a
     # GPU it is the host cost the device waits for; on a CPU host and kernels share the cores and
     # the layer fit's overhead_s already holds it, so it is reported, not added
-    if (dispatch := journal.get("dispatch")) is None:
+    if (recorded := journal.get("dispatch")) is None:
         cost = probe_dispatch(max_time_s=1.0)
-        dispatch = {"per_op_s": cost.per_op_s, "iqr_s": cost.per_op.iqr_s, "n": cost.per_op.n, "method": cost.method}
-        journal.put("dispatch", dispatch)
+        recorded = {"per_op_s": cost.per_op_s, "iqr_s": cost.per_op.iqr_s, "n": cost.per_op.n, "method": cost.method}
+        journal.put("dispatch", recorded)
+    dispatch = cd.DispatchSection(**recorded)
     if device_kind(config.device) == "cuda":
-        params = dataclasses.replace(params, host_overhead_s=dispatch["per_op_s"])
+        params = dataclasses.replace(params, host_overhead_s=dispatch.per_op_s)
 
     created = _now()
     params = dataclasses.replace(params, source=f"calibration: {fp.slug} {config.device} {created}")
-    return {
-        "schema": SCHEMA,
-        "created_utc": created,
-        "command": config.command,
-        "machine_slug": fp.slug,
-        "device": config.device,
-        "quick": config.quick,
-        "precision": config.precision,
-        "fingerprint": fp.to_dict(),
-        "environment_summary": _environment_summary(fp),
-        "chip": {"name": chip.name, "display_name": chip.display_name, "kind": chip.kind, "origin": origin,
-                 "process_nm": chip.process_nm, "tdp_w": chip.tdp_w,
-                 "physics_peak_flop_per_s": {p: chip.peak_flop_per_s(p) for p in chip.precisions},
-                 "spec_peak_flop_per_s": dict(chip.stated_peak_flop_per_s),
-                 "memory_bandwidth_bytes_per_s": model_bw, "memory_source": chip.memory.source,
-                 "assumed_memory_bandwidth_bytes_per_s": assumed_bw,
-                 "l3_bytes": chip.microarch.get("l3_bytes"), "microarch_source": chip.microarch.get("source")},
-        "peaks": peaks,
-        "bandwidth": {"measured_bytes_per_s": measured_bw, "spec_bytes_per_s": model_bw,
-                      "onchip_bytes_per_s": onchip_bw,
-                      "fraction": measured_bw / model_bw, "spec_source": chip.memory.source,
-                      "knee_bytes": dict(bw.knee_bytes), "sustained_bytes_per_s": dict(bw.sustained_bytes_per_s)},
-        "observations": {
-            "gemm": gemm_rows,
-            "bandwidth": [{"kernel": pt.kernel, "working_set_bytes": pt.working_set_bytes,
-                           "bytes_per_s": pt.bytes_per_s, **_measurement_row(pt.measurement)} for pt in bw.points],
-            "layers": layer_rows,
-            "chains": chain_rows,
-            "models": model_rows,
-            "power": power_rows,
-        },
-        "fits": fits,
-        "parameters": {"chip": chip.name, "runtime": RUNTIME, "family_params": params.to_dict()},
-        "validation": validation,
-        "power": power_doc,
-        "flags": [f.to_dict() for f in flags],
-        "skipped": {"gemm_shapes": skipped_shapes, "models": skipped_models},
-        "dispatch": dispatch,
-        "first_touch": first_touch,
-        "crossval": crossval.to_dict(),
-        "throttle_note": gemm.throttle_note,
-    }
+    return cd.CalibrationDocument(
+        created_utc=created,
+        command=config.command,
+        machine_slug=fp.slug,
+        device=config.device,
+        quick=config.quick,
+        precision=config.precision,
+        fingerprint=fp,
+        environment_summary=_environment_summary(fp),
+        chip=cd.ChipSection(
+            name=chip.name, display_name=chip.display_name, kind=chip.kind, origin=origin,
+            process_nm=chip.process_nm, tdp_w=chip.tdp_w,
+            physics_peak_flop_per_s={p: chip.peak_flop_per_s(p) for p in chip.precisions},
+            spec_peak_flop_per_s=dict(chip.stated_peak_flop_per_s),
+            memory_bandwidth_bytes_per_s=model_bw, memory_source=chip.memory.source,
+            assumed_memory_bandwidth_bytes_per_s=assumed_bw,
+            l3_bytes=chip.microarch.get("l3_bytes"), microarch_source=chip.microarch.get("source")),
+        peaks=tuple(peaks),
+        bandwidth=cd.BandwidthSection(
+            measured_bytes_per_s=measured_bw, spec_bytes_per_s=model_bw, onchip_bytes_per_s=onchip_bw,
+            fraction=measured_bw / model_bw, spec_source=chip.memory.source,
+            knee_bytes=dict(bw.knee_bytes), sustained_bytes_per_s=dict(bw.sustained_bytes_per_s)),
+        observations=cd.Observations(
+            gemm=tuple(gemm_rows),
+            bandwidth=tuple(cd.BandwidthRow(kernel=pt.kernel, working_set_bytes=pt.working_set_bytes,
+                                            bytes_per_s=pt.bytes_per_s, **cd.timing(pt.measurement))
+                            for pt in bw.points),
+            layers=layer_rows,
+            chains=chain_rows,
+            models=tuple(model_rows),
+            power=tuple(cd.PowerRow.of(r) for r in power_rows),
+        ),
+        fits=fits,
+        parameters=cd.ParametersSection(chip=chip.name, runtime=RUNTIME, family_params=params),
+        validation=validation,
+        power=power_doc,
+        flags=tuple(flags),
+        skipped=cd.Skipped(gemm_shapes=skipped_shapes, models=tuple(skipped_models)),
+        dispatch=dispatch,
+        first_touch=first_touch,
+        throttle_note=gemm.throttle_note,
+        crossval=crossval.section(),
+    )
 
 
 @dataclass

@@ -18,13 +18,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from chipcal.calibrate.document import SCHEMA, CalibrationDocument, ParametersDocument
 from chipcal.model.errors import ResultsWriteError
-from chipcal.model.mapping.params import CALIBRATION_SCHEMA as SCHEMA
-from chipcal.model.mapping.params import (
-    CalibrationError,
-    CalibrationParams,
-    calibration_from_document,
-)
+from chipcal.model.mapping.params import CalibrationError, CalibrationParams
 
 CALIBRATION_FILE = "calibration.json"
 
@@ -191,9 +187,9 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def load(directory: str | Path) -> dict:
-    """The calibration document of a run directory; CalibrationError (a ValueError) names the
-    file and what is wrong. The schema must be SCHEMA; NaN/Infinity literals are refused."""
+def _read(directory: str | Path) -> tuple[dict, Path]:
+    """The JSON object in a run directory's calibration.json and the file's path; the schema
+    must be SCHEMA and NaN/Infinity literals are refused (CalibrationError, one line)."""
     path = Path(directory) / CALIBRATION_FILE
     try:
         doc = json.loads(path.read_bytes(), parse_constant=_no_constant)
@@ -208,12 +204,28 @@ def load(directory: str | Path) -> dict:
     if doc.get("schema") != SCHEMA:
         raise CalibrationError(f"{path}: schema {str(doc.get('schema'))[:40]!r}, expected {SCHEMA!r} "
                                "(an older or foreign file; run `chipcal calibrate` again)")
-    return doc
+    return doc, path
+
+
+def _typed(cls, data: dict, path: Path):
+    try:
+        return cls.from_dict(data)
+    except CalibrationError as exc:
+        raise CalibrationError(f"{path}: {exc}") from None
+
+
+def load(directory: str | Path) -> CalibrationDocument:
+    """The calibration document of a run directory; CalibrationError (a ValueError) names the
+    file and the field that is missing or wrong."""
+    data, path = _read(directory)
+    return _typed(CalibrationDocument, data, path)
 
 
 def load_calibration(directory: str | Path) -> CalibrationParams:
-    """The fitted parameters of a run directory, for `predict --calibration`."""
-    return calibration_from_document(load(directory), Path(directory) / CALIBRATION_FILE)
+    """The fitted parameters of a run directory, for `predict --calibration`: only the
+    parameters and the chip's memory are read (calibrate.document.ParametersDocument)."""
+    data, path = _read(directory)
+    return _typed(ParametersDocument, data, path).calibration_params(path)
 
 
 def find_runs(results_root: Path) -> list[Path]:

@@ -113,12 +113,12 @@ def _body(args: argparse.Namespace) -> int:
     try:
         doc = run_calibration(config, progress=bars, journal=journal)
         bars.phase("writing report", 1)
-        doc["plots"] = sorted(plot_writers(doc))
-        writers = {store.CALIBRATION_FILE: store.json_writer(doc),
+        doc = doc.with_plots(plot_writers(doc))
+        writers = {store.CALIBRATION_FILE: store.json_writer(doc.to_dict()),
                    "report.md": lambda path: store.text_writer(render_markdown(doc))(path),  # inside the
                    **plot_writers(doc)}                      # guarded write: a failure saves the document
-        stamp = doc["created_utc"].replace("-", "").replace(":", "")
-        path = store.write_run(Path(args.out), doc["machine_slug"], stamp, writers, fallback=doc)
+        stamp = doc.created_utc.replace("-", "").replace(":", "")
+        path = store.write_run(Path(args.out), doc.machine_slug, stamp, writers, fallback=doc.to_dict())
     except KeyboardInterrupt:
         bars.close()
         sys.stderr.write(f"interrupted: the measurements so far are kept in {journal.directory}; "
@@ -127,24 +127,24 @@ def _body(args: argparse.Namespace) -> int:
         return 130
     journal.remove()
     bars.close()
-    val = doc["validation"]
+    val = doc.validation
     if args.json:
         print_json([summary_record(doc, path)])
     else:
         print(f"wrote {path}")
-        for p in doc["peaks"]:
-            if p["measured_flop_per_s"]:
-                frac = f"{p['fraction_of_physics']:.0%} of physics peak" if p["fraction_of_physics"] else ""
-                frac = "emulated: no hardware unit, a rate and not a peak" if p.get("support") == "emulated" else frac
-                print(f"  {p['precision']:>5} GEMM peak {p['measured_flop_per_s'] / 1e9:8.1f} GFLOP/s  {frac}")
-        print(f"  bandwidth {doc['bandwidth']['measured_bytes_per_s'] / 1e9:.1f} GB/s")
-        if val["n"]:
-            print(f"  held-out models: median |error| {val['median_abs_error']:.1%}, p90 {val['p90_abs_error']:.1%} "
-                  f"(defaults: {val['default_median_abs_error']:.1%}, {val['default_p90_abs_error']:.1%})")
+        for p in doc.peaks:
+            if p.measured_flop_per_s:
+                frac = f"{p.fraction_of_physics:.0%} of physics peak" if p.fraction_of_physics else ""
+                frac = "emulated: no hardware unit, a rate and not a peak" if p.support == "emulated" else frac
+                print(f"  {p.precision:>5} GEMM peak {p.measured_flop_per_s / 1e9:8.1f} GFLOP/s  {frac}")
+        print(f"  bandwidth {doc.bandwidth.measured_bytes_per_s / 1e9:.1f} GB/s")
+        if val.n:
+            print(f"  held-out models: median |error| {val.median_abs_error:.1%}, p90 {val.p90_abs_error:.1%} "
+                  f"(defaults: {val.default_median_abs_error:.1%}, {val.default_p90_abs_error:.1%})")
         else:
             print("  held-out models: none could be run within the time bound (see report.md)")
-        for f in doc["flags"]:
-            print(f"  flag {f['code']}: {f['message']}")
+        for f in doc.flags:
+            print(f"  flag {f.code}: {f.message}")
     return 0
 
 

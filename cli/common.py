@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import difflib
 import json
 import math
 import os
@@ -17,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from chipcal.model.errors import ChipcalError
+from chipcal.model.errors import ChipcalError, unknown_name_message
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130          # 128 + SIGINT, as shells report a Ctrl-C
@@ -62,10 +61,7 @@ def run(main_body: Callable[[argparse.Namespace], int], parser: argparse.Argumen
 
 def choice_error(kind: str, value: str, valid: Iterable[str]) -> UsageError:
     """'unknown <kind> X (did you mean Y?); valid: …' as a UsageError."""
-    valid = list(valid)
-    close = difflib.get_close_matches(value, valid, n=3, cutoff=0.4)
-    hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    return UsageError(f"unknown {kind} {value!r}{hint}; valid: {', '.join(valid)}")
+    return UsageError(unknown_name_message(kind, value, list(valid)))
 
 
 def csv_choices(kind: str, valid: Sequence[str]) -> Callable[[str], list[str]]:
@@ -240,11 +236,41 @@ class RowWriter:
                 csv.DictWriter(f, self.fields, extrasaction="ignore").writerow(record)
 
 
-def progress(total: int, desc: str):
-    """A tqdm bar on stderr (stdout stays for the table/JSON)."""
-    from tqdm import tqdm
+def write_notes(rows: Sequence[dict], notes: Iterable[str], logical_cores: int) -> None:
+    """`note: …` lines: the reference's notes, then a warning when other work loaded the machine
+    while the rows (with their `other_cpus`) were measured."""
+    from chipcal.measure.system import busy_note
 
-    return tqdm(total=total, desc=desc, file=sys.stderr, unit="pt", dynamic_ncols=True, leave=False)
+    others = [r["other_cpus"] for r in rows if r["other_cpus"] is not None]
+    for note in (*notes, busy_note(max(others, default=None), logical_cores)):
+        if note:
+            sys.stdout.write(f"note: {note}\n")
+
+
+def interrupted_exit(prog: str, rows: Sequence[dict]) -> int:
+    """Say that a Ctrl-C ended the measurements and how many rows were kept; the exit status."""
+    sys.stderr.write(f"{prog}: interrupted; {len(rows)} row(s) kept\n")
+    return EXIT_INTERRUPTED
+
+
+class Measuring:
+    """`with Measuring(total, desc) as bar:` a measurement loop with a tqdm bar on stderr (stdout
+    stays for the table/JSON). A Ctrl-C ends the loop, not the command: the rows measured so far
+    are kept and `interrupted` is set (see `interrupted_exit`)."""
+
+    def __init__(self, total: int, desc: str):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, file=sys.stderr, unit="pt", dynamic_ncols=True, leave=False)
+        self.interrupted = False
+
+    def __enter__(self):
+        return self.bar
+
+    def __exit__(self, kind, exc, traceback) -> bool:
+        self.bar.close()
+        self.interrupted = kind is not None and issubclass(kind, KeyboardInterrupt)
+        return self.interrupted
 
 
 def plot_path(text: str) -> str:
@@ -260,42 +286,19 @@ def save_figure(fig, path: str) -> None:
     sys.stderr.write(f"wrote {path}\n")
 
 
-def _field(doc: object, path: str, kind: type | tuple[type, ...]) -> object:
-    """doc[a][b]… for path 'a.b…' (a number indexes a list), checked to be of `kind`; ValueError
-    naming the field if not. Numbers may be null (a figure the run could not determine); bools
-    are not numbers."""
-    value = doc
-    for key in path.split("."):
-        if isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        elif isinstance(value, dict) and key in value:
-            value = value[key]
-        else:
-            raise ValueError(f"missing field {path}")
-    if kind is float:
-        if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
-            return value
-    elif isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
-        return value
-    raise ValueError(f"field {path} has the wrong type ({type(value).__name__})")
-
-
-def summary_record(doc: dict, path: Path) -> dict:
-    """One flat record per calibration run; ValueError naming the field if the document lacks one."""
-    row = {"machine": _field(doc, "machine_slug", str), "device": _field(doc, "device", str),
-           "chip": _field(doc, "chip.name", str), "created_utc": _field(doc, "created_utc", str),
-           "quick": _field(doc, "quick", bool)}
-    for i in range(len(_field(doc, "peaks", list))):
-        precision = _field(doc, f"peaks.{i}.precision", str)
-        for key, column in (("measured_flop_per_s", "peak_flop_per_s"), ("fraction_of_physics", "fraction_of_physics"),
-                            ("fraction_of_spec", "fraction_of_spec")):
-            row[f"{column}_{precision}"] = _field(doc, f"peaks.{i}.{key}", float)
-    row["bandwidth_bytes_per_s"] = _field(doc, "bandwidth.measured_bytes_per_s", float)
-    row.update({"models_validated": _field(doc, "validation.n", int),
-                **{key: _field(doc, f"validation.{key}", float)
-                   for key in ("median_abs_error", "p90_abs_error", "max_abs_error")},
-                "power_source": _field(doc, "power.source", str) if _field(doc, "power.available", bool) else None,
-                "flags": ", ".join(dict.fromkeys(_field(doc, f"flags.{i}.code", str)
-                                                 for i in range(len(_field(doc, "flags", list))))) or None,
+def summary_record(doc, path: Path) -> dict:
+    """One flat record per calibration run (a calibrate.document.CalibrationDocument)."""
+    row = {"machine": doc.machine_slug, "device": doc.device, "chip": doc.chip.name,
+           "created_utc": doc.created_utc, "quick": doc.quick}
+    for p in doc.peaks:
+        row |= {f"peak_flop_per_s_{p.precision}": p.measured_flop_per_s,
+                f"fraction_of_physics_{p.precision}": p.fraction_of_physics,
+                f"fraction_of_spec_{p.precision}": p.fraction_of_spec}
+    val = doc.validation
+    row.update({"bandwidth_bytes_per_s": doc.bandwidth.measured_bytes_per_s, "models_validated": val.n,
+                "median_abs_error": val.median_abs_error, "p90_abs_error": val.p90_abs_error,
+                "max_abs_error": val.max_abs_error,
+                "power_source": doc.power.source if doc.power.available else None,
+                "flags": ", ".join(dict.fromkeys(f.code for f in doc.flags)) or None,
                 "path": str(path)})
     return row

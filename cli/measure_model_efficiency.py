@@ -15,19 +15,20 @@ from collections.abc import Sequence
 import pandas as pd
 
 from chipcal.cli.common import (
-    EXIT_INTERRUPTED,
+    Measuring,
     Parser,
     RowWriter,
     UsageError,
     csv_choices,
     device_arg,
+    interrupted_exit,
     output_file,
     positive_float,
     positive_int_list,
     print_json,
     print_table,
-    progress,
     run,
+    write_notes,
 )
 from chipcal.measure.device import check_device
 from chipcal.measure.models import MODEL_PRECISIONS
@@ -141,7 +142,7 @@ def _body(args: argparse.Namespace) -> int:
     from chipcal.measure.models import UnsupportedPrecision, measure_model
     from chipcal.measure.power import UnavailableSource, open_power_source
     from chipcal.measure.reference import reference_peaks
-    from chipcal.measure.system import OtherLoad, busy_note, fingerprint
+    from chipcal.measure.system import OtherLoad, fingerprint
 
     fp = fingerprint(device.index)
     ref = reference_peaks(fp, args.device)
@@ -149,9 +150,8 @@ def _body(args: argparse.Namespace) -> int:
     writer = RowWriter(args.csv, FIELDS)
     jobs = [(m, b, p) for m in models for b in args.batch for p in args.precision]
     rows: list[dict] = []
-    interrupted = False
-    bar = progress(len(jobs), "measure_model_efficiency")
-    try:
+    loop = Measuring(len(jobs), "measure_model_efficiency")
+    with loop as bar:
         measured = _measured_peaks(args, args.precision, fp, bar.set_description)
         for name, batch, precision in jobs:
             bar.set_description(f"{name} b{batch} {precision}")
@@ -164,10 +164,6 @@ def _body(args: argparse.Namespace) -> int:
             rows.append(row)
             writer.write(row)
             bar.update()
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        bar.close()
 
     if args.json:
         print_json(rows)
@@ -178,17 +174,11 @@ def _body(args: argparse.Namespace) -> int:
         sys.stdout.write(f"chip: {ref.chip}; fingerprint {fp.slug}; torch {fp.torch_version}, "
                          f"{fp.torch_threads} threads; efficiency column: vs {args.peak} peak\n")
         sys.stdout.write(f"power: {power.name}" + (f" ({power.reason})" if not power.available else "") + "\n")
-        others = [r["other_cpus"] for r in rows if r["other_cpus"] is not None]
-        for note in (*ref.notes, busy_note(max(others, default=None), fp.logical_cores)):
-            if note:
-                sys.stdout.write(f"note: {note}\n")
+        write_notes(rows, ref.notes, fp.logical_cores)
         for r in rows:
             if r["note"]:
                 sys.stdout.write(f"{r['model']} b{r['batch']} {r['precision']}: {r['note']}\n")
-    if interrupted:
-        sys.stderr.write(f"measure_model_efficiency: interrupted; {len(rows)} row(s) kept\n")
-        return EXIT_INTERRUPTED
-    return 0
+    return interrupted_exit("measure_model_efficiency", rows) if loop.interrupted else 0
 
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:

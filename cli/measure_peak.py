@@ -14,16 +14,17 @@ from collections.abc import Sequence
 import pandas as pd
 
 from chipcal.cli.common import (
-    EXIT_INTERRUPTED,
+    Measuring,
     Parser,
     RowWriter,
     csv_choices,
     device_arg,
+    interrupted_exit,
     output_file,
     print_json,
     print_table,
-    progress,
     run,
+    write_notes,
 )
 from chipcal.measure.device import check_device
 from chipcal.model.precision import PRECISIONS
@@ -185,7 +186,7 @@ def _body(args: argparse.Namespace) -> int:
     from chipcal.measure import bandwidth as bw_mod
     from chipcal.measure import peak as peak_mod
     from chipcal.measure.reference import reference_peaks
-    from chipcal.measure.system import busy_note, fingerprint
+    from chipcal.measure.system import fingerprint
 
     kind = device.kind
     fp = fingerprint(device.index)
@@ -193,10 +194,10 @@ def _body(args: argparse.Namespace) -> int:
     ref = reference_peaks(fp, args.device)
     writer = RowWriter(args.csv, FIELDS)
     rows: list[dict] = []
-    peaks, bw, interrupted = [], None, False
+    peaks, bw = [], None
     n_shapes, n_sizes = len(peak_mod.default_shapes(args.device)), len(bw_mod.DEFAULT_BANDWIDTH_SIZES[kind])
-    bar = progress(len(precisions) * n_shapes + (0 if args.no_bandwidth else 2 * n_sizes), "measure_peak")
-    try:
+    loop = Measuring(len(precisions) * n_shapes + (0 if args.no_bandwidth else 2 * n_sizes), "measure_peak")
+    with loop as bar:
         for precision in precisions:
             bar.set_description(f"gemm {precision}")
             start = bar.n
@@ -212,10 +213,6 @@ def _body(args: argparse.Namespace) -> int:
             for row in bandwidth_records(bw, ref):
                 rows.append(row)
                 writer.write(row)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        bar.close()
 
     if args.json:
         print_json(rows)
@@ -225,16 +222,10 @@ def _body(args: argparse.Namespace) -> int:
         for r in rows:
             if r["note"]:
                 sys.stdout.write(f"{r['precision'] or r['kernel']}: {r['note']}\n")
-        others = [r["other_cpus"] for r in rows if r["other_cpus"] is not None]
-        for note in (*ref.notes, busy_note(max(others, default=None), fp.logical_cores)):
-            if note:
-                sys.stdout.write(f"note: {note}\n")
+        write_notes(rows, ref.notes, fp.logical_cores)
     if args.plot and (peaks or bw):
         plot(args.plot, peaks, bw, ref)
-    if interrupted:
-        sys.stderr.write(f"measure_peak: interrupted; {len(rows)} row(s) kept\n")
-        return EXIT_INTERRUPTED
-    return 0
+    return interrupted_exit("measure_peak", rows) if loop.interrupted else 0
 
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:

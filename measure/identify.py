@@ -39,5 +39,5 @@ def identify(fp: Fingerprint, device: str, registry: Registry | None = None) -> 
             f"GPU {fp.gpu_name!r} ({fp.gpu_sm_count} SMs, {(fp.gpu_memory_bytes or 0) / 2**30:.1f} GiB, default "
             f"power limit {fp.gpu_default_power_limit_w} W, PCI {fp.gpu_pci_device_id}) matches no registry GPU; "
             "add its TOML to model/hardware/")
-    return Identity(local_chip(support=fp.cpu_precisions),
+    return Identity(local_chip(support=fp.cpu_precisions, cpu=fp.cpu),
                     "built from this CPU's detected cores, SIMD width and clock (no registry match)", False)

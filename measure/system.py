@@ -29,12 +29,15 @@ from chipcal.measure.cpu import (
 from chipcal.measure.device import Device
 from chipcal.measure.nvml import NvmlUnavailable, cuda_uuid, device_handle, open_nvml, text
 from chipcal.model.chip import Chip
-from chipcal.model.local import chip_from_cpu
+from chipcal.model.local import CpuSpec, chip_from_cpu
 
 
 def local_chip(memory_bandwidth_bytes_per_s: float | None = None, llc_bytes: int | None = None,
-               measured_by: str = "", support: dict[str, str] | None = None) -> Chip:
+               measured_by: str = "", support: dict[str, str] | None = None, cpu: CpuSpec | None = None) -> Chip:
     """The local CPU as a Chip (physics peaks; no vendor spec).
+
+    `cpu` is the CPU as already detected (Fingerprint.cpu), so a calibration reads /proc and /sys
+    once; None: detected now.
 
     `support` (Fingerprint.cpu_precisions, which asks torch) keeps engines for native precisions
     only; without it the feature flags decide, and no torch is imported.
@@ -43,7 +46,7 @@ def local_chip(memory_bandwidth_bytes_per_s: float | None = None, llc_bytes: int
     the OS reports the host's whole L3, not the slice this guest's working sets keep).
     `measured_by` names the measurement for the chip's source strings.
     """
-    spec = detect_cpu()
+    spec = cpu or detect_cpu()
     if support is not None:
         spec = dataclasses.replace(spec, native_precisions=frozenset(p for p, s in support.items() if s == "native"))
     if memory_bandwidth_bytes_per_s:
@@ -98,6 +101,9 @@ class Fingerprint:
     isa_env: tuple[tuple[str, str], ...] = ()  # ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA when set
     cpu_affinity: tuple[int, ...] = ()         # CPUs this process may run on
     gpu_pci_device_id: str | None = None       # "10de:2330" (vendor:device, NVML pciDeviceId)
+    # the detected CPU the fields above come from (measure.cpu.detect_cpu), so nothing detects it
+    # again; not written by to_dict, so None in a fingerprint read back from a document
+    cpu: CpuSpec | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def host_identity(self) -> dict:
@@ -114,7 +120,8 @@ class Fingerprint:
         return cpu_precision_support(set(self.cpu_features), self.arch, self.mkldnn_bf16, self.mkldnn_fp16, cap)
 
     def to_dict(self) -> dict:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in dataclasses.fields(self) if f.name != "cpu"}
 
     def cache_key(self, device: str) -> dict:
         """Fields that, when changed, make a cached peak/bandwidth measurement stale."""
@@ -291,6 +298,7 @@ def fingerprint(gpu_index: int = 0) -> Fingerprint:
         memory_bytes=spec.memory_bytes, l3_bytes=spec.l3_bytes,
         torch_version=torch.__version__, torchvision_version=torchvision.__version__,
         python_version=platform.python_version(), slug=slug, notes=tuple(notes), **gpu, **torch_cpu_fields(),
+        cpu=spec,
     )
 
 

@@ -7,9 +7,37 @@ already catch (ValueError, KeyError, RuntimeError) so `except ValueError` still 
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
+
 
 class ChipcalError(Exception):
     """Root of every chipcal error; its message is one line saying what is wrong and what is valid."""
+
+
+def closest_names(name: str, valid: Sequence[str]) -> list[str]:
+    """Up to three valid names close to `name`, closest first."""
+    return difflib.get_close_matches(name.lower(), list(valid), n=3, cutoff=0.4)
+
+
+def unknown_name_message(kind: str, name: str, valid: Sequence[str]) -> str:
+    """'unknown <kind> X (did you mean Y?); valid: …': the closest valid names as the hint."""
+    close = closest_names(name, valid)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return f"unknown {kind} {name!r}{hint}; valid: {', '.join(valid)}"
+
+
+class UnknownName(ChipcalError, KeyError):
+    """A name (of a chip, a model) that is not one of the valid ones; `kind` says what it names."""
+
+    kind = "name"
+
+    def __init__(self, name: str, valid: list[str]):
+        super().__init__(unknown_name_message(self.kind, name, valid))
+        self.name, self.valid, self.close = name, valid, closest_names(name, valid)
+
+    def __str__(self) -> str:       # KeyError would quote the message
+        return str(self.args[0])
 
 
 class UnsupportedPrecision(ChipcalError, ValueError):

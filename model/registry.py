@@ -6,14 +6,13 @@ file and the field) is kept in `Registry.errors` for the CLIs to print as a warn
 
 from __future__ import annotations
 
-import difflib
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from chipcal.model.chip import KINDS, REQUIRED_MICROARCH, Chip, Engine, Measured, Memory, PowerMode
-from chipcal.model.errors import ChipcalError
+from chipcal.model.errors import ChipcalError, UnknownName
 from chipcal.model.precision import PRECISIONS
 from chipcal.model.technology import CIRCUITS, MEMORY_TYPES
 
@@ -26,15 +25,8 @@ class RegistryError(ChipcalError, ValueError):
         self.file, self.field = file, field
 
 
-class UnknownChipError(ChipcalError, KeyError):
-    def __init__(self, name: str, valid: list[str]):
-        close = difflib.get_close_matches(name.lower(), valid, n=3, cutoff=0.4)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        super().__init__(f"unknown hardware {name!r}{hint}; valid: {', '.join(valid)}")
-        self.name, self.valid, self.close = name, valid, close
-
-    def __str__(self) -> str:
-        return str(self.args[0])
+class UnknownChipError(UnknownName):
+    kind = "hardware"
 
 
 # No registry figure comes near this (the largest peaks are ~1e18 FLOP/s); it keeps products of a
@@ -52,6 +44,20 @@ def _count(file: str, where: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_NUMBER:
         raise RegistryError(file, where, f"must be a positive integer up to {MAX_NUMBER:g}, got {value!r:.40}")
     return value
+
+
+def _per_engine(file: str, where: str, table: dict, key: str, what: str, check, engine_names) -> dict:
+    """table[key] (default empty) as engine name -> value, each name one of the chip's engines
+    and each value passing check(file, where, value)."""
+    values = table.get(key, {})
+    if not isinstance(values, dict):
+        raise RegistryError(file, where + key, f"must be a table of engine name -> {what}")
+    for eng, value in values.items():
+        if eng not in engine_names:
+            raise RegistryError(file, f"{where}{key}.{eng}",
+                                f"no engine named {eng!r}; engines: {', '.join(sorted(engine_names))}")
+        check(file, f"{where}{key}.{eng}", value)
+    return values
 
 
 def _table(file: str, where: str, value: object) -> dict:
@@ -179,20 +185,8 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
     for i, m in enumerate(raw_modes):
         where = f"power.modes[{i}]."
         _table(file, f"power.modes[{i}]", m)
-        clocks = m.get("clock_hz", {})
-        if not isinstance(clocks, dict):
-            raise RegistryError(file, where + "clock_hz", "must be a table of engine name -> Hz")
-        for eng, hz in clocks.items():
-            if eng not in engine_names:
-                raise RegistryError(file, f"{where}clock_hz.{eng}", f"no engine named {eng!r}; engines: {', '.join(sorted(engine_names))}")
-            _positive(file, f"{where}clock_hz.{eng}", hz)
-        units = m.get("units", {})
-        if not isinstance(units, dict):
-            raise RegistryError(file, where + "units", "must be a table of engine name -> unit count")
-        for eng, n in units.items():
-            if eng not in engine_names:
-                raise RegistryError(file, f"{where}units.{eng}", f"no engine named {eng!r}; engines: {', '.join(sorted(engine_names))}")
-            _count(file, f"{where}units.{eng}", n)
+        clocks = _per_engine(file, where, m, "clock_hz", "Hz", _positive, engine_names)
+        units = _per_engine(file, where, m, "units", "unit count", _count, engine_names)
         bandwidth = m.get("memory_bandwidth_bytes_per_s")
         modes.append(PowerMode(
             name=_text(file, where, m, "name"),

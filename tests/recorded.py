@@ -2,10 +2,35 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 MACHINES = Path(__file__).parent / "machines"
+REFERENCE_RUN = sorted((Path(__file__).parent.parent / "results").rglob("calibration.json"))[0]
+
+
+def reference_document() -> dict:
+    """The checked-in reference calibration.json, parsed (a fresh copy each call)."""
+    return json.loads(REFERENCE_RUN.read_text())
+
+
+def report_document(slug: str, created: str = "2026-01-01T00:00:00Z", median: float = 0.1, **changes) -> dict:
+    """A calibration document for the `chipcal report` tests: the reference run as local-cpu with
+    one fp32 peak of 200 GFLOP/s at 60 % of physics, 20 GB/s, 14 held-out runs with the given
+    median error, no power source and one flag; top-level `changes` replace sections."""
+    ref = reference_document()
+    fp32 = next(p for p in ref["peaks"] if p["precision"] == "fp32")
+    return {**ref, "machine_slug": slug, "created_utc": created, "quick": False,
+            "chip": {**ref["chip"], "name": "local-cpu"},
+            "peaks": [{**fp32, "measured_flop_per_s": 2e11, "fraction_of_physics": 0.6, "fraction_of_spec": None}],
+            "bandwidth": {**ref["bandwidth"], "measured_bytes_per_s": 2e10},
+            "validation": {**ref["validation"], "n": 14, "median_abs_error": median, "p90_abs_error": 0.2,
+                           "max_abs_error": 0.3},
+            "power": {"available": False, "source": "unavailable", "reason": "no powercap"},
+            "flags": [{"code": "measured_below_physics_peak", "severity": "warning", "message": "below",
+                       "values": {}}],
+            **changes}
 
 
 def machine_tree(tmp_path: Path, name: str, memory_kb: int = 24684084) -> tuple[Path, Path]:
@@ -51,6 +76,6 @@ def recorded_fingerprint(tmp_path: Path, name: str, arch: str = "x86_64", **torc
                   cpu_features=features, cpu_clock_hz=spec.clock_hz, cpu_clock_source=spec.clock_source,
                   cpu_max_clock_source="", memory_bytes=spec.memory_bytes, l3_bytes=spec.l3_bytes, gpu_count=0,
                   python_version="3.11", slug=f"recorded-{name}", notes=(), isa_env=(), cpu_affinity=(),
-                  torch_version="recorded", torchvision_version="recorded")
+                  torch_version="recorded", torchvision_version="recorded", cpu=spec)
     fields.update(torch_fields)
     return spec, system.Fingerprint(**fields)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from recorded import report_document
 
 from chipcal.calibrate import store
 from chipcal.cli import calibrate as calibrate_cli
@@ -27,23 +28,10 @@ def test_calibrate_bad_input(cli, argv, needle):
     assert rc == 2 and needle in err and err.count("\n") == 1 and "Traceback" not in err
 
 
-def _doc(slug: str, created: str, median: float) -> dict:
-    return {
-        "schema": store.SCHEMA, "machine_slug": slug, "device": "cpu", "created_utc": created, "quick": False,
-        "chip": {"name": "local-cpu"},
-        "peaks": [{"precision": "fp32", "measured_flop_per_s": 2e11, "fraction_of_physics": 0.6,
-                   "fraction_of_spec": None}],
-        "bandwidth": {"measured_bytes_per_s": 2e10},
-        "validation": {"n": 14, "median_abs_error": median, "p90_abs_error": 0.2, "max_abs_error": 0.3},
-        "power": {"available": False, "source": "unavailable", "reason": "no powercap"},
-        "flags": [{"code": "measured_below_physics_peak"}],
-    }
-
-
 def test_report_lists_latest_run_per_machine(cli, tmp_path):
     for slug, created, median in (("a", "2026-01-01T00:00:00Z", 0.5), ("a", "2026-02-01T00:00:00Z", 0.1),
                                   ("b", "2026-01-05T00:00:00Z", 0.2)):
-        store.write_run(tmp_path, slug, created.replace(":", ""), {"calibration.json": store.json_writer(_doc(slug, created, median))})
+        store.write_run(tmp_path, slug, created.replace(":", ""), {"calibration.json": store.json_writer(report_document(slug, created, median))})
     rc, out, _ = cli(report_cli.main, [str(tmp_path), "--json"])
     rows = json.loads(out)
     assert rc == 0 and [(r["machine"], r["median_abs_error"]) for r in rows] == [("a", 0.1), ("b", 0.2)]

@@ -39,7 +39,7 @@ def test_keep_defaults_puts_back_only_the_named_classes():
 
 
 def _held(case, op_class, measured, predicted, default):
-    return HeldOut(case, op_class, 0, measured, predicted, default)
+    return HeldOut("layer", case, op_class, 0, measured, predicted, default)
 
 
 def test_class_keeps_defaults_only_when_clearly_better_with_enough_layers_of_its_own():
@@ -62,8 +62,9 @@ def test_class_keeps_defaults_only_when_clearly_better_with_enough_layers_of_its
     # summary over held-out layers: every one 30 % off fitted, exact with the defaults
     assert cv.median_abs_error == pytest.approx(0.3)
     assert cv.default_median_abs_error == pytest.approx(0.0)
-    record = json.loads(json.dumps(cv.to_dict()))
-    assert record["classes_keeping_defaults"] == ["norm"] and len(record["held_out"]) == 5
+    section = cv.section()
+    assert type(section).from_dict(json.loads(json.dumps(section.to_dict()))) == section
+    assert section.classes_keeping_defaults == ("norm",) and len(section.held_out) == 5
 
 
 @pytest.mark.slow
@@ -74,13 +75,15 @@ def test_cross_validation_of_a_machine_that_follows_the_model(tmp_path):
     from recorded import MACHINES
     from test_refit_recorded import recorded_chip
 
+    from chipcal.calibrate.document import CalibrationDocument
     from chipcal.calibrate.layer_fits import fit_layer_params
-    from chipcal.calibrate.refit import _observations
-    from chipcal.measure.layers import default_cases, default_chains
+    from chipcal.measure.layers import LayerObservation, default_cases, default_chains
     from chipcal.measure.timing import Measurement
     from chipcal.model.estimate.prediction import predict
+    from chipcal.model.workload import characterize
 
-    doc = json.loads((MACHINES / "amd-epyc-avx2-2vcpu" / "calibration-quick.json").read_text())
+    doc = CalibrationDocument.from_dict(
+        json.loads((MACHINES / "amd-epyc-avx2-2vcpu" / "calibration-quick.json").read_text()))
     chip = recorded_chip(tmp_path, "amd-epyc-avx2-2vcpu", doc)
     defaults = default_params("cpu")
     truth = dataclasses.replace(defaults, efficiency={c: v * 0.5 for c, v in defaults.efficiency.items()},
@@ -89,13 +92,12 @@ def test_cross_validation_of_a_machine_that_follows_the_model(tmp_path):
     rng = np.random.default_rng(11)
 
     def observed(cases):
-        rows = [{"case": c.label, "median_s": 1.0, "n": 10, "iqr_s": 0.0, "cv": 0.0, "unstable": False}
-                for c in cases]
         out = []
-        for o in _observations(rows, cases):
-            t = predict(o.workload, chip, "fp32", params=truth).latency_s
+        for case in cases:
+            workload = characterize(*case.build(), model_name=case.label, fuse=False)
+            t = predict(workload, chip, "fp32", params=truth).latency_s
             m = Measurement.from_samples(t * np.exp(rng.normal(0, 0.02, 10)), method="synthetic")
-            out.append(dataclasses.replace(o, measurement=m))
+            out.append(LayerObservation(case.label, case.op_class, workload, m))
         return out
 
     layers, chains = observed(default_cases(quick=True)), observed(default_chains())

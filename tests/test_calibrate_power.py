@@ -39,21 +39,21 @@ def test_power_section_fits_the_board_and_flags_the_spec():
     chip = load_registry().get("h100-sxm5")
     fp = dataclasses.replace(gpu_fp("NVIDIA H100 80GB HBM3", 132, 81559, 700), gpu_max_sm_clock_hz=BOOST_HZ)
     doc, fit, flags = power_section(FakeNvml(), rows(), chip, fp, "bf16")
-    sustain = doc["sustain"]
-    assert sustain["j_per_flop_at_boost"] == pytest.approx(J_PER_FLOP, rel=1e-6)
-    assert sustain["static_w"] == pytest.approx(STATIC_W, rel=1e-6)
-    assert sustain["sustained_clock_hz"] == BOOST_HZ and sustain["clock_fraction"] == pytest.approx(1.0)
+    sustain = doc.sustain
+    assert sustain.j_per_flop_at_boost == pytest.approx(J_PER_FLOP, rel=1e-6)
+    assert sustain.static_w == pytest.approx(STATIC_W, rel=1e-6)
+    assert sustain.sustained_clock_hz == BOOST_HZ and sustain.clock_fraction == pytest.approx(1.0)
     # H100 SXM5 bf16 dense spec 989.4 TFLOP/s (datasheet) at 1.83 GHz, below boost: V(1.83 GHz) <= 1,
     # so the need is at most 100 + 989.4 = 1089 W; at least the static 100 W + the dynamic power
     # at the lowest voltage the model allows. Either way above the 700 W limit for this board
     (flag,) = [f for f in flags if f.code == "spec_beyond_tdp"]
     assert STATIC_W < flag.values["power_at_spec_w"] <= STATIC_W + 989.4 + 1e-6
     assert flag.values["power_at_spec_w"] > 700 and flag.values["tdp_w"] == 700
-    assert fit["parameters"]["idle_w"] == pytest.approx(STATIC_W, rel=0.05)
+    assert fit.parameters["idle_w"] == pytest.approx(STATIC_W, rel=0.05)
 
 
 def test_cpu_power_rows_without_clock_samples_give_no_sustain_fit():
     cpu_rows = [{**r, "sm_clock_hz": []} for r in rows()]
     chip = load_registry().get("h100-sxm5")
     doc, _, flags = power_section(FakeNvml(), cpu_rows, chip, gpu_fp("x", 132, 81559, 700), "bf16")
-    assert "sustain" not in doc and not [f for f in flags if f.code == "spec_beyond_tdp"]
+    assert doc.sustain is None and not [f for f in flags if f.code == "spec_beyond_tdp"]

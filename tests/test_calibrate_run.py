@@ -139,7 +139,7 @@ class Recorder:
 def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
     chip, truth = fake_machine
     progress = Recorder()
-    doc = calrun.run_calibration(calrun.CalibrationConfig(models=MODELS, batches=(1,)), progress=progress)
+    doc = calrun.run_calibration(calrun.CalibrationConfig(models=MODELS, batches=(1,)), progress=progress).to_dict()
     # GEMM curve: the saturating fit recovers e_max and w_half
     g = doc["fits"]["gemm_efficiency_fp32"]["parameters"]
     assert g["e_max"] == pytest.approx(TRUE_GEMM["e_max"], rel=0.05)
@@ -183,11 +183,12 @@ def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machi
 
     chip, _ = fake_machine
     doc = calrun.run_calibration(calrun.CalibrationConfig(quick=True, models=("resnet18",), batches=(1,)))
-    doc["plots"] = sorted(plot_writers(doc))
-    run_dir = store.write_run(tmp_path, doc["machine_slug"], "T",
-                              {store.CALIBRATION_FILE: store.json_writer(doc),
+    doc = doc.with_plots(plot_writers(doc))
+    run_dir = store.write_run(tmp_path, doc.machine_slug, "T",
+                              {store.CALIBRATION_FILE: store.json_writer(doc.to_dict()),
                                "report.md": store.text_writer(render_markdown(doc)), **plot_writers(doc)})
-    assert json.loads((run_dir / "calibration.json").read_text()) == doc
+    assert json.loads((run_dir / "calibration.json").read_text()) == doc.to_dict()
+    assert store.load(run_dir) == doc          # the typed document survives the disk
     for name in ("report.md", "gemm_efficiency.png", "predicted_vs_measured.png", "roofline.png"):
         assert (run_dir / name).stat().st_size > 0
     assert "Validation" in (run_dir / "report.md").read_text()
@@ -230,6 +231,6 @@ def test_interrupted_run_resumes_from_its_journal(fake_machine, tmp_path, monkey
     monkeypatch.setattr(peak, "measure_gemm_peak", lambda *a, **k: pytest.fail("GEMM sweep measured twice"))
     remeasured = []
     monkeypatch.setattr(models, "measure_model", lambda *a, **k: remeasured.append(a) or real_model(*a, **k))
-    doc = calrun.run_calibration(config, journal=again)
+    doc = calrun.run_calibration(config, journal=again).to_dict()
     assert len(remeasured) == 2          # quick: 2 rounds x 2 batches = 4 timings, 2 of them journaled
     assert doc["validation"]["n"] == 2

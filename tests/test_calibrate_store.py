@@ -18,11 +18,16 @@ def _doc(n: int) -> dict:
     return {"schema": store.SCHEMA, "n": n}
 
 
+def _written(run) -> dict:
+    """The JSON a run directory's calibration.json holds (these tests write toy documents)."""
+    return json.loads((run / store.CALIBRATION_FILE).read_text())
+
+
 def test_write_and_load(tmp_path):
     run = store.write_run(tmp_path, "box", "20260101T000000Z",
                           {"calibration.json": store.json_writer(_doc(1)), "report.md": store.text_writer("# r\n")})
     assert run == tmp_path / "box" / "20260101T000000Z"
-    assert store.load(run)["n"] == 1
+    assert _written(run)["n"] == 1
     assert (run / "report.md").read_text() == "# r\n"
     assert store.find_runs(tmp_path) == [run]
 
@@ -31,7 +36,7 @@ def test_rerun_never_overwrites(tmp_path):
     a = store.write_run(tmp_path, "box", "T", {"calibration.json": store.json_writer(_doc(1))})
     b = store.write_run(tmp_path, "box", "T", {"calibration.json": store.json_writer(_doc(2))})
     assert a != b and b.name == "T-2"
-    assert store.load(a)["n"] == 1 and store.load(b)["n"] == 2
+    assert _written(a)["n"] == 1 and _written(b)["n"] == 2
 
 
 def test_simulated_crash_leaves_no_half_written_report(tmp_path):
@@ -67,7 +72,7 @@ def test_constant_power_readings_are_written_with_null_r2_and_a_reason(tmp_path)
     run = store.write_run(tmp_path, "box", "T", {"calibration.json": store.json_writer(doc)})
     text = (run / "calibration.json").read_text()
     assert "NaN" not in text and "Infinity" not in text
-    loaded = store.load(run)
+    loaded = _written(run)
     assert loaded["fits"]["power"]["r2"] is None and "constant" in loaded["fits"]["power"]["r2_note"]
     assert loaded["other"] == [1.0, None]
     assert loaded["non_finite_values"]["paths"] == ["other[1] (inf)"]
@@ -98,7 +103,7 @@ def test_two_runs_finishing_in_the_same_second_get_two_directories(tmp_path):
         t.join()
     assert errors == []
     assert sorted(p.name for p in results) == ["T", "T-2"]
-    assert sorted(store.load(p)["n"] for p in results) == [1, 2]
+    assert sorted(_written(p)["n"] for p in results) == [1, 2]
 
 
 def test_failed_write_saves_the_document_to_a_named_fallback(tmp_path, monkeypatch):

@@ -11,11 +11,11 @@ import math
 
 import pytest
 
+from chipcal.calibrate.document import SCHEMA as CALIBRATION_SCHEMA
 from chipcal.calibrate.store import load_calibration
 from chipcal.model.mapping import default_params, map_subgraph, onchip_capacity
 from chipcal.model.mapping.base import UnsupportedPrecision, wave_schedule
 from chipcal.model.mapping.params import (
-    CALIBRATION_SCHEMA,
     CalibrationError,
     FamilyParams,
     params_for,

@@ -303,3 +303,27 @@ def test_identify_registry_cpu_only_with_its_core_count():
     fp = dataclasses.replace(gpu_fp("x", 1, 1, 1), gpu_name=None, cpu_model="AMD EPYC 9654 96-Core Processor",
                              physical_cores=96)
     assert identify(fp, "cpu", registry).from_registry and identify(fp, "cpu", registry).chip.name == "epyc-9654"
+
+
+def test_the_cpu_is_detected_once_and_the_fingerprint_carries_it(tmp_path, monkeypatch):
+    """fingerprint() detects the CPU; identify and the calibration's local chip take it from
+    Fingerprint.cpu and never read /proc and /sys again."""
+    from recorded import machine_tree
+
+    from chipcal.measure.identify import identify
+
+    proc, sys_ = machine_tree(tmp_path, "amd-epyc-avx2-2vcpu")
+    spec = detect_cpu(proc, sys_, arch="x86_64")
+    calls = []
+    monkeypatch.setattr(system, "detect_cpu", lambda *a, **k: calls.append(a) or spec)
+    fp = system.fingerprint()
+    assert calls == [()] and fp.cpu is spec and fp.physical_cores == spec.cores == 2
+    identity = identify(fp, "cpu", load_registry())          # a 2-vCPU EPYC matches no registry chip
+    chip = system.local_chip(memory_bandwidth_bytes_per_s=20e9, measured_by="probe", support=fp.cpu_precisions,
+                             cpu=fp.cpu)
+    assert not identity.from_registry and len(calls) == 1
+    # 2 cores x 2 AVX2 FMA pipes x 8 fp32 lanes x 2 FLOP/FMA at the recorded clock
+    assert identity.chip.peak_flop_per_s("fp32") == chip.peak_flop_per_s("fp32") == pytest.approx(
+        2 * 2 * 8 * 2 * spec.clock_hz)
+    # a document records the fingerprint's fields, not the spec: one read back equals it
+    assert "cpu" not in fp.to_dict() and dataclasses.replace(fp, cpu=None) == fp

@@ -17,6 +17,7 @@ from test_mapping import (
     workload,
 )
 
+from chipcal.calibrate.document import SCHEMA as CALIBRATION_SCHEMA
 from chipcal.calibrate.store import load_calibration
 from chipcal.model import tdp, technology
 from chipcal.model.estimate.memory import memory_profile
@@ -25,7 +26,6 @@ from chipcal.model.estimate.prediction import predict
 from chipcal.model.estimate.roofline import estimate_subgraph
 from chipcal.model.estimate.schedule import stage_time
 from chipcal.model.mapping import default_params
-from chipcal.model.mapping.params import CALIBRATION_SCHEMA
 from chipcal.model.workload.types import GemmShape, Op, Parallelism, Subgraph, TensorSpec
 
 # H100 SXM5 (registry): CUDA cores 16,896 × 1 fp32 MAC/clk × 1.98 GHz; tensor cores 528 × 512 fp16

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from test_mapping import custom_params, mlp
 
+from chipcal.calibrate.document import SCHEMA as CALIBRATION_SCHEMA
 from chipcal.cli import predict as predict_cli
 from chipcal.measure import workloads
 from chipcal.measure.system import local_chip
-from chipcal.model.mapping.params import CALIBRATION_SCHEMA
 
 
 @pytest.fixture(autouse=True)

@@ -10,19 +10,20 @@ import json
 import pytest
 from recorded import MACHINES, machine_tree
 
+from chipcal.calibrate.document import CalibrationDocument
 from chipcal.calibrate.refit import refit
 from chipcal.measure import system
 from chipcal.model.local import chip_from_cpu
 
 
-def recorded_chip(tmp_path, name: str, doc: dict):
+def recorded_chip(tmp_path, name: str, doc: CalibrationDocument):
     """The recorded CPU as the calibration modelled it: its cores, SIMD and clock from the recorded
     cpuinfo, its DRAM bandwidth and last-level cache as that run measured them."""
     proc, sys_ = machine_tree(tmp_path, name)
     spec = system.detect_cpu(proc, sys_, arch="x86_64")
-    spec = dataclasses.replace(spec, memory_bandwidth_bytes_per_s=doc["chip"]["memory_bandwidth_bytes_per_s"],
+    spec = dataclasses.replace(spec, memory_bandwidth_bytes_per_s=doc.chip.memory_bandwidth_bytes_per_s,
                                memory_bandwidth_source="measured: the recorded run's bandwidth probe",
-                               l3_bytes=doc["chip"]["l3_bytes"] or spec.l3_bytes)
+                               l3_bytes=doc.chip.l3_bytes or spec.l3_bytes)
     return chip_from_cpu(spec)
 
 
@@ -44,7 +45,7 @@ def test_refit_of_a_recorded_run_predicts_its_models(tmp_path, name, document, r
     The issue's target is a median |error| <= 10 % and p90 <= 25 %; today's fit reaches
     11.4 % / 32.8 % on the EPYC and 15.1 % / 24.5 % on the Xeon, so the bounds below guard
     against regressions and do not claim the target."""
-    doc = json.loads((MACHINES / name / document).read_text())
+    doc = CalibrationDocument.from_dict(json.loads((MACHINES / name / document).read_text()))
     result = refit(doc, recorded_chip(tmp_path, name, doc))
     assert len(result.models) == runs
     assert result.median_abs_error < 0.16 and result.p90_abs_error < 0.35

@@ -13,7 +13,6 @@ from chipcal.model.mapping.params import (
     CalibrationError,
     CalibrationParams,
     FamilyParams,
-    calibration_from_document,
     default_params,
     params_for,
 )
@@ -36,6 +35,6 @@ def onchip_capacity(chip: Chip) -> float:
 
 __all__ = [
     "MAC_CLASSES", "MAPPERS", "Allocation", "CalibrationError", "CalibrationParams", "FamilyParams",
-    "UnsupportedPrecision", "calibration_from_document", "default_params", "map_subgraph", "onchip_capacity",
+    "UnsupportedPrecision", "default_params", "map_subgraph", "onchip_capacity",
     "params_for",
 ]

@@ -20,11 +20,10 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
                            outputs of at least fresh_allocation_bytes (CPU eager, glibc); None: not
                            charged; a CPU calibration measures it (measure.bandwidth.measure_first_touch)
 
-A calibration directory holds `calibration.json` with at least
-``{"schema": CALIBRATION_SCHEMA, "parameters": {"chip": NAME, "family_params": FamilyParams.to_dict()}}``;
-prediction applies it to the chip called NAME only (every other chip keeps its family defaults).
-A calibration of the local CPU also carries the DRAM bandwidth it was fitted against
-(`chip.memory_bandwidth_bytes_per_s`): its bandwidth_efficiency means nothing without it.
+A calibration (`CalibrationParams`, read from a calibration directory by calibrate.store) is
+applied to the chip it was fitted on only (every other chip keeps its family defaults). A
+calibration of the local CPU also carries the DRAM bandwidth it was fitted against: its
+bandwidth_efficiency means nothing without it.
 Why each default has its value: docs/prediction.md, "Parameters".
 """
 
@@ -38,7 +37,6 @@ from types import MappingProxyType
 
 from chipcal.model.chip import KINDS
 from chipcal.model.errors import ChipcalError
-from chipcal.model.local import LOCAL_CHIP_NAME
 from chipcal.model.workload.types import OP_CLASSES
 
 FAMILIES = KINDS
@@ -53,9 +51,6 @@ HOST_RUNTIMES = ("eager",)     # runtimes that pay a per-op host issue cost
 def runtime_fuses(runtime: str) -> bool:
     """True when `runtime` launches fused subgraphs (the workload is partitioned with fuse=True)."""
     return runtime != "eager"
-CALIBRATION_SCHEMA = "chipcal.calibration/1"
-
-
 class CalibrationError(ChipcalError, ValueError):
     """A calibration directory or its parameters are unusable; the message says which and why."""
 
@@ -261,52 +256,6 @@ class CalibrationParams:
         if mode:
             names.add(f"{chip_name}@{mode}".lower())
         return self.chip.lower() in names
-
-
-def calibration_from_document(data: object, path: Path) -> CalibrationParams:
-    """The parameters of a calibration document (already read by calibrate.store); `path` names
-    it in errors. CalibrationError says what is wrong: the schema must be CALIBRATION_SCHEMA (an
-    older or foreign document is refused, not half applied)."""
-    if not isinstance(data, dict):
-        raise CalibrationError(f"{path}: not a calibration document (a JSON {type(data).__name__})")
-    if data.get("schema") != CALIBRATION_SCHEMA:
-        raise CalibrationError(f"{path}: schema {str(data.get('schema'))[:40]!r}, expected {CALIBRATION_SCHEMA!r} "
-                               "(an older or foreign file; run `chipcal calibrate` again)")
-    parameters = data.get("parameters")
-    if not isinstance(parameters, dict):
-        raise CalibrationError(f"{path}: missing table 'parameters'")
-    chip = parameters.get("chip")
-    if not isinstance(chip, str) or not chip.strip():
-        raise CalibrationError(f"{path}: 'parameters.chip' must name the calibrated chip")
-    try:
-        params = FamilyParams.from_dict(parameters.get("family_params"))
-    except CalibrationError as exc:
-        raise CalibrationError(f"{path}: parameters.family_params: {exc}") from None
-    runtime = parameters.get("runtime", "fused")
-    if runtime not in RUNTIMES:
-        raise CalibrationError(f"{path}: 'parameters.runtime' {str(runtime)[:40]!r} is not one of {', '.join(RUNTIMES)}")
-    bandwidth, l3 = _chip_memory(path, data.get("chip", {}))
-    if chip.strip().lower() == LOCAL_CHIP_NAME and bandwidth is None:
-        raise CalibrationError(f"{path}: a calibration of {LOCAL_CHIP_NAME} needs chip.memory_bandwidth_bytes_per_s "
-                               "(the bandwidth its bandwidth_efficiency was fitted against)")
-    return CalibrationParams(chip=chip.strip().lower(), params=params, path=path, runtime=runtime,
-                             memory_bandwidth_bytes_per_s=bandwidth, l3_bytes=l3)
-
-
-def _chip_memory(path: Path, chip: object) -> tuple[float | None, int | None]:
-    """(DRAM bandwidth, L3 bytes) recorded in the document's `chip` table; None where absent."""
-    if not isinstance(chip, dict):
-        raise CalibrationError(f"{path}: 'chip' must be a table")
-    bandwidth = chip.get("memory_bandwidth_bytes_per_s")
-    if bandwidth is not None:
-        try:
-            bandwidth = _number("chip.memory_bandwidth_bytes_per_s", bandwidth, allow_zero=False)
-        except CalibrationError as exc:
-            raise CalibrationError(f"{path}: {exc}") from None
-    l3 = chip.get("l3_bytes")
-    if l3 is not None and (isinstance(l3, bool) or not isinstance(l3, int) or l3 <= 0):
-        raise CalibrationError(f"{path}: chip.l3_bytes must be a positive integer, got {str(l3)[:40]}")
-    return bandwidth, l3
 
 
 def params_for(chip_name: str, family: str, calibration: CalibrationParams | None = None,

@@ -8,26 +8,18 @@ published weights (299 for inception_v3, 384 for efficientnet_v2_s, 224 for vit_
 
 from __future__ import annotations
 
-import difflib
 import warnings
 from functools import cache
 
 import torch
 
-from chipcal.model.errors import ChipcalError
+from chipcal.model.errors import UnknownName
 from chipcal.model.workload.characterization import characterize
 from chipcal.model.workload.types import Workload
 
 
-class UnknownModelError(ChipcalError, KeyError):
-    def __init__(self, name: str, valid: list[str]):
-        close = difflib.get_close_matches(name.lower(), valid, n=3, cutoff=0.4)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        super().__init__(f"unknown model {name!r}{hint}; valid: {', '.join(valid)}")
-        self.name, self.valid, self.close = name, valid, close
-
-    def __str__(self) -> str:
-        return str(self.args[0])
+class UnknownModelError(UnknownName):
+    kind = "model"
 
 
 @cache

@@ -1,0 +1,397 @@
+"""The calibration document: what `chipcal calibrate` writes to calibration.json, as typed records.
+
+`CalibrationDocument` is built section by section by calibrate.run and read by the report, the
+CLI summary and the refit; calibrate.store reads and writes it (`to_dict`/`from_dict`,
+calibrate.records). Prediction needs only `ParametersDocument`, the part a hand-written file
+may hold alone (`{"schema", "parameters", "chip"?}`); it hands the model a CalibrationParams.
+
+Schema: every file written so far says SCHEMA. Sections added to it later (`skipped`,
+`dispatch`, `first_touch`, `throttle_note`, `crossval`, the chains, a peak's `support`, a fit's
+`unconstrained`, the validation's noise and model count) have defaults, so older files still
+load. A change that old files cannot meet by a default gets a new tag and a migration function
+from the old one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chipcal.calibrate.crossval import CrossValSection
+from chipcal.calibrate.flags import Flag
+from chipcal.calibrate.records import LAST, OMIT_NONE, Record
+from chipcal.measure.system import Fingerprint
+from chipcal.model.local import LOCAL_CHIP_NAME
+from chipcal.model.mapping.params import RUNTIMES, CalibrationError, CalibrationParams, FamilyParams
+
+SCHEMA = "chipcal.calibration/1"
+
+record = dataclass(frozen=True, kw_only=True)
+
+
+@record
+class ChipSection(Record):
+    """The chip model the run calibrated: registry match or the locally built chip."""
+
+    name: str
+    display_name: str
+    kind: str
+    origin: str                  # how the chip was chosen
+    process_nm: float | None
+    tdp_w: float | None
+    physics_peak_flop_per_s: dict[str, float | None]
+    spec_peak_flop_per_s: dict[str, float | None]
+    memory_bandwidth_bytes_per_s: float | None     # the DRAM bandwidth bandwidth_efficiency is relative to
+    memory_source: str
+    assumed_memory_bandwidth_bytes_per_s: float | None   # before the bandwidth probe replaced it
+    l3_bytes: int | None
+    microarch_source: str | None
+
+
+@record
+class PeakRow(Record):
+    """One precision's GEMM peak: measured, physics and spec, or why it was not measured."""
+
+    precision: str
+    support: str = "native"      # native, emulated or unsupported
+    measured_flop_per_s: float | None
+    physics_flop_per_s: float | None
+    fraction_of_physics: float | None
+    spec_flop_per_s: float | None
+    fraction_of_spec: float | None
+    best_shape: tuple[int, ...] | None
+    n: int
+    cv: float | None
+    note: str | None = field(default=None, metadata=OMIT_NONE)          # why emulated
+    unsupported: str | None = field(default=None, metadata=OMIT_NONE)   # why not measured
+
+
+@record
+class BandwidthSection(Record):
+    measured_bytes_per_s: float | None
+    spec_bytes_per_s: float | None
+    onchip_bytes_per_s: float | None = None
+    fraction: float | None
+    spec_source: str
+    knee_bytes: dict[str, int | None]
+    sustained_bytes_per_s: dict[str, float | None]
+
+
+@record
+class Timed(Record):
+    """A timing distribution's summary (measure.timing.Measurement), after the row's own fields."""
+
+    median_s: float | None = field(metadata=LAST)
+    iqr_s: float | None = field(metadata=LAST)
+    ci_low_s: float | None = field(metadata=LAST)
+    ci_high_s: float | None = field(metadata=LAST)
+    n: int = field(metadata=LAST)
+    cv: float | None = field(metadata=LAST)
+    unstable: bool = field(metadata=LAST)
+    method: str = field(metadata=LAST)
+
+
+def timing(m) -> dict:
+    """The Timed fields of a measure.timing.Measurement, for a row's constructor."""
+    return {"median_s": m.median_s, "iqr_s": m.iqr_s, "ci_low_s": m.ci_low_s, "ci_high_s": m.ci_high_s,
+            "n": m.n, "cv": m.cv, "unstable": m.unstable, "method": m.method}
+
+
+@record
+class GemmRow(Timed):
+    """One GEMM shape of the sweep. Its `n` is the timing's sample count: the shape's n has never
+    been recorded (run.py wrote it under the key the timing's count then replaced)."""
+
+    precision: str
+    m: int
+    k: int
+    flop: float
+    flop_per_s: float | None
+
+
+@record
+class BandwidthRow(Timed):
+    kernel: str
+    working_set_bytes: int
+    bytes_per_s: float | None
+
+
+@record
+class LayerRow(Timed):
+    """A timed micro-layer or chain with its predictions (defaults and calibrated)."""
+
+    case: str
+    op_class: str
+    flop: float
+    bytes: float
+    kernels: int
+    predicted_default_s: float | None
+    predicted_s: float | None
+
+
+@record
+class ModelRow(Timed):
+    """A held-out whole model: measured, predicted calibrated and with the defaults."""
+
+    model: str
+    batch: int
+    flop: float
+    bytes: float
+    delivered_flop_per_s: float | None
+    predicted_s: float | None
+    predicted_serial_s: float | None
+    predicted_default_s: float | None
+    error: float | None
+    default_error: float | None
+
+
+@record
+class PowerRow(Record):
+    """One window of measure.power_curve: average power at a known throughput."""
+
+    kind: str                  # idle, gemm, bandwidth, sustained
+    label: str
+    avg_power_w: float | None
+    peak_power_w: float | None
+    flop_per_s: float
+    bytes_per_s: float
+    duration_s: float
+    n_samples: int | None
+    warnings: tuple[str, ...]
+    sm_clock_hz: tuple[float, ...] | None = field(default=None, metadata=OMIT_NONE)
+
+    @classmethod
+    def of(cls, row: dict) -> PowerRow:
+        """From measure.power_curve's row (unchecked: the values are this run's own)."""
+        lists = {k: tuple(row[k]) for k in ("warnings", "sm_clock_hz") if k in row}
+        return cls(**{**row, **lists})
+
+
+@record
+class Observations(Record):
+    """Every raw figure the fits and the validation used."""
+
+    gemm: tuple[GemmRow, ...]
+    bandwidth: tuple[BandwidthRow, ...]
+    layers: tuple[LayerRow, ...]
+    chains: tuple[LayerRow, ...] = ()
+    models: tuple[ModelRow, ...]
+    power: tuple[PowerRow, ...]
+
+
+@record
+class FitRecord(Record):
+    """A calibrate.fits.FitResult as written: undetermined numbers are null."""
+
+    name: str
+    model: str
+    parameters: dict[str, float]
+    stderr: dict[str, float | None]
+    residuals: tuple[float | None, ...]
+    residual_space: str
+    r2: float | None
+    r2_note: str | None = field(default=None, metadata=OMIT_NONE)
+    n: int
+    unconstrained: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, fit) -> FitRecord:
+        """From a FitResult of this run (unchecked: NaN stays NaN until calibrate.store writes it)."""
+        d = fit.to_dict()
+        return cls(**{**d, "residuals": tuple(d["residuals"])})
+
+
+@record
+class ParametersSection(Record):
+    """The fitted parameter set and the chip it applies to."""
+
+    chip: str
+    runtime: str = "fused"       # the runtime they were fitted under (model.mapping.params.RUNTIMES)
+    family_params: FamilyParams
+
+
+@record
+class ValidationSection(Record):
+    """Held-out whole models: |relative error| with the calibrated and the default parameters."""
+
+    fit_data: str
+    validation_data: str
+    n: int
+    n_models: int | None = None
+    noise_rel: float | None = None        # spread between the interleaved rounds of a model
+    median_abs_error: float | None
+    p90_abs_error: float | None
+    max_abs_error: float | None
+    default_median_abs_error: float | None
+    default_p90_abs_error: float | None
+    default_max_abs_error: float | None = None
+    # the same fit data held out k-fold (calibrate.crossval); absent before the self-check existed
+    crossval_median_abs_error: float | None = field(default=None, metadata=OMIT_NONE)
+    crossval_p90_abs_error: float | None = field(default=None, metadata=OMIT_NONE)
+    crossval_default_median_abs_error: float | None = field(default=None, metadata=OMIT_NONE)
+
+
+@record
+class SustainSection(Record):
+    """calibrate.sustain's fit: the clock the chip holds under sustained load (GPU)."""
+
+    j_per_flop_at_boost: float | None
+    static_w: float | None
+    sustained_clock_hz: float | None
+    boost_clock_hz: float | None
+    clock_fraction: float | None
+    sustained_flop_per_s: float | None
+    power_at_spec_w: float | None
+    rms_residual_w: float | None
+
+
+@record
+class PowerSection(Record):
+    """Where power was read and, when it was, the energy fit against the physics energy."""
+
+    source: str
+    available: bool
+    reason: str | None = None
+    idle_w: float | None = field(default=None, metadata=OMIT_NONE)
+    j_per_flop: float | None = field(default=None, metadata=OMIT_NONE)
+    j_per_byte: float | None = field(default=None, metadata=OMIT_NONE)
+    physics_j_per_flop: float | None = field(default=None, metadata=OMIT_NONE)
+    physics_j_per_byte: float | None = field(default=None, metadata=OMIT_NONE)
+    sustain_note: str | None = field(default=None, metadata=OMIT_NONE)
+    sustain: SustainSection | None = field(default=None, metadata=OMIT_NONE)
+
+
+@record
+class SkippedShape(Record):
+    precision: str
+    shape: tuple[int, int, int]
+    predicted_call_s: float
+    limit_s: float
+
+
+@record
+class SkippedModel(Record):
+    model: str
+    batch: int
+    predicted_call_s: float
+    limit_s: float
+
+
+@record
+class Skipped(Record):
+    """What the time bounds left out: GEMM shapes and validation models."""
+
+    gemm_shapes: tuple[SkippedShape, ...] = ()
+    models: tuple[SkippedModel, ...] = ()
+
+
+@record
+class DispatchSection(Record):
+    """The host's per-op dispatch cost under the eager runtime (measure.dispatch)."""
+
+    per_op_s: float | None
+    iqr_s: float | None
+    n: int
+    method: str
+
+
+@record
+class FirstTouchSection(Record):
+    """First write into freshly mapped memory (measure.bandwidth.measure_first_touch)."""
+
+    bytes_per_s: float | None
+    size_bytes: int
+    fresh_median_s: float | None
+    reused_median_s: float | None
+    fresh_iqr_s: float | None
+    n: int
+
+
+@record
+class NonFiniteValues(Record):
+    """Written by calibrate.store when a number was NaN/inf: where, and why it is null."""
+
+    reason: str
+    paths: tuple[str, ...]
+
+
+def _calibration_params(parameters: ParametersSection, chip: ChipSection | ChipMemory | None,
+                        path: Path) -> CalibrationParams:
+    """What prediction applies, checked: a local-cpu calibration must carry its DRAM bandwidth."""
+    name = parameters.chip.strip().lower()
+    if not name:
+        raise CalibrationError(f"{path}: 'parameters.chip' must name the calibrated chip")
+    if parameters.runtime not in RUNTIMES:
+        raise CalibrationError(f"{path}: 'parameters.runtime' {parameters.runtime[:40]!r} is not one of "
+                               f"{', '.join(RUNTIMES)}")
+    bandwidth = chip.memory_bandwidth_bytes_per_s if chip else None
+    l3 = chip.l3_bytes if chip else None
+    if bandwidth is not None and bandwidth <= 0:
+        raise CalibrationError(f"{path}: chip.memory_bandwidth_bytes_per_s must be a finite number > 0, "
+                               f"got {bandwidth!r}")
+    if l3 is not None and l3 <= 0:
+        raise CalibrationError(f"{path}: chip.l3_bytes must be a positive integer, got {l3}")
+    if name == LOCAL_CHIP_NAME and bandwidth is None:
+        raise CalibrationError(f"{path}: a calibration of {LOCAL_CHIP_NAME} needs chip.memory_bandwidth_bytes_per_s "
+                               "(the bandwidth its bandwidth_efficiency was fitted against)")
+    return CalibrationParams(chip=name, params=parameters.family_params, path=path, runtime=parameters.runtime,
+                             memory_bandwidth_bytes_per_s=bandwidth, l3_bytes=l3)
+
+
+@record
+class ChipMemory(Record):
+    """The chip table as prediction reads it: the memory the parameters were fitted against."""
+
+    memory_bandwidth_bytes_per_s: float | None = None
+    l3_bytes: int | None = None
+
+
+@record
+class ParametersDocument(Record):
+    """The part of a calibration document prediction needs (a hand-written file may hold only it)."""
+
+    schema: str
+    parameters: ParametersSection
+    chip: ChipMemory | None = None
+
+    def calibration_params(self, path: Path) -> CalibrationParams:
+        return _calibration_params(self.parameters, self.chip, path)
+
+
+@record
+class CalibrationDocument(Record):
+    """One calibration run: provenance, chip, measurements, fits, parameters, validation, flags."""
+
+    schema: str = SCHEMA
+    created_utc: str
+    command: str
+    machine_slug: str
+    device: str
+    quick: bool
+    precision: str                # of the layer and model timings
+    fingerprint: Fingerprint
+    environment_summary: dict[str, str]
+    chip: ChipSection
+    peaks: tuple[PeakRow, ...]
+    bandwidth: BandwidthSection
+    observations: Observations
+    fits: dict[str, FitRecord | None]
+    parameters: ParametersSection
+    validation: ValidationSection
+    power: PowerSection
+    flags: tuple[Flag, ...]
+    skipped: Skipped = Skipped()
+    dispatch: DispatchSection | None = None
+    first_touch: FirstTouchSection | None = None
+    throttle_note: str | None = None
+    crossval: CrossValSection | None = field(default=None, metadata=OMIT_NONE)
+    plots: tuple[str, ...] = ()          # the plot files written beside it (calibrate.report)
+    non_finite_values: NonFiniteValues | None = field(default=None, metadata=OMIT_NONE)
+
+    def calibration_params(self, path: Path) -> CalibrationParams:
+        """The fitted parameters for prediction (`predict --calibration`)."""
+        return _calibration_params(self.parameters, self.chip, path)
+
+    def with_plots(self, names) -> CalibrationDocument:
+        return dataclasses.replace(self, plots=tuple(sorted(names)))

@@ -1,0 +1,178 @@
+"""The typed calibration document (calibrate.document) on the real documents in the tree: every
+checked-in calibration.json and every recorded machine's document loads, survives a round trip,
+and loses nothing; a damaged one is refused in one line naming the field."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from recorded import MACHINES, REFERENCE_RUN, reference_document
+from test_fuzz_loaders import cases
+
+from chipcal.calibrate import store
+from chipcal.calibrate.document import SCHEMA, CalibrationDocument, ParametersDocument
+from chipcal.model.mapping.params import CalibrationError
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = sorted(ROOT.glob("results/*/*/calibration.json")) + sorted(MACHINES.glob("*/calibration*.json"))
+
+
+def _contained(raw: object, written: object, where: str = "") -> list[str]:
+    """Where `written` lacks or changes something `raw` holds (it may add defaulted fields)."""
+    if isinstance(raw, dict):
+        if not isinstance(written, dict):
+            return [where]
+        return [p for k, v in raw.items()
+                for p in ([f"{where}.{k}"] if k not in written else _contained(v, written[k], f"{where}.{k}"))]
+    if isinstance(raw, list):
+        if not isinstance(written, list) or len(raw) != len(written):
+            return [where]
+        return [p for i, (a, b) in enumerate(zip(raw, written, strict=True)) for p in _contained(a, b, f"{where}.{i}")]
+    return [] if raw == written else [where]
+
+
+def test_the_tree_holds_real_documents_of_one_schema():
+    """Every document written so far says SCHEMA: no older tag exists, so no migration step does."""
+    assert len(DOCUMENTS) >= 4
+    assert {json.loads(p.read_text())["schema"] for p in DOCUMENTS} == {SCHEMA}
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_round_trip_on_the_real_documents(path):
+    raw = json.loads(path.read_text())
+    doc = CalibrationDocument.from_dict(raw)
+    assert CalibrationDocument.from_dict(doc.to_dict()) == doc
+    assert _contained(raw, doc.to_dict()) == []            # nothing the file holds is lost or changed
+    # the figures as the file states them, read by attribute
+    assert doc.machine_slug == raw["machine_slug"] and doc.chip.name == raw["chip"]["name"]
+    assert [p.precision for p in doc.peaks] == [p["precision"] for p in raw["peaks"]]
+    assert len(doc.observations.models) == len(raw["observations"]["models"])
+    assert doc.validation.median_abs_error == raw["validation"]["median_abs_error"]
+    assert doc.parameters.family_params.to_dict()["efficiency"] == raw["parameters"]["family_params"]["efficiency"]
+
+
+def test_the_newest_document_is_written_back_with_the_same_keys_and_values():
+    """The reference run has every section: to_dict gives back exactly what the file holds."""
+    raw = reference_document()
+    assert {"skipped", "dispatch", "first_touch", "throttle_note"} <= set(raw)
+    assert CalibrationDocument.from_dict(raw).to_dict() == raw
+
+
+def test_an_older_document_gets_the_defaults_of_the_sections_added_since():
+    """The AVX2 EPYC run predates dispatch, first-touch, skipped lists and peak support."""
+    raw = json.loads((MACHINES / "amd-epyc-avx2-2vcpu" / "calibration-quick.json").read_text())
+    assert not {"skipped", "dispatch", "first_touch", "throttle_note"} & set(raw)
+    assert "support" not in raw["peaks"][0] and "n_models" not in raw["validation"]
+    doc = CalibrationDocument.from_dict(raw)
+    assert doc.dispatch is None and doc.first_touch is None and doc.throttle_note is None
+    assert doc.skipped.gemm_shapes == () and doc.skipped.models == ()
+    assert doc.peaks[0].support == "native" and doc.validation.n_models is None
+    assert doc.fingerprint.mkldnn_bf16 is None        # recorded before torch's oneDNN answers were
+
+
+def test_typed_parameters_match_what_predict_loads():
+    doc = store.load(REFERENCE_RUN.parent)
+    assert doc.calibration_params(REFERENCE_RUN) == store.load_calibration(REFERENCE_RUN.parent)
+    raw = reference_document()
+    assert doc.calibration_params(REFERENCE_RUN).memory_bandwidth_bytes_per_s == \
+        raw["chip"]["memory_bandwidth_bytes_per_s"]
+
+
+def test_a_parameters_only_file_is_enough_for_prediction():
+    raw = reference_document()
+    part = ParametersDocument.from_dict({"schema": SCHEMA, "parameters": raw["parameters"]})
+    assert part.chip is None and part.parameters.chip == "local-cpu"
+    with pytest.raises(CalibrationError, match="needs chip.memory_bandwidth_bytes_per_s"):
+        part.calibration_params(Path("x"))
+
+
+def _damaged(tmp_path, edit) -> str:
+    raw = reference_document()
+    edit(raw)
+    (tmp_path / store.CALIBRATION_FILE).write_text(json.dumps(raw))
+    with pytest.raises(CalibrationError) as info:
+        store.load(tmp_path)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(str(tmp_path / store.CALIBRATION_FILE))
+    return message
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: d["validation"].pop("fit_data"), "missing field validation.fit_data"),
+    (lambda d: d.pop("observations"), "missing field observations"),
+    (lambda d: d["observations"]["models"][3].pop("median_s"), "missing field observations.models.3.median_s"),
+    (lambda d: d["peaks"][1].update(n="12"), "field peaks.1.n has the wrong type (string, expected int)"),
+    (lambda d: d["peaks"][0].update(n=True), "field peaks.0.n has the wrong type (bool, expected int)"),
+    (lambda d: d["chip"].update(l3_bytes=3.5), "field chip.l3_bytes has the wrong type"),
+    (lambda d: d["bandwidth"].update(fraction="high"), "field bandwidth.fraction has the wrong type"),
+    (lambda d: d["peaks"][0].update(best_shape=[1, 2, "3"]), "field peaks.0.best_shape.2"),
+    (lambda d: d["skipped"].update(gemm_shapes=[{"precision": "fp32", "shape": [1, 2], "predicted_call_s": 1.0,
+                                                 "limit_s": 0.5}]),
+     "field skipped.gemm_shapes.0.shape must have 3 items"),
+    (lambda d: d.update(flags={"code": "x"}), "field flags has the wrong type (table, expected a list)"),
+    (lambda d: d.update(fits=[]), "field fits has the wrong type (list, expected a table)"),
+    (lambda d: d.update(dispatch="fast"), "missing field dispatch.per_op_s (dispatch is a string, not a table)"),
+    (lambda d: d["parameters"]["family_params"].pop("source"), "parameters.family_params: family_params is missing"),
+])
+def test_a_missing_or_ill_typed_field_is_one_line_naming_it(tmp_path, edit, says):
+    assert says in _damaged(tmp_path, edit)
+
+
+def test_an_overflowing_number_is_refused(tmp_path):
+    """1e999 is valid JSON that Python reads as inf."""
+    text = json.dumps(reference_document())
+    (tmp_path / store.CALIBRATION_FILE).write_text(text.replace('"fraction": ', '"fraction": 1e999, "x": ', 1))
+    with pytest.raises(CalibrationError, match="field bandwidth.fraction must be a finite number, got inf"):
+        store.load(tmp_path)
+
+
+def test_a_null_measurement_is_a_figure_not_determined(tmp_path):
+    """NaN is written as null (calibrate.store): a number field may read back as None."""
+    raw = reference_document()
+    raw["bandwidth"]["measured_bytes_per_s"] = None
+    assert CalibrationDocument.from_dict(raw).bandwidth.measured_bytes_per_s is None
+
+
+def test_the_document_loader_refuses_damage_in_one_line(tmp_path):
+    """The fuzz cases of test_fuzz_loaders on the whole document: accepted, or a one-line
+    CalibrationError; never another exception."""
+    rng = random.Random(33)
+    original = REFERENCE_RUN.read_bytes()
+    n = {"accepted": 0, "refused": 0}
+    for _kind, data, doc in cases(original, json.loads(original), rng):
+        (tmp_path / store.CALIBRATION_FILE).write_bytes(data if data is not None else json.dumps(doc).encode())
+        try:
+            store.load(tmp_path)
+        except CalibrationError as exc:
+            assert "\n" not in str(exc)
+            n["refused"] += 1
+        else:
+            n["accepted"] += 1
+    assert n["refused"] > 0 and n["accepted"] > 0
+
+
+def test_the_gpu_power_sections_round_trip():
+    """No checked-in run had a power sensor: the power rows, the energy fit and the sustain fit of
+    the fake NVML board (test_calibrate_power) stand in, written and read back through JSON."""
+    import dataclasses
+
+    from test_calibrate_power import BOOST_HZ, STATIC_W, FakeNvml, rows
+    from test_measure_system import gpu_fp
+
+    from chipcal.calibrate.document import PowerRow
+    from chipcal.calibrate.power_fit import power_section
+    from chipcal.model.registry import load_registry
+
+    fp = dataclasses.replace(gpu_fp("NVIDIA H100 80GB HBM3", 132, 81559, 700), gpu_max_sm_clock_hz=BOOST_HZ)
+    section, fit, _ = power_section(FakeNvml(), rows(), load_registry().get("h100-sxm5"), fp, "bf16")
+    raw = reference_document()
+    raw["observations"]["power"] = [PowerRow.of(r).to_dict() for r in rows()]
+    raw["power"], raw["fits"]["power"] = section.to_dict(), fit.to_dict()
+    doc = CalibrationDocument.from_dict(json.loads(json.dumps(raw)))
+    assert CalibrationDocument.from_dict(doc.to_dict()) == doc
+    assert doc.power.sustain.static_w == pytest.approx(STATIC_W, rel=1e-6)
+    assert doc.power.idle_w == pytest.approx(STATIC_W, rel=0.05) and doc.fits["power"].name == fit.name
+    assert len(doc.observations.power) == 6 and doc.observations.power[-1].sm_clock_hz == (BOOST_HZ,) * 20
