@@ -19,8 +19,8 @@ op with weights casts them to the run precision at each call, one more op before
 autocast docs: the weight-cast cache lives only inside one autocast region). Under an eager runtime
 the host issues that cast like any op; its device time is the cast kernel's
 weights × (4 + bytes per element) / (bandwidth × bandwidth_efficiency) + the per-kernel overhead.
-Its energy is not counted (weights are < 1 % of a batch's traffic). A captured graph (fused,
-compiled) pays no host cost for it and the cast is left out.
+Its energy is not counted (weights are < 1 % of a batch's traffic). At fp32 or wider there is
+nothing to cast. A captured graph (fused, compiled) pays no host cost for it and the cast is left out.
 
 Steady-state inference: when all weights plus the largest subgraph's activations fit in on-chip
 memory, weights are not re-read from DRAM (`weights_on_chip`). A precision no engine of the chip
@@ -155,8 +155,9 @@ def weights_stay_on_chip(workload, chip: Chip, bytes_scale: float) -> bool:
 def autocast_cast_s(subgraph, estimate: SubgraphEstimate, chip: Chip, precision: str, params: FamilyParams,
                     trace_bpe: float) -> float:
     """Device time of the fp32 -> `precision` weight cast autocast runs before `subgraph`; 0 when
-    the subgraph has no weights or no MAC work (module docstring)."""
-    if subgraph.weight_bytes <= 0 or not is_mac_work(subgraph):
+    the subgraph has no weights or no MAC work, or `precision` is not narrower than fp32 (nothing
+    to cast; module docstring)."""
+    if subgraph.weight_bytes <= 0 or not is_mac_work(subgraph) or BYTES_PER_ELEMENT[precision] >= BYTES_PER_ELEMENT["fp32"]:
         return 0.0
     elements = subgraph.weight_bytes / trace_bpe
     moved = elements * (BYTES_PER_ELEMENT["fp32"] + BYTES_PER_ELEMENT[precision])
