@@ -11,8 +11,9 @@ source). `compare` predicts each row with the physics model and returns one `Com
 
 Published runtimes map onto the model's runtimes (`RUNTIME_MODEL`): every framework that issues
 ops one at a time from the host (PyTorch eager, PaddlePaddle's static-graph executor, TensorFlow)
-is `eager`; TensorRT, XLA and vendor SDKs compile the graph (`fused`); torch.compile with CUDA
-graphs is `compiled`.
+is `eager`; TensorRT (also inside Paddle Inference, Paddle-TRT), XLA and vendor SDKs compile the
+graph (`fused`); torch.compile with CUDA graphs is `compiled`. PyTorch eager with AMP
+(torch.cuda.amp autocast) also casts every weight at each call (`AUTOCAST_RUNTIMES`).
 """
 
 from __future__ import annotations
@@ -31,13 +32,18 @@ from chipcal.model.precision import PRECISIONS
 
 RUNTIME_MODEL = {
     "pytorch-eager": "eager",
+    "pytorch-eager-amp": "eager",
     "paddle-static": "eager",
     "tensorflow": "eager",
     "torch-compile": "compiled",
     "tensorrt": "fused",
+    "paddle-trt": "fused",
     "xla": "fused",
     "vendor-sdk": "fused",
 }
+# published runtimes that run under torch.autocast: weights cast from fp32 at every call
+# (estimate/prediction.py, "Autocast")
+AUTOCAST_RUNTIMES = ("pytorch-eager-amp",)
 UNITS = ("ms", "s", "samples/s")
 SPLITS = ("fit", "test")
 COLUMNS = ("model", "chip", "batch", "precision", "runtime", "value", "unit", "framework", "host_cpu",
@@ -85,6 +91,10 @@ class Measurement:
     @property
     def model_runtime(self) -> str:
         return RUNTIME_MODEL[self.runtime]
+
+    @property
+    def autocast(self) -> bool:
+        return self.runtime in AUTOCAST_RUNTIMES
 
 
 def _check(path: Path, row: int, record: dict) -> Measurement:
@@ -195,7 +205,7 @@ def compare(rows: Sequence[Measurement], workload: Callable[[str, int, bool], ob
         rt = m.model_runtime
         fam = params(chip) if params is not None else params_for(chip.name, chip.kind)
         p = predict(workload(m.model, m.batch, runtime_fuses(rt)), chip, m.precision, params=fam,
-                    runtime=rt, host_overhead_s=host_overhead_s)
+                    runtime=rt, host_overhead_s=host_overhead_s, autocast=m.autocast)
         published = m.latency_s
         pred = p.latency_s if p.supported else math.nan
         out.append(Comparison(row=m.row, model=m.model, chip=m.chip, batch=m.batch, precision=m.precision,
@@ -251,13 +261,14 @@ def summarize(comparisons: Sequence[Comparison]) -> Summary:
 # --- fit of the defaults the `fit` split constrains ----------------------------------------------
 
 MAC_CLASSES = ("conv", "conv1x1", "depthwise", "matmul", "attention")
-FIT_START = {"host_server_s": 20e-6, "gpu_mac_efficiency_scale": 1.0}
-FIT_BOUNDS = {"host_server_s": (1e-7, 1e-3), "gpu_mac_efficiency_scale": (0.2, 1.4)}
+FIT_START = {"host_server_s": 20e-6, "gpu_mac_efficiency_scale": 1.0, "gpu_kernel_cycles": 5e3}
+FIT_BOUNDS = {"host_server_s": (1e-7, 1e-3), "gpu_mac_efficiency_scale": (0.2, 1.4), "gpu_kernel_cycles": (1.0, 1e6)}
 
 
 def trial_params(values: dict[str, float]) -> Callable[[object], FamilyParams]:
     """Family defaults with the fitted quantities replaced: the server host's per-op issue cost
-    (eager runtimes) and one scale on the GPU efficiency of every MAC class."""
+    (eager runtimes), one scale on the GPU efficiency of every MAC class, and the GPU's fixed
+    per-kernel cost in clock cycles (its per-kernel cost in seconds set to 0)."""
     from chipcal.model.estimate.host import host_class
     from chipcal.model.mapping.params import default_params
 
@@ -271,14 +282,16 @@ def trial_params(values: dict[str, float]) -> Callable[[object], FamilyParams]:
         if chip.kind == "gpu":
             s = values["gpu_mac_efficiency_scale"]
             changes["efficiency"] = {c: v * s if c in MAC_CLASSES else v for c, v in base.efficiency.items()}
+            changes["overhead_s"] = {c: 0.0 for c in base.overhead_s}
+            changes["overhead_cycles"] = values["gpu_kernel_cycles"]
         return dataclasses.replace(base, **changes)
 
     return params
 
 
 def fit_defaults(rows: Sequence[Measurement], workload: Callable[[str, int, bool], object], registry):
-    """Fit the server host's per-op cost and the GPU MAC-efficiency scale to `rows` (the `fit`
-    split) by least squares on log(predicted/published latency) (calibrate.fits.fit_log_latency),
+    """Fit the server host's per-op cost, the GPU MAC-efficiency scale and the GPU per-kernel
+    cycles to `rows` (the `fit` split) by least squares on log(predicted/published latency) (calibrate.fits.fit_log_latency),
     with standard errors from the Jacobian."""
     import numpy as np
 
@@ -291,5 +304,6 @@ def fit_defaults(rows: Sequence[Measurement], workload: Callable[[str, int, bool
 
     return fit_log_latency(names, [FIT_START[n] for n in names], predicted, [m.latency_s for m in rows],
                            name="validation_defaults",
-                           model="latency = predict(workload, chip; host per-op cost, GPU MAC efficiency x scale)",
+                           model="latency = predict(workload, chip; host per-op cost, GPU MAC efficiency x scale, "
+                                 "GPU per-kernel cycles / clock)",
                            lower=[FIT_BOUNDS[n][0] for n in names], upper=[FIT_BOUNDS[n][1] for n in names])

@@ -82,6 +82,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--host-overhead-s", type=non_negative_float, metavar="S",
                    help="eager runtime: host issue cost per op in seconds (default: the calibration's "
                         "dispatch probe, else the host-class default, docs/validation.md)")
+    p.add_argument("--autocast", action="store_true",
+                   help="eager runtime: weights kept in fp32 and cast to the precision at every call "
+                        "(torch.autocast / AMP): one more host-issued op before every op with weights")
     p.add_argument("--by-layer", action="store_true", help="per-subgraph roofline table")
     p.add_argument("--explain", action="store_true",
                    help="energy breakdown, memory timeline and quantified opportunities per row "
@@ -328,10 +331,11 @@ def roofline_plot(preds: Sequence[Prediction], path: str) -> None:
 def predict_all(models: Sequence[str], chips: Sequence[Chip], batches: Sequence[int],
                 precisions: Sequence[str], calibration: CalibrationParams | None,
                 workload: Callable[[str, int, bool], object], runtime: str = "fused",
-                host_overhead_s: float | None = None) -> list[tuple[Chip, Prediction]]:
+                host_overhead_s: float | None = None, autocast: bool = False) -> list[tuple[Chip, Prediction]]:
     """Every (model, batch, chip, precision) prediction with its chip; each model characterized
     once per batch and runtime, not once per chip. The calibrated chip is predicted under the
-    runtime its calibration was fitted on; every other chip under `runtime`."""
+    runtime its calibration was fitted on; every other chip under `runtime`. `autocast`: weights
+    cast from fp32 at every call (estimate/prediction.py)."""
     out = []
     for model in models:
         for batch in batches:
@@ -341,7 +345,8 @@ def predict_all(models: Sequence[str], chips: Sequence[Chip], batches: Sequence[
                 w = workload(model, batch, runtime_fuses(chip_runtime))
                 for precision in precisions:
                     out.append((chip, predict(w, chip, precision, calibration=calibration,
-                                              runtime=chip_runtime, host_overhead_s=host_overhead_s)))
+                                              runtime=chip_runtime, host_overhead_s=host_overhead_s,
+                                              autocast=autocast)))
     return out
 
 
@@ -354,7 +359,7 @@ def _body(args: argparse.Namespace) -> int:
     source = WorkloadSource(use_cache=not args.no_cache, notify=lambda line: sys.stderr.write(line + "\n"))
     try:
         pairs = predict_all(args.model, chips, args.batch, args.precision, calibration, source.get,
-                            args.runtime, args.host_overhead_s)
+                            args.runtime, args.host_overhead_s, args.autocast)
     except CalibrationError as exc:
         raise UsageError(str(exc)) from None
     preds = [p for _, p in pairs]

@@ -283,9 +283,11 @@ def test_fusion_opportunity_saves_the_intermediate_traffic_and_a_launch():
     # unfused: op0 writes y (4n) and op1 reads it back (4n) = bytes_saved_by_fusion = 8n
     assert fusion.metrics["saved_dram_bytes"] == 8 * 2**25
     assert (fusion.metrics["kernels"], fusion.metrics["unfused_kernels"]) == (1, 2)
-    # time saved = the extra traffic at the achievable bandwidth + one more launch
+    # time saved = the extra traffic at the achievable bandwidth + one more launch: the per-kernel
+    # cycles at the CUDA cores' 1.98 GHz boost clock (H100 SXM5 datasheet)
     assert fusion.metrics["saved_s"] == pytest.approx(8 * 2**25 / (H100_BW * params.bandwidth_efficiency)
-                                                      + params.overhead_s["elementwise"])
+                                                      + params.overhead_s["elementwise"]
+                                                      + params.overhead_cycles / 1.98e9)
     assert len(unfused(w).subgraphs) == 2
 
 
@@ -363,6 +365,37 @@ def test_eager_prediction_is_host_bound_when_issue_dominates():
     assert compiled.latency_s == fused.latency_s and compiled.runtime == "compiled"
     with pytest.raises(HostError):
         predict(w, v100, "fp32", runtime="eager", host_overhead_s=-1.0)
+
+
+def test_gpu_kernel_overhead_is_cycles_of_the_engine_clock():
+    # the same fc kernel (fp16: tensor cores) pays 11.5k cycles: 8.16 us at A100's 1.41 GHz,
+    # 5.64 us at L4's 2.04 GHz (clocks from the datasheets)
+    params = default_params("gpu")
+    assert params.overhead_cycles == 11.5e3 and all(v == 0.0 for v in params.overhead_s.values())
+    fc = mlp(1).subgraphs[0]
+    assert estimate_subgraph(fc, chip("a100-sxm4-80gb"), "fp16", params).overhead_s == pytest.approx(8.156e-6, rel=1e-3)
+    assert estimate_subgraph(fc, chip("l4"), "fp16", params).overhead_s == pytest.approx(5.637e-6, rel=1e-3)
+    again = type(params).from_dict(params.to_dict())
+    assert again.overhead_cycles == 11.5e3
+
+
+def test_autocast_issues_one_weight_cast_before_each_op_with_weights():
+    w = mlp(1)                      # fc1, relu, fc2: two ops carry 1024 x 1025 weights
+    v100 = chip("v100-sxm2")
+    plain = predict(w, v100, "fp16", runtime="eager", host_overhead_s=1e-3)
+    amp = predict(w, v100, "fp16", runtime="eager", host_overhead_s=1e-3, autocast=True)
+    last = max(plain.subgraphs, key=lambda e: e.index).latency_s
+    # host-bound: 3 ops issued 1 ms apart, then 5 with the two casts
+    assert plain.latency_s == pytest.approx(3e-3 + last) and amp.latency_s == pytest.approx(5e-3 + last)
+    assert amp.autocast and amp.host_s == pytest.approx(5e-3) and amp.bottleneck == "host"
+    # no host cost: the device runs the casts too; each reads fp32 and writes fp16 weights
+    # (6 B each) at 85 % of V100's 900 GB/s, plus 11.5k cycles at 1.53 GHz
+    cast = 1024 * 1025 * 6 / (900e9 * 0.85) + 11.5e3 / 1.53e9
+    free = predict(w, v100, "fp16", runtime="eager", host_overhead_s=0.0)
+    free_amp = predict(w, v100, "fp16", runtime="eager", host_overhead_s=0.0, autocast=True)
+    assert free_amp.latency_s - free.latency_s == pytest.approx(2 * cast)
+    # a captured graph pays no host cost for it
+    assert predict(w, v100, "fp16", autocast=True).latency_s == predict(w, v100, "fp16").latency_s
 
 
 def test_host_cost_defaults_by_host_class_and_calibration_overrides():

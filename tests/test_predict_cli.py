@@ -208,6 +208,23 @@ def test_eager_batch_1_on_a_gpu_says_host_bound(cli, hand_mlp):
     assert json.loads(out)[0]["bottleneck"] != "host" and json.loads(out)[0]["latency_s"] < 1e-3
 
 
+def test_autocast_adds_a_host_issued_cast_per_op_with_weights(cli, hand_mlp):
+    # fc1 and fc2 carry weights: under autocast at fp16 the host issues 5 ops, not 3, 1 ms each;
+    # at fp32 there is nothing to cast
+    argv = ["--model", "mlp1024", "--hardware", "v100-sxm2", "--runtime", "eager", "--host-overhead-s", "1e-3",
+            "--json"]
+    rows = {}
+    for prec in ("fp16", "fp32"):
+        for extra in ([], ["--autocast"]):
+            rc, out, _ = cli(predict_main, argv + ["--precision", prec] + extra)
+            assert rc == 0
+            rows[prec, bool(extra)] = json.loads(out)[0]
+    assert rows["fp16", True]["autocast"] and rows["fp16", True]["host_s"] == pytest.approx(5e-3)
+    assert rows["fp16", False]["host_s"] == pytest.approx(3e-3)
+    assert rows["fp16", True]["latency_s"] - rows["fp16", False]["latency_s"] == pytest.approx(2e-3)
+    assert rows["fp32", True]["latency_s"] == pytest.approx(rows["fp32", False]["latency_s"])
+
+
 @pytest.mark.slow
 def test_resnet50_eager_batch_1_on_v100_is_host_bound_near_the_published_latency(cli):
     # NVIDIA DeepLearningExamples, PyTorch ResNet50 v1.5 README (NGC 21.03), DGX-1 1x V100 16GB,

@@ -47,6 +47,17 @@ def test_packaged_corpus_meets_the_size_and_spread_asked_for():
     assert {m.model for m in rows} <= set(classification_models())
 
 
+def test_published_runtimes_name_autocast_and_paddle_trt():
+    # AMP rows run under torch.autocast (weights cast at every call); Paddle-TRT rows are TensorRT
+    # engines inside Paddle Inference, kept apart from stand-alone TensorRT (MLPerf, trtexec)
+    rows = load_corpus()
+    amp = [m for m in rows if "torch.cuda.amp" in m.note]
+    assert len(amp) == 16 and all(m.runtime == "pytorch-eager-amp" and m.autocast for m in amp)
+    assert not any(m.autocast for m in rows if m not in amp)
+    paddle_trt = [m for m in rows if m.runtime == "paddle-trt"]
+    assert len(paddle_trt) == 12 and all("Paddle-TRT" in m.note and m.model_runtime == "fused" for m in paddle_trt)
+
+
 def test_split_is_by_source_and_recorded_in_the_file():
     rows = load_corpus()
     by_source: dict[str, set[str]] = {}

@@ -42,10 +42,10 @@ class HostClass:
 
 
 HOST_CLASSES: dict[str, HostClass] = {
-    "server": HostClass("server", 55e-6, "default: eager per-op issue cost (module call, dispatcher, "
-                        "kernel launch) on an x86 server host, 55.2 +- 3.4 us fitted on the validation "
+    "server": HostClass("server", 47e-6, "default: eager per-op issue cost (module call, dispatcher, "
+                        "kernel launch) on an x86 server host, 46.7 +- 2.5 us fitted on the validation "
                         "corpus's fit split (PyTorch 1.8 on DGX-1 / DGX A100 hosts; docs/validation.md)"),
-    "embedded": HostClass("embedded", 110e-6, "default: assumed 2x the server host's per-op cost for the "
+    "embedded": HostClass("embedded", 94e-6, "default: assumed 2x the server host's per-op cost for the "
                           "Arm cores of an SoC (lower single-thread speed; no corpus row constrains it, "
                           "docs/validation.md)"),
 }

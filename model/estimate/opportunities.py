@@ -43,8 +43,9 @@ def _ms(t: float) -> str:
 
 
 def _again(pred: Prediction, workload, chip: Chip, precision: str, params: FamilyParams) -> Prediction:
-    """`workload` predicted as `pred` was: same runtime, same host cost per op."""
-    return predict(workload, chip, precision, params, runtime=pred.runtime, host_overhead_s=pred.host_per_op_s)
+    """`workload` predicted as `pred` was: same runtime, same host cost per op, same autocast."""
+    return predict(workload, chip, precision, params, runtime=pred.runtime, host_overhead_s=pred.host_per_op_s,
+                   autocast=pred.autocast)
 
 
 def batch_opportunity(pred: Prediction, chip: Chip, params: FamilyParams,

@@ -14,6 +14,14 @@
                          (eager), else the label (compute/memory/overhead) carrying the most
                          subgraph latency
 
+Autocast (`autocast=True`, torch.autocast / torch.cuda.amp): the weights stay in fp32 and every
+op with weights casts them to the run precision at each call, one more op before it (PyTorch
+autocast docs: the weight-cast cache lives only inside one autocast region). Under an eager runtime
+the host issues that cast like any op; its device time is the cast kernel's
+weights × (4 + bytes per element) / (bandwidth × bandwidth_efficiency) + the per-kernel overhead.
+Its energy is not counted (weights are < 1 % of a batch's traffic). At fp32 or wider there is
+nothing to cast. A captured graph (fused, compiled) pays no host cost for it and the cast is left out.
+
 Steady-state inference: when all weights plus the largest subgraph's activations fit in on-chip
 memory, weights are not re-read from DRAM (`weights_on_chip`). A precision no engine of the chip
 runs gives status "unsupported" with the reason and NaN numbers, never a silent figure. Pure and
@@ -32,7 +40,7 @@ from chipcal.model.estimate.memory import MemoryProfile, memory_profile
 from chipcal.model.estimate.roofline import SubgraphEstimate, chip_context, estimate_subgraph
 from chipcal.model.estimate.schedule import StageEstimate, schedule
 from chipcal.model.mapping import onchip_capacity
-from chipcal.model.mapping.base import UnsupportedPrecision
+from chipcal.model.mapping.base import UnsupportedPrecision, is_mac_work
 from chipcal.model.mapping.params import CalibrationParams, FamilyParams, params_for
 from chipcal.model.precision import BYTES_PER_ELEMENT
 
@@ -94,6 +102,7 @@ class Prediction:
     host_s: float = 0.0             # Σ host issue time
     host_wait_s: float = 0.0        # device idle waiting for the host
     host_source: str = ""
+    autocast: bool = False          # weights cast from fp32 at every call (eager: one more host op each)
     params_source: str = ""
     subgraphs: tuple[SubgraphEstimate, ...] = field(default=(), repr=False)
     stages: tuple[StageEstimate, ...] = field(default=(), repr=False)
@@ -143,6 +152,20 @@ def weights_stay_on_chip(workload, chip: Chip, bytes_scale: float) -> bool:
     return weights + working <= onchip_capacity(chip)
 
 
+def autocast_cast_s(subgraph, estimate: SubgraphEstimate, chip: Chip, precision: str, params: FamilyParams,
+                    trace_bpe: float) -> float:
+    """Device time of the fp32 -> `precision` weight cast autocast runs before `subgraph`; 0 when
+    the subgraph has no weights or no MAC work, or `precision` is not narrower than fp32 (nothing
+    to cast; module docstring)."""
+    if subgraph.weight_bytes <= 0 or not is_mac_work(subgraph) or BYTES_PER_ELEMENT[precision] >= BYTES_PER_ELEMENT["fp32"]:
+        return 0.0
+    elements = subgraph.weight_bytes / trace_bpe
+    moved = elements * (BYTES_PER_ELEMENT["fp32"] + BYTES_PER_ELEMENT[precision])
+    clock = next(e.clock_hz for e in chip.engines if e.name == estimate.engine)
+    return (moved / (chip.memory.bandwidth_bytes_per_s * params.bandwidth_efficiency)
+            + params.overhead_s["elementwise"] + params.overhead_cycles / clock)
+
+
 def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
     share: dict[str, float] = {}
     for e in estimates:
@@ -153,13 +176,14 @@ def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
 
 def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = None,
             calibration: CalibrationParams | None = None, runtime: str = "fused",
-            host_overhead_s: float | None = None) -> Prediction:
+            host_overhead_s: float | None = None, autocast: bool = False) -> Prediction:
     """Predict `workload` (a characterized Workload) on `chip` at `precision` under `runtime`.
 
     `params` overrides everything; otherwise the calibration applies if it was fitted on this chip,
     else the family defaults (mapping.params.params_for). `host_overhead_s` overrides the per-op
     host cost of an eager runtime (estimate/host.py). The workload should be partitioned for the
-    runtime (mapping.params.runtime_fuses).
+    runtime (mapping.params.runtime_fuses). `autocast`: weights cast from fp32 at every call
+    (module docstring).
     """
     if params is None:
         params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
@@ -181,7 +205,11 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
     host = host_cost(chip, runtime, params, host_overhead_s)
     queue = None
     if host is not None:  # eager: one stream in program order behind the host
-        queue = run_queue([e.latency_s for e in sorted(estimates, key=lambda e: e.index)], host)
+        device: list[float] = []
+        for sg, e in sorted(zip(workload.subgraphs, estimates, strict=True), key=lambda pair: pair[1].index):
+            cast = autocast_cast_s(sg, e, chip, precision, params, trace_bpe) if autocast else 0.0
+            device += [cast, e.latency_s] if cast > 0 else [e.latency_s]
+        queue = run_queue(device, host)
         latency = queue.latency_s
     mem = memory_profile(workload, scale)
 
@@ -218,5 +246,5 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
         static_energy_j=static_j, wasted_energy_j=ctx.static_w * latency * (1.0 - utilization),
         weights_on_chip=resident, host_per_op_s=host.per_op_s if host else 0.0,
         host_s=queue.host_s if queue else 0.0, host_wait_s=queue.host_wait_s if queue else 0.0,
-        host_source=host.source if host else "", params_source=params.source, subgraphs=estimates, stages=sched.stages, memory=mem,
+        host_source=host.source if host else "", autocast=autocast, params_source=params.source, subgraphs=estimates, stages=sched.stages, memory=mem,
     )

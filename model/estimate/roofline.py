@@ -5,7 +5,8 @@
                    W = FLOP / lane_fill: the work the busy lanes execute, padding included
     memory_time  = max(DRAM bytes / (spec bandwidth × bandwidth_efficiency),
                        on-chip bytes / (spec bandwidth × onchip_bandwidth_ratio))
-    latency      = max(compute_time, memory_time) + first_touch_time + overhead_s[op_class] + switch_overhead_s
+    latency      = max(compute_time, memory_time) + first_touch_time + overhead
+    overhead     = overhead_s[op_class] + switch_overhead_s + overhead_cycles / engine clock
     first_touch_time = output bytes / first_touch_bytes_per_s, for an output of at least
                    fresh_allocation_bytes: the allocator maps such a buffer fresh for every call
                    (glibc's mmap threshold tops out at 32 MiB, mallopt(3)), and the kernel's first
@@ -184,7 +185,9 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     memory = max(alloc.dram_bytes / (ctx.bandwidth_bytes_per_s * params.bandwidth_efficiency),
                  alloc.onchip_bytes / (ctx.bandwidth_bytes_per_s * params.onchip_bandwidth_ratio))
     kernel = flop > 0 or alloc.onchip_bytes > 0
-    overhead = params.overhead_s[subgraph.op_class] + params.switch_overhead_s if kernel else 0.0
+    engine = next(e for e in chip.engines if e.name == alloc.engine)
+    overhead = (params.overhead_s[subgraph.op_class] + params.switch_overhead_s
+                + params.overhead_cycles / engine.clock_hz) if kernel else 0.0
     memory += first_touch_s(subgraph.output_bytes * scale, params) if kernel else 0.0
     work = max(compute, memory)
     latency = work + overhead
@@ -197,7 +200,6 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     attained = flop / latency if latency > 0 else 0.0
 
     macs = float(subgraph.macs)
-    engine = next(e for e in chip.engines if e.name == alloc.engine)
     v2 = power.engine_voltage(chip, engine) ** 2      # dynamic energy at the engine's clock
     mac_j = power.core_energy_per_mac_j(chip.process_nm, alloc.circuit, alloc.compute_precision,
                                         engine.mma_shape) * v2

@@ -6,6 +6,9 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
 
     efficiency[op_class]   achievable fraction of the engine peak on busy, filled units at large size
     overhead_s[op_class]   fixed per-kernel cost (launch / dispatch / framework), added to the roofline
+    overhead_cycles        fixed per-kernel cost in clock cycles of the engine the kernel runs on, added
+                           to overhead_s: the device-side part of a kernel (CTA launch, prologue,
+                           pipeline fill and drain) runs at the chip's clock; 0 where not used
     half_efficiency_flop   size curve for MAC work: eff(W) = efficiency[op_class] × W / (W + h),
                            W = the subgraph's FLOP ÷ lane fill (work executed, padding included)
     bandwidth_efficiency   achievable fraction of the spec DRAM bandwidth
@@ -94,6 +97,7 @@ class FamilyParams:
     source: str
     switch_overhead_s: float = 0.0
     host_overhead_s: float | None = None
+    overhead_cycles: float = 0.0
     # first write into a freshly mapped buffer (page faults), bytes/s; None: not charged
     first_touch_bytes_per_s: float | None = None
     fresh_allocation_bytes: float = FRESH_ALLOCATION_BYTES
@@ -115,6 +119,7 @@ class FamilyParams:
                            _number("onchip_bandwidth_ratio", self.onchip_bandwidth_ratio, allow_zero=False))
         object.__setattr__(self, "switch_overhead_s",
                            _number("switch_overhead_s", self.switch_overhead_s, allow_zero=True))
+        object.__setattr__(self, "overhead_cycles", _number("overhead_cycles", self.overhead_cycles, allow_zero=True))
         if self.host_overhead_s is not None:
             object.__setattr__(self, "host_overhead_s",
                                _number("host_overhead_s", self.host_overhead_s, allow_zero=True))
@@ -140,6 +145,7 @@ class FamilyParams:
             "onchip_bandwidth_ratio": self.onchip_bandwidth_ratio,
             "switch_overhead_s": self.switch_overhead_s,
             "host_overhead_s": self.host_overhead_s,
+            "overhead_cycles": self.overhead_cycles,
             "first_touch_bytes_per_s": self.first_touch_bytes_per_s,
             "fresh_allocation_bytes": self.fresh_allocation_bytes,
             "source": self.source,
@@ -154,8 +160,8 @@ class FamilyParams:
         missing = [k for k in keys if k not in d]
         if missing:
             raise CalibrationError(f"family_params is missing {', '.join(missing)}")
-        optional = {k: d[k] for k in ("switch_overhead_s", "host_overhead_s", "first_touch_bytes_per_s",
-                                      "fresh_allocation_bytes") if k in d}
+        optional = {k: d[k] for k in ("switch_overhead_s", "host_overhead_s", "overhead_cycles",
+                                      "first_touch_bytes_per_s", "fresh_allocation_bytes") if k in d}
         return cls(**{k: d[k] for k in keys}, **optional)
 
 
@@ -172,15 +178,16 @@ _DEFAULTS: dict[str, FamilyParams] = {
             {"conv": 0.70, "conv1x1": 0.75, "depthwise": 0.40, "matmul": 0.80, "attention": 0.60},
             {"norm": 0.40, "elementwise": 0.50, "pool": 0.40, "reduce": 0.40, "data": 1.0}),
         overhead_s=_per_class(
-            {"conv": 5e-6, "conv1x1": 5e-6, "depthwise": 5e-6, "matmul": 5e-6, "attention": 5e-6},
-            {"norm": 5e-6, "elementwise": 5e-6, "pool": 5e-6, "reduce": 5e-6, "data": 5e-6}),
+            {"conv": 0.0, "conv1x1": 0.0, "depthwise": 0.0, "matmul": 0.0, "attention": 0.0},
+            {"norm": 0.0, "elementwise": 0.0, "pool": 0.0, "reduce": 0.0, "data": 0.0}),
         half_efficiency_flop=1e7,
         bandwidth_efficiency=0.85,
         onchip_bandwidth_ratio=3.0,
+        overhead_cycles=11.5e3,
         source=("default: L2 at ~3x HBM bandwidth (order of published GPU microbenchmarks, assumed); "
                 "cuBLAS/cuDNN large-GEMM and conv fractions of dense peak, FlashAttention-2 "
-                "fraction, ~5 us kernel launch + dispatch per kernel, HBM/GDDR copy kernels at ~85% "
-                "of spec (docs/prediction.md)"),
+                "fraction, 11.5k +- 1.6k GPU clock cycles per kernel (fitted on the validation corpus's "
+                "fit split, docs/validation.md), HBM/GDDR copy kernels at ~85% of spec (docs/prediction.md)"),
     ),
     "cpu": FamilyParams(
         family="cpu",
