@@ -164,23 +164,35 @@ class PowerSource:
                 call_time_s: float | None = None) -> PowerReading:
         """Idle baseline for `idle_s`, then `fn` repeated over a window long enough for the sensor.
 
-        The window lasts at least max(min_window_s, 10 × update_period_s); the repetition count
-        comes from `call_time_s` (seconds per call; one synchronized timed call when None).
+        The window lasts at least max(min_window_s, 10 × update_period_s): calls run in chunks,
+        synchronized after each, until the window has lasted that long. The first chunk's size comes
+        from `call_time_s` (seconds per call; when None, one synchronized call timed after one
+        untimed warm-up call, since a first call pays one-off costs: on a GPU, a first `a @ a`
+        creates the cuBLAS handle and took ~40x its steady time, which left a 27 ms window of one
+        call on an H100).
         """
         if not self.available:
             raise PowerUnavailable(self.reason)
         idle_w = self.idle_power_w(idle_s) if idle_s > 0 else None
         need_s = max(min_window_s if min_window_s is not None else self.min_window_s, 10 * self.update_period_s)
         if call_time_s is None:
+            fn()
             self.sync()
             t = time.perf_counter()
             fn()
             self.sync()
             call_time_s = time.perf_counter() - t
-        repetitions = max(1, math.ceil(need_s / max(call_time_s, 1e-9)))
+        chunk, repetitions = max(1, math.ceil(need_s / max(call_time_s, 1e-9))), 0
         with self.window() as w:
-            for _ in range(repetitions):
-                fn()
+            while True:
+                for _ in range(chunk):
+                    fn()
+                repetitions += chunk
+                self.sync()
+                elapsed = time.monotonic() - w.t0
+                if elapsed >= need_s:
+                    break
+                chunk = max(1, math.ceil((need_s - elapsed) / (elapsed / repetitions)))
         return self._reading(w, repetitions=repetitions, idle_w=idle_w, idle_s=idle_s, need_s=need_s)
 
     def _reading(self, w: _Window, *, repetitions: int, idle_w: float | None, idle_s: float,

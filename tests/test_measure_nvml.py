@@ -101,6 +101,28 @@ def test_energy_counter_deltas_idle_and_repetition(monkeypatch):
     assert "nvmlDeviceGetTotalEnergyConsumption" in reading.method
 
 
+def test_a_slow_first_call_does_not_shorten_the_window(monkeypatch):
+    """On an H100 the first `a @ a` (cuBLAS handle creation) took ~40x a steady call: timed as the
+    call time, it left a window of one 3 ms call (27 ms, counter not advanced). The window must
+    still reach max(min_window_s, 10 x the 0.1 s counter update) = 1 s."""
+    nv = fake_pynvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    src = NvmlSource(0, sample_period_s=0.02)
+    steady = busy_at(nv, 300.0, 0.005)
+    calls = []
+
+    def fn():
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(0.4)        # one-off cost of the first call
+        steady()
+
+    reading = src.measure(fn, min_window_s=0.3, idle_s=0.0)
+    assert reading.duration_s >= 1.0
+    assert reading.energy_j > 0 and not any("shorter" in n for n in reading.warnings)
+    assert reading.repetitions >= 1.0 / 0.0055 * 0.8      # steady 5 ms calls filled the window
+
+
 def test_without_energy_counter_integrates_power_and_says_so(monkeypatch):
     nv = fake_pynvml(counter=False)
     monkeypatch.setitem(sys.modules, "pynvml", nv)
