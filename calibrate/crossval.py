@@ -23,7 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chipcal.calibrate.layer_fits import MODEL_SIGMA_FLOOR, fit_layer_params, fit_switch_overhead
+from chipcal.calibrate.layer_fits import (
+    MODEL_SIGMA_FLOOR,
+    as_timed,
+    fit_layer_params,
+    fit_switch_overhead,
+)
 from chipcal.calibrate.records import Record
 
 REVERT_MARGIN = MODEL_SIGMA_FLOOR   # the per-layer uncertainty floor of the fit
@@ -177,10 +182,8 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
     measured bandwidth, first touch, ...), `defaults` the family defaults, `params` the full fit's
     result (its layer parameters serve the chain check). `on_fold(f)` is called after each fold.
     """
-    from chipcal.model.estimate.prediction import predict
-
     def latency(o, p) -> float:
-        return predict(o.workload, chip, precision, params=p).latency_s
+        return as_timed(o.workload, chip, precision, p).latency_s
 
     folds = assign_folds([(o.case, o.op_class) for o in layers], k)
     held: list[HeldOut] = []
@@ -206,8 +209,7 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
         for i, c in enumerate(chains):
             fold_params, _ = fit_switch_overhead([o for j, o in enumerate(chains) if j != i], chip, precision, alone)
             chain_held.append(HeldOut("chain", c.case, c.op_class, i, c.measurement.median_s,
-                                      predict(c.workload, chip, precision, params=fold_params).latency_s,
-                                      predict(c.workload, chip, precision, params=defaults).latency_s))
+                                      latency(c, fold_params), latency(c, defaults)))
     return CrossValidation(k, tuple(held), tuple(chain_held), tuple(ablations))
 
 

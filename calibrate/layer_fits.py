@@ -15,9 +15,20 @@ import numpy as np
 
 from chipcal.calibrate.fits import FitResult, fit_log_latency, fit_saturating_efficiency
 
+RUNTIME = "eager"    # layers, chains and models are timed in PyTorch eager mode: one kernel per op
 MODEL_SIGMA_FLOOR = 0.05   # per-layer log uncertainty floor: timing spread, else model misfit
 PRIOR_SIGMA = 1.0     # log-space width of the prior around the family defaults (a factor of e)
 EFFICIENCY_MAX = 2.0   # measured may exceed an *assumed* local peak (clock above the nominal one)
+
+
+def as_timed(workload, chip, precision: str, params):
+    """The prediction a timed eager PyTorch call is compared with: the eager runtime, so on a GPU
+    the host issues one op at a time at `params.host_overhead_s` (the dispatch probe) and the fitted
+    per-kernel overheads hold only what the device adds; on a CPU host and kernels share the cores
+    and the ops run in program order."""
+    from chipcal.model.estimate.prediction import predict
+
+    return predict(workload, chip, precision, params=params, runtime=RUNTIME)
 
 
 def gemm_fits(gemm, chip) -> dict[str, FitResult]:
@@ -37,12 +48,11 @@ def fit_layer_params(observations: Sequence, chip, precision: str, base):
     """Fit efficiency[c] and overhead_s[c] for every op class the micro-layers exercise, and the
     size curve's half_efficiency_flop, through the predictor itself.
 
-    Prediction of a micro-layer = chipcal.model.estimate.predict(its workload, chip, params), so
+    Prediction of a micro-layer = `as_timed` (the predictor under the eager runtime), so
     the mapper's own utilization and lane-fill penalties are not counted twice (the raw GEMM
     sweep fit only seeds half_efficiency_flop). bandwidth_efficiency stays as given in `base`
     (from the bandwidth probe). Returns (FamilyParams, FitResult).
     """
-    from chipcal.model.estimate.prediction import predict
 
     classes = sorted({sg.op_class for o in observations for sg in o.workload.subgraphs
                       if sg.flop > 0 or sg.bytes_written > 0})
@@ -66,7 +76,7 @@ def fit_layer_params(observations: Sequence, chip, precision: str, base):
     def predict_all(values: dict[str, float], which: Sequence[int] | None = None) -> np.ndarray:
         params = params_from(values)
         chosen = range(len(observations)) if which is None else which
-        return np.array([predict(observations[i].workload, chip, precision, params=params).latency_s
+        return np.array([as_timed(observations[i].workload, chip, precision, params).latency_s
                          for i in chosen])
 
     sigma = [max(MODEL_SIGMA_FLOOR, o.measurement.iqr_s / 1.349 / o.measurement.median_s) for o in observations]
@@ -127,12 +137,11 @@ def fit_switch_overhead(chains: Sequence, chip, precision: str, params):
     `params` come from the isolated-layer fit (switch_overhead_s = 0). Returns
     (params with the fitted switch_overhead_s, FitResult).
     """
-    from chipcal.model.estimate.prediction import predict
 
     alone = dataclasses.replace(params, switch_overhead_s=0.0)
     base, kernels = [], []
     for c in chains:
-        pred = predict(c.workload, chip, precision, params=alone)
+        pred = as_timed(c.workload, chip, precision, alone)
         base.append(pred.latency_s)
         kernels.append(sum(1 for e in pred.subgraphs if e.overhead_s > 0))
     base_a, kernels_a = np.asarray(base), np.asarray(kernels, dtype=float)

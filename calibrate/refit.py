@@ -17,7 +17,7 @@ import numpy as np
 
 from chipcal.calibrate.crossval import CrossValidation, cross_validate, folds, keep_defaults
 from chipcal.calibrate.document import CalibrationDocument, LayerRow
-from chipcal.calibrate.layer_fits import fit_layer_params, fit_switch_overhead
+from chipcal.calibrate.layer_fits import as_timed, fit_layer_params, fit_switch_overhead
 from chipcal.measure.timing import Measurement
 
 
@@ -81,7 +81,6 @@ def refit(doc: CalibrationDocument, chip) -> Refit:
     """Fit the layer and switch parameters of `chip` from `doc`'s recorded observations and
     predict its recorded held-out models (eager, as they were timed)."""
     from chipcal.measure.layers import default_cases, default_chains
-    from chipcal.model.estimate.prediction import predict
     from chipcal.model.mapping.params import default_params
     from chipcal.model.workload import characterize_model
 
@@ -103,6 +102,6 @@ def refit(doc: CalibrationDocument, chip) -> Refit:
     for row in doc.observations.models:
         workload = characterize_model(row.model, batch=row.batch, fuse=False)
         checks.append(ModelCheck(row.model, row.batch, row.median_s,
-                                 predict(workload, chip, precision, params=params).latency_s,
-                                 predict(workload, chip, precision, params=defaults).latency_s))
+                                 as_timed(workload, chip, precision, params).latency_s,
+                                 as_timed(workload, chip, precision, defaults).latency_s))
     return Refit(params, tuple(checks), cv)

@@ -25,7 +25,13 @@ from chipcal.calibrate import document as cd
 from chipcal.calibrate import flags as gap
 from chipcal.calibrate.crossval import cross_validate, folds, keep_defaults
 from chipcal.calibrate.journal import NoJournal
-from chipcal.calibrate.layer_fits import fit_layer_params, fit_switch_overhead, gemm_fits
+from chipcal.calibrate.layer_fits import (
+    RUNTIME,
+    as_timed,
+    fit_layer_params,
+    fit_switch_overhead,
+    gemm_fits,
+)
 from chipcal.calibrate.power_fit import power_section
 from chipcal.measure.timing import Measurement
 
@@ -35,7 +41,6 @@ QUICK_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "mobi
 DEFAULT_BATCHES = (1, 8)
 UNSTABLE_CV = 0.10
 N_CHAINS = 3         # measure.layers.default_chains()
-RUNTIME = "eager"    # layers and models are timed in PyTorch eager mode: one kernel per op
 MODEL_MIN_SAMPLES = 5
 MODEL_MAX_CALL_S = 4.0     # a validation model whose predicted forward pass is longer is not run
 
@@ -143,7 +148,6 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     from chipcal.measure.power import open_power_source
     from chipcal.measure.power_curve import power_curve
     from chipcal.measure.system import fingerprint, local_chip
-    from chipcal.model.estimate.prediction import predict
     from chipcal.model.local import LOCAL_CHIP_NAME
     from chipcal.model.mapping.params import default_params
     from chipcal.model.tdp import compare_chip
@@ -255,6 +259,18 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         if first_touch.bytes_per_s:
             base = dataclasses.replace(base, first_touch_bytes_per_s=first_touch.bytes_per_s)
 
+    # 4c. host side of the eager runtime: the per-op dispatch cost of ops on the device
+    # (measure.dispatch). On a GPU it is the host cost the device waits for, set before the fits so
+    # that the fitted per-kernel overheads hold only what the device adds; on a CPU host and kernels
+    # share the cores and the layer fit's overhead_s holds it, so it is reported, not added
+    if (recorded := journal.get("dispatch")) is None:
+        cost = probe_dispatch(max_time_s=1.0, device=config.device)
+        recorded = {"per_op_s": cost.per_op_s, "iqr_s": cost.per_op.iqr_s, "n": cost.per_op.n, "method": cost.method}
+        journal.put("dispatch", recorded)
+    dispatch = cd.DispatchSection(**recorded)
+    if device_kind(config.device) == "cuda":
+        base = dataclasses.replace(base, host_overhead_s=dispatch.per_op_s)
+
     # 5. timing rounds: micro-layers, chains and the held-out models, interleaved so that a slow
     # minute of the shared host spoils one round of each, not a whole phase (fits come after)
     defaults = default_params(chip.kind)
@@ -263,7 +279,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     for name in config.models:
         for batch in config.batches:
             workload = characterize_model(name, batch=batch, fuse=False)  # eager: one kernel per op
-            call_s = predict(workload, chip, config.precision, params=defaults).latency_s
+            call_s = as_timed(workload, chip, config.precision, defaults).latency_s
             if call_s > MODEL_MAX_CALL_S:
                 skipped_models.append(cd.SkippedModel(model=name, batch=batch, predicted_call_s=call_s,
                                                       limit_s=MODEL_MAX_CALL_S))
@@ -318,8 +334,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         return tuple(cd.LayerRow(
             case=o.case, op_class=o.op_class, flop=o.workload.flop,
             bytes=o.workload.bytes_read + o.workload.bytes_written, kernels=len(o.workload.subgraphs),
-            predicted_default_s=predict(o.workload, chip, config.precision, params=defaults).latency_s,
-            predicted_s=predict(o.workload, chip, config.precision, params=p).latency_s,
+            predicted_default_s=as_timed(o.workload, chip, config.precision, defaults).latency_s,
+            predicted_s=as_timed(o.workload, chip, config.precision, p).latency_s,
             **cd.timing(o.measurement)) for o in obs)
 
     layer_rows, chain_rows = rows(observations, params), rows(chains, params)
@@ -328,8 +344,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     model_rows = []
     for entry in plan:
         name, batch, workload = entry.name, entry.batch, entry.workload
-        predicted = predict(workload, chip, config.precision, params=params)
-        predicted_default = predict(workload, chip, config.precision, params=defaults)
+        predicted = as_timed(workload, chip, config.precision, params)
+        predicted_default = as_timed(workload, chip, config.precision, defaults)
         m = entry.measurement(config.rounds)
         model_rows.append(cd.ModelRow(model=name, batch=batch, flop=workload.flop,
                                       bytes=workload.bytes_read + workload.bytes_written,
@@ -392,16 +408,6 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                               f"measured {measured_bw / 1e9:.1f} GB/s is {measured_bw / model_bw:.0%} of the "
                               f"spec {model_bw / 1e9:.1f} GB/s", {"measured": measured_bw, "spec": model_bw}))
 
-    # host side of the eager runtime: the per-op dispatch cost of this host (measure.dispatch). On a
-    # GPU it is the host cost the device waits for; on a CPU host and kernels share the cores and
-    # the layer fit's overhead_s already holds it, so it is reported, not added
-    if (recorded := journal.get("dispatch")) is None:
-        cost = probe_dispatch(max_time_s=1.0)
-        recorded = {"per_op_s": cost.per_op_s, "iqr_s": cost.per_op.iqr_s, "n": cost.per_op.n, "method": cost.method}
-        journal.put("dispatch", recorded)
-    dispatch = cd.DispatchSection(**recorded)
-    if device_kind(config.device) == "cuda":
-        params = dataclasses.replace(params, host_overhead_s=dispatch.per_op_s)
 
     created = _now()
     params = dataclasses.replace(params, source=f"calibration: {fp.slug} {config.device} {created}")
