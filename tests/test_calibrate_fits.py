@@ -152,36 +152,3 @@ def test_parameter_that_runs_into_its_bound_falls_back_to_its_prior():
     assert "a" in fit.unconstrained and "bound" in fit.unconstrained["a"]
     assert fit.parameters["a"] == pytest.approx(1.0)
 
-
-@pytest.mark.slow
-def test_gpu_layer_fit_leaves_the_host_cost_to_the_host_model():
-    """On a GPU every eager op waits for the host to issue it (the dispatch probe's per-op cost).
-    Micro-layers generated with a 30 µs host cost and 2 µs device overheads: the fit, given the
-    probe's 30 µs, recovers device overheads of a few µs and does not fold the host time into them
-    (the H100 run before this fitted 45-70 µs per conv kernel)."""
-    import dataclasses
-
-    from chipcal.calibrate.layer_fits import as_timed, fit_layer_params
-    from chipcal.measure.layers import LayerObservation, default_cases
-    from chipcal.measure.timing import Measurement
-    from chipcal.model.mapping.params import default_params
-    from chipcal.model.registry import load_registry
-    from chipcal.model.workload import characterize
-
-    chip = load_registry().get("h100-sxm5")
-    defaults = default_params("gpu")
-    host = 30e-6
-    truth = dataclasses.replace(defaults, overhead_s={c: 2e-6 for c in defaults.overhead_s},
-                                host_overhead_s=host, source="synthetic truth")
-    cases = [c for c in default_cases(quick=True) if c.op_class in ("conv", "conv1x1", "depthwise", "matmul")]
-    observations = []
-    for case in cases:
-        workload = characterize(*case.build(), model_name=case.label, fuse=False)
-        t = as_timed(workload, chip, "fp32", truth).latency_s
-        assert t >= len(workload.subgraphs) * host      # host-bound: each op waits for its 30 µs issue
-        observations.append(LayerObservation(case.label, case.op_class, workload,
-                                             Measurement.from_samples([t * 0.99, t, t * 1.01], method="synthetic")))
-    fitted, fit = fit_layer_params(observations, chip, "fp32", dataclasses.replace(defaults, host_overhead_s=host))
-    for c in ("conv", "conv1x1", "depthwise"):
-        assert fitted.overhead_s[c] < 10e-6, (c, fitted.overhead_s[c])
-    assert max(abs(r) for r in fit.residuals) < 0.05
