@@ -80,6 +80,7 @@ def _observations(rows: Sequence[LayerRow], cases) -> list:
 def refit(doc: CalibrationDocument, chip) -> Refit:
     """Fit the layer and switch parameters of `chip` from `doc`'s recorded observations and
     predict its recorded held-out models (eager, as they were timed)."""
+    from chipcal.measure.device import device_kind
     from chipcal.measure.layers import default_cases, default_chains
     from chipcal.model.mapping.params import default_params
     from chipcal.model.workload import characterize_model
@@ -92,7 +93,7 @@ def refit(doc: CalibrationDocument, chip) -> Refit:
         defaults, bandwidth_efficiency=doc.bandwidth.measured_bytes_per_s / model_bw,
         onchip_bandwidth_ratio=onchip / model_bw if onchip else defaults.onchip_bandwidth_ratio,
         first_touch_bytes_per_s=doc.first_touch.bytes_per_s if doc.first_touch else None, source="refit")
-    layers = _observations(doc.observations.layers, default_cases(quick=False))
+    layers = _observations(doc.observations.layers, default_cases(quick=False, device_kind=device_kind(doc.device)))
     chains = _observations(doc.observations.chains, default_chains())
     params, _ = fit_layer_params(layers, chip, precision, base)
     cv = cross_validate(layers, chains, chip, precision, base, defaults, params, folds(doc.quick))

@@ -159,7 +159,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     fp = fingerprint()
     identity = identify(fp, config.device)
     chip, origin = identity.chip, identity.origin
-    cases = default_cases(quick=config.quick)
+    cases = default_cases(quick=config.quick, device_kind=device_kind(config.device))
     flags: list[gap.Flag] = []
 
     # 2. GEMM peak sweep
