@@ -17,7 +17,12 @@ import numpy as np
 
 from chipcal.calibrate.crossval import CrossValidation, cross_validate, folds, keep_defaults
 from chipcal.calibrate.document import CalibrationDocument, LayerRow
-from chipcal.calibrate.layer_fits import as_timed, fit_layer_params, fit_switch_overhead
+from chipcal.calibrate.layer_fits import (
+    as_timed,
+    fit_layer_params,
+    fit_switch_overhead,
+    host_in_overheads,
+)
 from chipcal.measure.timing import Measurement
 
 
@@ -95,8 +100,10 @@ def refit(doc: CalibrationDocument, chip) -> Refit:
         first_touch_bytes_per_s=doc.first_touch.bytes_per_s if doc.first_touch else None, source="refit")
     layers = _observations(doc.observations.layers, default_cases(quick=False, device_kind=device_kind(doc.device)))
     chains = _observations(doc.observations.chains, default_chains())
-    params, _ = fit_layer_params(layers, chip, precision, base)
-    cv = cross_validate(layers, chains, chip, precision, base, defaults, params, folds(doc.quick))
+    base, floor = host_in_overheads(base, doc.device, doc.dispatch.per_op_s if doc.dispatch else None)
+    params, _ = fit_layer_params(layers, chip, precision, base, floor)
+    cv = cross_validate(layers, chains, chip, precision, base, defaults, params, folds(doc.quick),
+                        overhead_floor_s=floor)
     params = keep_defaults(params, defaults, cv.classes_keeping_defaults)
     params, _ = fit_switch_overhead(chains, chip, precision, params)
     checks = []

@@ -31,6 +31,7 @@ from chipcal.calibrate.layer_fits import (
     fit_layer_params,
     fit_switch_overhead,
     gemm_fits,
+    host_in_overheads,
 )
 from chipcal.calibrate.power_fit import power_section
 from chipcal.measure.timing import Measurement
@@ -260,19 +261,13 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
             base = dataclasses.replace(base, first_touch_bytes_per_s=first_touch.bytes_per_s)
 
     # 4c. host side of the eager runtime: the per-op dispatch cost of ops on the device
-    # (measure.dispatch), reported. It is not the fits' host cost: on the H100 machine the probe's
-    # conv/BN/ReLU chain took 30 us per op while a lone max-pool call took 12.5 us, so one host cost
-    # per op over-charged cheap ops 2-3x and the fit was worse than with none. The per-class
-    # overhead_s holds the host's share instead (issue, launch and device fixed cost, in program
-    # order), and the calibrated parameters carry host cost 0 so that an eager prediction with
-    # them does not charge it twice.
+    # (measure.dispatch), reported; on a GPU it seeds the per-class overheads (host_in_overheads)
     if (recorded := journal.get("dispatch")) is None:
         cost = probe_dispatch(max_time_s=1.0, device=config.device)
         recorded = {"per_op_s": cost.per_op_s, "iqr_s": cost.per_op.iqr_s, "n": cost.per_op.n, "method": cost.method}
         journal.put("dispatch", recorded)
     dispatch = cd.DispatchSection(**recorded)
-    if device_kind(config.device) == "cuda":
-        base = dataclasses.replace(base, host_overhead_s=0.0)
+    base, floor = host_in_overheads(base, config.device, dispatch.per_op_s)
 
     # 5. timing rounds: micro-layers, chains and the held-out models, interleaved so that a slow
     # minute of the shared host spoils one round of each, not a whole phase (fits come after)
@@ -321,13 +316,13 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     # 6. fits on the micro-benchmarks
     k = folds(config.quick)
     progress.phase("fitting op-class efficiency, overhead and switch cost; cross-validation", 2 + k)
-    params, layer_fit = fit_layer_params(observations, chip, config.precision, base)
+    params, layer_fit = fit_layer_params(observations, chip, config.precision, base, floor)
     fits["op_class_latency"] = cd.FitRecord.of(layer_fit)
     step("op classes")
     # self-check: k-fold cross-validation over the layers, leave-one-out over the chains; an op
     # class whose fitted values predict held-out layers clearly worse than its defaults keeps them
     crossval = cross_validate(observations, chains, chip, config.precision, base, defaults, params, k,
-                              on_fold=lambda f: step(f"cross-validation fold {f + 1}/{k}"))
+                              on_fold=lambda f: step(f"cross-validation fold {f + 1}/{k}"), overhead_floor_s=floor)
     params = keep_defaults(params, defaults, crossval.classes_keeping_defaults)
     params, switch_fit = fit_switch_overhead(chains, chip, config.precision, params)
     fits["switch_overhead"] = cd.FitRecord.of(switch_fit)
