@@ -21,8 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
+from chipcal.calibrate.accuracy import Checked, abs_quantile
 from chipcal.calibrate.layer_fits import (
     MODEL_SIGMA_FLOOR,
     as_timed,
@@ -42,7 +41,7 @@ def folds(quick: bool) -> int:
 
 
 @dataclass(frozen=True)
-class HeldOut(Record):
+class HeldOut(Checked, Record):
     """One micro-benchmark predicted by a fit that did not see it."""
 
     kind: str                     # layer | chain
@@ -52,14 +51,6 @@ class HeldOut(Record):
     measured_s: float
     predicted_s: float            # the fold's calibrated parameters
     predicted_default_s: float    # the family defaults
-
-    @property
-    def error(self) -> float:
-        return self.predicted_s / self.measured_s - 1
-
-    @property
-    def default_error(self) -> float:
-        return self.predicted_default_s / self.measured_s - 1
 
 
 @dataclass(frozen=True)
@@ -105,32 +96,29 @@ class CrossValidation:
     def held_out(self) -> tuple[HeldOut, ...]:
         return self.layers + self.chains
 
-    def _stat(self, errors: Sequence[float], q: float) -> float | None:
-        return float(np.percentile(np.abs(errors), q)) if len(errors) else None
-
     @property
     def median_abs_error(self) -> float | None:
-        return self._stat([h.error for h in self.held_out], 50)
+        return abs_quantile((h.error for h in self.held_out), 50)
 
     @property
     def p90_abs_error(self) -> float | None:
-        return self._stat([h.error for h in self.held_out], 90)
+        return abs_quantile((h.error for h in self.held_out), 90)
 
     @property
     def default_median_abs_error(self) -> float | None:
-        return self._stat([h.default_error for h in self.held_out], 50)
+        return abs_quantile((h.default_error for h in self.held_out), 50)
 
     @property
     def default_p90_abs_error(self) -> float | None:
-        return self._stat([h.default_error for h in self.held_out], 90)
+        return abs_quantile((h.default_error for h in self.held_out), 90)
 
     def verdicts(self) -> tuple[ClassVerdict, ...]:
         by_class: dict[str, list[ClassAblation]] = defaultdict(list)
         for a in self.ablations:
             by_class[a.op_class].append(a)
         own = {c: sum(1 for h in self.layers if h.op_class == c) for c in by_class}
-        return tuple(ClassVerdict(c, len(abl), own[c], float(np.median([abs(a.error) for a in abl])),
-                                  float(np.median([abs(a.reverted_error) for a in abl])))
+        return tuple(ClassVerdict(c, len(abl), own[c], abs_quantile((a.error for a in abl), 50),
+                                  abs_quantile((a.reverted_error for a in abl), 50))
                      for c, abl in sorted(by_class.items()))
 
     @property

@@ -13,8 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
+from chipcal.calibrate.accuracy import Checked, abs_quantile
 from chipcal.calibrate.crossval import CrossValidation, cross_validate, folds, keep_defaults
 from chipcal.calibrate.document import CalibrationDocument, LayerRow
 from chipcal.calibrate.layer_fits import (
@@ -27,20 +26,12 @@ from chipcal.measure.timing import Measurement
 
 
 @dataclass(frozen=True)
-class ModelCheck:
+class ModelCheck(Checked):
     model: str
     batch: int
     measured_s: float
     predicted_s: float
     predicted_default_s: float
-
-    @property
-    def error(self) -> float:
-        return self.predicted_s / self.measured_s - 1
-
-    @property
-    def default_error(self) -> float:
-        return self.predicted_default_s / self.measured_s - 1
 
 
 @dataclass(frozen=True)
@@ -50,16 +41,16 @@ class Refit:
     crossval: CrossValidation
 
     @property
-    def median_abs_error(self) -> float:
-        return float(np.median([abs(m.error) for m in self.models]))
+    def median_abs_error(self) -> float | None:
+        return abs_quantile((m.error for m in self.models), 50)
 
     @property
-    def p90_abs_error(self) -> float:
-        return float(np.percentile([abs(m.error) for m in self.models], 90))
+    def p90_abs_error(self) -> float | None:
+        return abs_quantile((m.error for m in self.models), 90)
 
     @property
-    def default_median_abs_error(self) -> float:
-        return float(np.median([abs(m.default_error) for m in self.models]))
+    def default_median_abs_error(self) -> float | None:
+        return abs_quantile((m.default_error for m in self.models), 50)
 
 
 def _measurement(row: LayerRow) -> Measurement:

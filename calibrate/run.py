@@ -23,6 +23,7 @@ import numpy as np
 
 from chipcal.calibrate import document as cd
 from chipcal.calibrate import flags as gap
+from chipcal.calibrate.accuracy import abs_quantile
 from chipcal.calibrate.crossval import cross_validate, folds, keep_defaults
 from chipcal.calibrate.journal import NoJournal
 from chipcal.calibrate.layer_fits import (
@@ -355,8 +356,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         if m.cv > UNSTABLE_CV:
             flags.append(gap.unstable_timing(f"{name} batch {batch}", m.cv, UNSTABLE_CV))
 
-    errors = np.abs([r.error for r in model_rows])
-    default_errors = np.abs([r.default_error for r in model_rows])
+    errors = [r.error for r in model_rows]
+    default_errors = [r.default_error for r in model_rows]
     validation = cd.ValidationSection(
         fit_data=(f"Fit data: the GEMM sweep ({len(gemm_rows)} shapes), the bandwidth probe, "
                   f"{len(observations)} micro-layers ({', '.join(sorted({o.op_class for o in observations}))}) "
@@ -494,10 +495,10 @@ def _round_noise(plan) -> float:
     return float(np.median(spreads)) if spreads else float("nan")
 
 
-def _error_summary(abs_errors: np.ndarray, prefix: str) -> dict[str, float | None]:
+def _error_summary(errors: list[float], prefix: str) -> dict[str, float | None]:
     """Median, p90 and max of |relative error|; None when no model could be run."""
-    stats = {"median_abs_error": np.median, "p90_abs_error": lambda e: np.percentile(e, 90), "max_abs_error": np.max}
-    return {prefix + k: (float(f(abs_errors)) if len(abs_errors) else None) for k, f in stats.items()}
+    return {f"{prefix}{k}": abs_quantile(errors, q) for k, q in
+            (("median_abs_error", 50), ("p90_abs_error", 90), ("max_abs_error", 100))}
 
 
 def _now() -> str:

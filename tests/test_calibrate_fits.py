@@ -152,3 +152,26 @@ def test_parameter_that_runs_into_its_bound_falls_back_to_its_prior():
     assert "a" in fit.unconstrained and "bound" in fit.unconstrained["a"]
     assert fit.parameters["a"] == pytest.approx(1.0)
 
+
+
+def test_gpu_suite_adds_a_batch_32_twin_of_every_micro_layer():
+    from chipcal.measure.layers import GPU_LAYER_BATCH, default_cases
+    from chipcal.model.workload import characterize
+
+    cpu, gpu = default_cases(), default_cases(device_kind="cuda")
+    assert [c.label for c in gpu] == [c.label for c in cpu] + [f"{c.label} b{GPU_LAYER_BATCH}" for c in cpu]
+    assert len(default_cases(quick=True, device_kind="cuda")) == 2 * len(default_cases(quick=True))
+    # conv3x3 16->16 on 56x56, padding 1: 56·56·16·16·9 = 7,225,344 MACs per sample
+    first, twin = gpu[0], gpu[len(cpu)]
+    assert characterize(*first.build(), model_name="a", fuse=False).macs == 7_225_344
+    assert characterize(*twin.build(), model_name="b", fuse=False).macs == 32 * 7_225_344
+
+
+def test_host_share_goes_into_the_gpu_overheads_only():
+    from chipcal.calibrate.layer_fits import host_in_overheads
+    from chipcal.model.mapping.params import default_params
+
+    gpu, cpu = default_params("gpu"), default_params("cpu")
+    base, floor = host_in_overheads(gpu, "cuda:0", 30e-6)
+    assert base.host_overhead_s == 0.0 and floor == 30e-6
+    assert host_in_overheads(cpu, "cpu", 7e-6) == (cpu, 0.0)

@@ -1,0 +1,33 @@
+"""Relative prediction errors and their summaries, shared by the calibration's checks.
+
+error = predicted / measured − 1 (+: the prediction is too slow); summaries are quantiles of
+|error|: the median and the p90 the reports and the issue's targets quote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+
+class Checked:
+    """Mixin of a record with `measured_s`, `predicted_s` (calibrated) and `predicted_default_s`."""
+
+    measured_s: float
+    predicted_s: float
+    predicted_default_s: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.measured_s - 1
+
+    @property
+    def default_error(self) -> float:
+        return self.predicted_default_s / self.measured_s - 1
+
+
+def abs_quantile(errors: Iterable[float], q: float) -> float | None:
+    """The q-th percentile of |error|; None when there is no error to summarise."""
+    values = np.abs(np.fromiter(errors, dtype=float))
+    return float(np.percentile(values, q)) if values.size else None
