@@ -8,7 +8,10 @@ already catch (ValueError, KeyError, RuntimeError) so `except ValueError` still 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class ChipcalError(Exception):
@@ -38,6 +41,21 @@ class UnknownName(ChipcalError, KeyError):
 
     def __str__(self) -> str:       # KeyError would quote the message
         return str(self.args[0])
+
+
+class InvalidChoice(ChipcalError, ValueError):
+    """A value that must be one of a fixed table's keys (a circuit type, a memory type) is not."""
+
+    def __init__(self, kind: str, name: str, valid: Sequence[str]):
+        super().__init__(unknown_name_message(kind, name, valid))
+
+
+def lookup(table: Mapping[str, T], name: str, kind: str) -> T:
+    """table[name] (case and surrounding blanks ignored), else InvalidChoice naming the valid keys."""
+    key = name.strip().lower()
+    if key not in table:
+        raise InvalidChoice(kind, name, list(table))
+    return table[key]
 
 
 class UnsupportedPrecision(ChipcalError, ValueError):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from chipcal.model.errors import lookup
 from chipcal.model.precision import check_precision
 
 PJ = 1e-12
@@ -164,10 +165,7 @@ CIRCUITS: tuple[str, ...] = tuple(CIRCUITS_TABLE)
 
 
 def check_circuit(name: str) -> Circuit:
-    key = name.strip().lower()
-    if key not in CIRCUITS_TABLE:
-        raise ValueError(f"unknown circuit {name!r}; valid: {', '.join(CIRCUITS)}")
-    return CIRCUITS_TABLE[key]
+    return lookup(CIRCUITS_TABLE, name, "circuit")
 
 
 @dataclass(frozen=True)
@@ -246,10 +244,7 @@ MEMORY_TYPES: tuple[str, ...] = tuple(MEMORY_TABLE)
 
 
 def check_memory_type(name: str) -> MemoryEnergy:
-    key = name.strip().lower()
-    if key not in MEMORY_TABLE:
-        raise ValueError(f"unknown memory type {name!r}; valid: {', '.join(MEMORY_TYPES)}")
-    return MEMORY_TABLE[key]
+    return lookup(MEMORY_TABLE, name, "memory type")
 
 
 def dram_energy_per_byte_j(memory_type: str) -> float:

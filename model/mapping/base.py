@@ -90,6 +90,19 @@ def wave_schedule(items: int, units: int, items_per_unit: int = 1) -> tuple[int,
     return waves, min(units, items), utilization
 
 
+def allocation(family: str, unit_name: str, units: int, engine: Engine, precision: str,
+               schedule: tuple[int, int, float], fill: float, moved: Traffic, detail: str,
+               occupancy: float | None = None) -> Allocation:
+    """The Allocation of work scheduled over `units` (`schedule` = wave_schedule's answer) on
+    `engine` at `precision`: every mapper's answer is built here."""
+    waves, busy, util = schedule
+    return Allocation(
+        family=family, engine=engine.name, circuit=engine.circuit, compute_precision=precision,
+        peak_flop_per_s=engine_peak_flop_per_s(engine, precision), unit_name=unit_name, units_total=units,
+        units_allocated=busy, waves=waves, utilization=util, lane_fill=fill, occupancy=occupancy,
+        **moved._asdict(), detail=detail)
+
+
 def is_mac_work(subgraph) -> bool:
     return subgraph.macs > 0 and subgraph.op_class in MAC_CLASSES
 

@@ -23,10 +23,10 @@ from chipcal.model.chip import Chip, Engine
 from chipcal.model.mapping.base import (
     Allocation,
     Traffic,
+    allocation,
     best,
     bytes_per_element,
     ceil_div,
-    engine_peak_flop_per_s,
     is_mac_work,
     mac_engines,
     round_up,
@@ -52,14 +52,10 @@ def storage_lanes(chip: Chip, precision: str) -> int:
 def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, moved: Traffic,
            what: str) -> Allocation:
     cores = int(chip.microarch["cores"])
-    waves, busy, util = wave_schedule(items, cores, 1)
+    schedule = waves, busy, _ = wave_schedule(items, cores, 1)
     detail = (f"{what} on {engine.name} ({precision}): {items} work items over {cores} cores → "
               f"{busy} busy, {waves} round(s); lane fill {fill:.0%}")
-    return Allocation(
-        family="cpu", engine=engine.name, circuit=engine.circuit, compute_precision=precision,
-        peak_flop_per_s=engine_peak_flop_per_s(engine, precision), unit_name="core", units_total=cores,
-        units_allocated=busy, waves=waves, utilization=util, lane_fill=fill, occupancy=None,
-        **moved._asdict(), detail=detail)
+    return allocation("cpu", "core", cores, engine, precision, schedule, fill, moved, detail)
 
 
 def _simd_gemm(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic) -> Allocation:

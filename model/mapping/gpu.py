@@ -26,10 +26,10 @@ from chipcal.model.mapping.base import (
     Allocation,
     Traffic,
     UnsupportedPrecision,
+    allocation,
     best,
     bytes_per_element,
     ceil_div,
-    engine_peak_flop_per_s,
     is_mac_work,
     mac_engines,
     round_up,
@@ -63,7 +63,7 @@ def _tiled(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic,
     g = subgraph.gemm
     tiles_m, tiles_n = ceil_div(g.m, tile_m), ceil_div(g.n, tile_n)
     blocks = tiles_m * tiles_n * g.count
-    waves, busy, util = wave_schedule(blocks, sms, 1)
+    schedule = waves, busy, _ = wave_schedule(blocks, sms, 1)
     fill = (g.m * g.n) / (tiles_m * tile_m * tiles_n * tile_n)
     k_note = ""
     if tensor:
@@ -75,11 +75,7 @@ def _tiled(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic,
     detail = (f"{blocks} CTAs of {tile_m}x{tile_n} tiles on {engine.name} ({precision}) → "
               f"{waves} wave(s) over {sms} SMs, {busy} SMs busy; tile fill {fill:.0%}{k_note}"
               + (f", shared-memory feed {feed:.0%}" if feed < 1 else ""))
-    return Allocation(
-        family="gpu", engine=engine.name, circuit=engine.circuit, compute_precision=precision,
-        peak_flop_per_s=engine_peak_flop_per_s(engine, precision), unit_name="SM", units_total=sms,
-        units_allocated=busy, waves=waves, utilization=util, lane_fill=fill * feed, occupancy=occupancy,
-        **moved._asdict(), detail=detail)
+    return allocation("gpu", "SM", sms, engine, precision, schedule, fill * feed, moved, detail, occupancy)
 
 
 def _threaded(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic) -> Allocation:
@@ -88,18 +84,14 @@ def _threaded(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traff
     per_sm = max(1, max_threads // BLOCK_THREADS)
     threads = int(subgraph.threads)
     blocks = ceil_div(threads, BLOCK_THREADS)
-    waves, busy, util = wave_schedule(blocks, sms, per_sm)
+    schedule = waves, busy, _ = wave_schedule(blocks, sms, per_sm)
     fill = threads / (blocks * BLOCK_THREADS) if blocks else 1.0
     resident_blocks = min(per_sm, ceil_div(min(blocks, sms * per_sm), busy)) if busy else 0
     occupancy = resident_blocks * BLOCK_THREADS / max_threads
     warps = ceil_div(threads, 32)
     detail = (f"{threads} threads = {warps} warps in {blocks} blocks of {BLOCK_THREADS} on {engine.name} "
               f"({precision}) → {waves} wave(s), {busy}/{sms} SMs busy, occupancy {occupancy:.0%}")
-    return Allocation(
-        family="gpu", engine=engine.name, circuit=engine.circuit, compute_precision=precision,
-        peak_flop_per_s=engine_peak_flop_per_s(engine, precision), unit_name="SM", units_total=sms,
-        units_allocated=busy, waves=waves, utilization=util, lane_fill=fill, occupancy=occupancy,
-        **moved._asdict(), detail=detail)
+    return allocation("gpu", "SM", sms, engine, precision, schedule, fill, moved, detail, occupancy)
 
 
 def onchip_capacity(chip: Chip) -> float:

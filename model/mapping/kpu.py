@@ -27,9 +27,9 @@ from chipcal.model.chip import Chip, Engine
 from chipcal.model.mapping.base import (
     Allocation,
     Traffic,
+    allocation,
     bytes_per_element,
     ceil_div,
-    engine_peak_flop_per_s,
     is_mac_work,
     mac_engines,
     traffic,
@@ -48,13 +48,9 @@ def _geometry(chip: Chip) -> tuple[int, int, int, float]:
 def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, moved: Traffic,
            what: str) -> Allocation:
     tiles = _geometry(chip)[0]
-    waves, busy, util = wave_schedule(items, tiles, 1)
-    return Allocation(
-        family="kpu", engine=engine.name, circuit=engine.circuit, compute_precision=precision,
-        peak_flop_per_s=engine_peak_flop_per_s(engine, precision), unit_name="tile", units_total=tiles,
-        units_allocated=busy, waves=waves, utilization=util, lane_fill=fill, occupancy=None,
-        **moved._asdict(),
-        detail=f"{what} → {items} blocks, {waves} wave(s), {busy}/{tiles} tiles busy; lane fill {fill:.0%}")
+    schedule = waves, busy, _ = wave_schedule(items, tiles, 1)
+    return allocation("kpu", "tile", tiles, engine, precision, schedule, fill, moved,
+                      f"{what} → {items} blocks, {waves} wave(s), {busy}/{tiles} tiles busy; lane fill {fill:.0%}")
 
 
 def k_chunks(k: int, rows: int, cols: int, scratchpad: float, precision: str) -> int:

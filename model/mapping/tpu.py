@@ -26,9 +26,9 @@ from chipcal.model.chip import Chip, Engine
 from chipcal.model.mapping.base import (
     Allocation,
     Traffic,
+    allocation,
     best,
     ceil_div,
-    engine_peak_flop_per_s,
     is_mac_work,
     mac_engines,
     traffic,
@@ -44,13 +44,9 @@ def _geometry(chip: Chip) -> tuple[int, int, int]:
 def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, moved: Traffic,
            what: str) -> Allocation:
     mxus = _geometry(chip)[0]
-    waves, busy, util = wave_schedule(items, mxus, 1)
-    return Allocation(
-        family="tpu", engine=engine.name, circuit=engine.circuit, compute_precision=precision,
-        peak_flop_per_s=engine_peak_flop_per_s(engine, precision), unit_name="MXU",
-        units_total=mxus, units_allocated=busy, waves=waves, utilization=util, lane_fill=fill,
-        occupancy=None, **moved._asdict(),
-        detail=f"{what} → {waves} wave(s), {busy}/{mxus} MXUs busy; lane fill {fill:.0%}")
+    schedule = waves, busy, _ = wave_schedule(items, mxus, 1)
+    return allocation("tpu", "MXU", mxus, engine, precision, schedule, fill, moved,
+                      f"{what} → {waves} wave(s), {busy}/{mxus} MXUs busy; lane fill {fill:.0%}")
 
 
 def _systolic(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic) -> Allocation:
