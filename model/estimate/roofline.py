@@ -1,8 +1,11 @@
 """Per-subgraph roofline: latency, bottleneck, attained FLOP/s, energy — a pure function.
 
     compute_time = FLOP / (peak_engine × utilization × lane_fill × efficiency[op_class] × size)
-    size         = W / (W + h) for MAC work (pipeline ramp of GEMM-like kernels), 1 for non-MAC work,
-                   W = FLOP / lane_fill: the work the busy lanes execute, padding included
+    size         = W / (W + h·u) for MAC work (pipeline ramp of GEMM-like kernels), 1 for non-MAC work,
+                   W = FLOP / lane_fill: the work the busy lanes execute, padding included;
+                   u = utilization: the ramp is each busy unit's own (prologue, pipeline fill,
+                   epilogue) and the units ramp in parallel, so it costs h / (peak × efficiency)
+                   seconds whether one SM or all of them run the kernel
     memory_time  = max(DRAM bytes / (spec bandwidth × bandwidth_efficiency),
                        on-chip bytes / (spec bandwidth × onchip_bandwidth_ratio))
     latency      = max(compute_time, memory_time) + first_touch_time + overhead
@@ -18,8 +21,11 @@
 efficiency, overhead, h, bandwidth_efficiency and onchip_bandwidth_ratio from `FamilyParams`.)
 Every byte a kernel touches passes the last on-chip level once, so data resident in a cache still
 costs on-chip bandwidth time (a CPU's L3 is only ~2x its DRAM share). With W counted as executed
-work, compute_time = (FLOP/lane_fill + h) / (peak × utilization × efficiency): the ramp costs h FLOP
-of the busy units' time whatever the padding. The size curve is applied to MAC work only: for an
+work, compute_time = (FLOP/lane_fill + h·u) / (peak × u × efficiency) = W / (peak·u·eff) + h / (peak·eff):
+the ramp costs h FLOP at the whole chip's rate whatever the padding and however few units are busy
+(charged at the busy units' rate, a 110 kFLOP squeeze-excite convolution on one of an H100's 132
+SMs paid a whole-chip ramp on one SM: 2.8 ms, and the calibrated H100 was 7x too slow on
+efficientnet_b0). The size curve is applied to MAC work only: for an
 elementwise kernel on a slow vector path h / rate would dwarf its real cost — that fixed cost is
 overhead_s's job. A subgraph
 that moves no bytes and does no arithmetic (a view) launches no kernel and costs nothing.
@@ -179,7 +185,7 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     flop = float(subgraph.flop)
     eff = params.efficiency[subgraph.op_class]
     if is_mac_work(subgraph) and alloc.lane_fill > 0:
-        eff *= params.size_factor(flop / alloc.lane_fill)
+        eff *= params.size_factor(flop / alloc.lane_fill / max(alloc.utilization, 1e-12))  # W / u
     available = alloc.available_flop_per_s * eff
     compute = flop / available if flop > 0 else 0.0
     memory = max(alloc.dram_bytes / (ctx.bandwidth_bytes_per_s * params.bandwidth_efficiency),
