@@ -31,3 +31,9 @@ def abs_quantile(errors: Iterable[float], q: float) -> float | None:
     """The q-th percentile of |error|; None when there is no error to summarise."""
     values = np.abs(np.fromiter(errors, dtype=float))
     return float(np.percentile(values, q)) if values.size else None
+
+
+def error_summary(errors: list[float], prefix: str = "") -> dict[str, float | None]:
+    """Median, p90 and max of |relative error| under `prefix`-ed keys; None when there are none."""
+    return {f"{prefix}{k}": abs_quantile(errors, q) for k, q in
+            (("median_abs_error", 50), ("p90_abs_error", 90), ("max_abs_error", 100))}

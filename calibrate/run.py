@@ -23,7 +23,7 @@ import numpy as np
 
 from chipcal.calibrate import document as cd
 from chipcal.calibrate import flags as gap
-from chipcal.calibrate.accuracy import abs_quantile
+from chipcal.calibrate.accuracy import error_summary
 from chipcal.calibrate.crossval import cross_validate, folds, keep_defaults
 from chipcal.calibrate.journal import NoJournal
 from chipcal.calibrate.layer_fits import (
@@ -368,7 +368,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         n=len(model_rows),
         n_models=len({r.model for r in model_rows}),
         noise_rel=_round_noise(plan),
-        **_error_summary(errors, ""), **_error_summary(default_errors, "default_"),
+        **error_summary(errors, ""), **error_summary(default_errors, "default_"),
         crossval_median_abs_error=crossval.median_abs_error, crossval_p90_abs_error=crossval.p90_abs_error,
         crossval_default_median_abs_error=crossval.default_median_abs_error,
     )
@@ -493,12 +493,6 @@ def _round_noise(plan) -> float:
         if len(medians) >= 2:
             spreads.append((max(medians) / min(medians) - 1) / 2)
     return float(np.median(spreads)) if spreads else float("nan")
-
-
-def _error_summary(errors: list[float], prefix: str) -> dict[str, float | None]:
-    """Median, p90 and max of |relative error|; None when no model could be run."""
-    return {f"{prefix}{k}": abs_quantile(errors, q) for k, q in
-            (("median_abs_error", 50), ("p90_abs_error", 90), ("max_abs_error", 100))}
 
 
 def _now() -> str:
