@@ -27,6 +27,30 @@ class Checked:
         return self.predicted_default_s / self.measured_s - 1
 
 
+class CheckedSet:
+    """Mixin of a result holding `checks` (Checked records): their |error| medians and p90s."""
+
+    @property
+    def checks(self) -> tuple[Checked, ...]:
+        raise NotImplementedError
+
+    @property
+    def median_abs_error(self) -> float | None:
+        return abs_quantile((c.error for c in self.checks), 50)
+
+    @property
+    def p90_abs_error(self) -> float | None:
+        return abs_quantile((c.error for c in self.checks), 90)
+
+    @property
+    def default_median_abs_error(self) -> float | None:
+        return abs_quantile((c.default_error for c in self.checks), 50)
+
+    @property
+    def default_p90_abs_error(self) -> float | None:
+        return abs_quantile((c.default_error for c in self.checks), 90)
+
+
 def abs_quantile(errors: Iterable[float], q: float) -> float | None:
     """The q-th percentile of |error|; None when there is no error to summarise."""
     values = np.abs(np.fromiter(errors, dtype=float))

@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from chipcal.calibrate.accuracy import Checked, abs_quantile
+from chipcal.calibrate.accuracy import Checked, CheckedSet, abs_quantile
 from chipcal.calibrate.layer_fits import (
     MODEL_SIGMA_FLOOR,
     as_timed,
@@ -86,7 +86,7 @@ class ClassAblation:
 
 
 @dataclass(frozen=True)
-class CrossValidation:
+class CrossValidation(CheckedSet):
     folds: int
     layers: tuple[HeldOut, ...]
     chains: tuple[HeldOut, ...]
@@ -97,20 +97,8 @@ class CrossValidation:
         return self.layers + self.chains
 
     @property
-    def median_abs_error(self) -> float | None:
-        return abs_quantile((h.error for h in self.held_out), 50)
-
-    @property
-    def p90_abs_error(self) -> float | None:
-        return abs_quantile((h.error for h in self.held_out), 90)
-
-    @property
-    def default_median_abs_error(self) -> float | None:
-        return abs_quantile((h.default_error for h in self.held_out), 50)
-
-    @property
-    def default_p90_abs_error(self) -> float | None:
-        return abs_quantile((h.default_error for h in self.held_out), 90)
+    def checks(self) -> tuple[HeldOut, ...]:
+        return self.held_out
 
     def verdicts(self) -> tuple[ClassVerdict, ...]:
         by_class: dict[str, list[ClassAblation]] = defaultdict(list)

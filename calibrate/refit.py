@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from chipcal.calibrate.accuracy import Checked, abs_quantile
+from chipcal.calibrate.accuracy import Checked, CheckedSet
 from chipcal.calibrate.crossval import CrossValidation, cross_validate, folds, keep_defaults
 from chipcal.calibrate.document import CalibrationDocument, LayerRow
 from chipcal.calibrate.layer_fits import (
@@ -35,22 +35,14 @@ class ModelCheck(Checked):
 
 
 @dataclass(frozen=True)
-class Refit:
+class Refit(CheckedSet):
     params: object                   # FamilyParams
     models: tuple[ModelCheck, ...]
     crossval: CrossValidation
 
     @property
-    def median_abs_error(self) -> float | None:
-        return abs_quantile((m.error for m in self.models), 50)
-
-    @property
-    def p90_abs_error(self) -> float | None:
-        return abs_quantile((m.error for m in self.models), 90)
-
-    @property
-    def default_median_abs_error(self) -> float | None:
-        return abs_quantile((m.default_error for m in self.models), 50)
+    def checks(self) -> tuple[ModelCheck, ...]:
+        return self.models
 
 
 def _measurement(row: LayerRow) -> Measurement:
