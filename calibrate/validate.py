@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 
+from chipcal.calibrate.accuracy import abs_quantile
 from chipcal.model.errors import ChipcalError
 from chipcal.model.estimate.prediction import predict
 from chipcal.model.mapping.params import FamilyParams, params_for, runtime_fuses
@@ -218,22 +220,36 @@ def compare(rows: Sequence[Measurement], workload: Callable[[str, int, bool], ob
 
 @dataclass(frozen=True)
 class ErrorStats:
+    """One group's signed errors (predicted / published − 1) and their summaries: median and p90
+    of |error| (numpy's linear-interpolation percentile) and the signed median, the bias."""
+
     group: str
-    n: int
-    median_abs_error: float
-    p90_abs_error: float
-    median_error: float         # signed: the bias (+: predictions too slow)
+    errors: tuple[float, ...]   # the group's finite errors
+
+    @property
+    def n(self) -> int:
+        return len(self.errors)
+
+    @property
+    def median_abs_error(self) -> float:
+        return _or_nan(abs_quantile(self.errors, 50))
+
+    @property
+    def p90_abs_error(self) -> float:
+        return _or_nan(abs_quantile(self.errors, 90))
+
+    @property
+    def median_error(self) -> float:
+        """Signed: +: predictions too slow."""
+        return float(statistics.median(self.errors)) if self.errors else math.nan
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def _stats(group: str, cs: Sequence[Comparison]) -> ErrorStats:
-    import numpy as np
-
-    ok = [c for c in cs if math.isfinite(c.error)]
-    if not ok:
-        return ErrorStats(group, 0, math.nan, math.nan, math.nan)
-    a = np.array([c.abs_error for c in ok])
-    e = np.array([c.error for c in ok])
-    return ErrorStats(group, len(ok), float(np.median(a)), float(np.percentile(a, 90)), float(np.median(e)))
+    return ErrorStats(group, tuple(c.error for c in cs if math.isfinite(c.error)))
 
 
 @dataclass(frozen=True)
