@@ -17,6 +17,7 @@ from chipcal.measure import cache
 from chipcal.measure.cpu import detect_cpu
 from chipcal.measure.device import check_device, device_kind, gpu_index
 from chipcal.measure.peak import clock_probe_for
+from chipcal.measure.sweep import Sweep
 from chipcal.measure.system import (
     Fingerprint,
     OtherLoad,
@@ -42,15 +43,10 @@ class BandwidthPoint:
 
 
 @dataclass(frozen=True)
-class Bandwidth:
-    device: str
-    fingerprint_slug: str
+class Bandwidth(Sweep):
     points: tuple[BandwidthPoint, ...]
     knee_bytes: Mapping[str, int | None]              # working set at the last-level-cache knee
     sustained_bytes_per_s: Mapping[str, float]        # out of cache: memory_figure of the curve
-    from_cache: bool = False
-    warnings: tuple[str, ...] = ()
-    other_cpus: float | None = None                   # CPUs other work used during the sweep (OtherLoad)
 
     def curve(self, kernel: str) -> tuple[BandwidthPoint, ...]:
         return tuple(sorted((p for p in self.points if p.kernel == kernel), key=lambda p: p.size_bytes))
@@ -178,8 +174,7 @@ def measure_bandwidth(device: str = "cpu", sizes: Sequence[int] | None = None, *
 
 def bandwidth_to_dict(bw: Bandwidth) -> dict:
     """A Bandwidth as plain data; `bandwidth_from_dict` recomputes knees and figures from the points."""
-    return {"device": bw.device, "fingerprint_slug": bw.fingerprint_slug, "warnings": list(bw.warnings),
-            "other_cpus": bw.other_cpus,
+    return {**bw.envelope_dict(),
             "points": [{"kernel": p.kernel, "size_bytes": p.size_bytes, "measurement": p.measurement.to_dict()}
                        for p in bw.points]}
 

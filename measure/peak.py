@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from chipcal.measure import cache
 from chipcal.measure.cpu import CPU_SWEEP_PRECISIONS
 from chipcal.measure.device import check_device, device_kind, gpu_index
+from chipcal.measure.sweep import Sweep
 from chipcal.measure.system import Fingerprint, OtherLoad, fingerprint
 from chipcal.measure.throttle import ThrottleWatch
 from chipcal.measure.timing import Measurement, budget_s, fixed_threads, time_callable
@@ -76,14 +77,9 @@ class SkippedShape:
 
 
 @dataclass(frozen=True)
-class GemmPeak:
-    device: str
-    fingerprint_slug: str
+class GemmPeak(Sweep):
     points: tuple[GemmPoint, ...]
     unsupported: Mapping[str, str] = field(default_factory=dict)   # precision -> reason
-    from_cache: bool = False
-    warnings: tuple[str, ...] = ()
-    other_cpus: float | None = None     # most CPUs other work used during a precision's sweep (OtherLoad)
     emulated: Mapping[str, str] = field(default_factory=dict)      # precision -> why it has no unit here
     skipped: tuple[SkippedShape, ...] = ()
     throttle: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # precision -> throttling seen
@@ -463,8 +459,7 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
 
 def gemm_peak_to_dict(g: GemmPeak) -> dict:
     """A GemmPeak as plain data (measurements as their to_dict forms); `gemm_peak_from_dict` inverts it."""
-    return {"device": g.device, "fingerprint_slug": g.fingerprint_slug, "unsupported": dict(g.unsupported),
-            "emulated": dict(g.emulated), "warnings": list(g.warnings), "other_cpus": g.other_cpus,
+    return {**g.envelope_dict(), "unsupported": dict(g.unsupported), "emulated": dict(g.emulated),
             "points": [{"precision": p.precision, **_point_to_dict(p)} for p in g.points],
             "skipped": [dataclasses.asdict(s) for s in g.skipped],
             "throttle": {k: list(v) for k, v in g.throttle.items()}, "throttle_note": g.throttle_note}
@@ -489,4 +484,4 @@ def cached_peak_flop_per_s(device: str, precision: str, fp: Fingerprint) -> floa
         points = [_point_from_dict(precision, d) for d in entry["points"]]
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
-    return GemmPeak(device, fp.slug, tuple(points), from_cache=True).peak_flop_per_s(precision)
+    return GemmPeak(device=device, fingerprint_slug=fp.slug, points=tuple(points), from_cache=True).peak_flop_per_s(precision)

@@ -224,5 +224,5 @@ def test_best_prefers_stable_points():
     assert noisy.unstable and not steady.unstable
     points = (peak.GemmPoint("fp32", 1, 1, 1, 2, steady, 2.0),
               peak.GemmPoint("fp32", 2, 2, 2, 16, noisy, 16 / noisy.median_s))
-    assert peak.GemmPeak("cpu", "s", points).best("fp32").m == 1
-    assert peak.GemmPeak("cpu", "s", points[1:]).best("fp32").m == 2     # only unstable ones: still a peak
+    assert peak.GemmPeak(device="cpu", fingerprint_slug="s", points=points).best("fp32").m == 1
+    assert peak.GemmPeak(device="cpu", fingerprint_slug="s", points=points[1:]).best("fp32").m == 2     # only unstable ones: still a peak
