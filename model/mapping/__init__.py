@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from chipcal.model.chip import Chip
 from chipcal.model.mapping import cpu, gpu, kpu, tpu
-from chipcal.model.mapping.base import MAC_CLASSES, Allocation, UnsupportedPrecision
+from chipcal.model.mapping.base import MAC_CLASSES, Allocation, UnsupportedPrecision, traffic
 from chipcal.model.mapping.params import (
     CalibrationError,
     CalibrationParams,
@@ -24,8 +24,15 @@ def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
                  weights_on_chip: bool = False) -> Allocation:
     """Allocate `subgraph` on `chip` at `precision`; `bytes_scale` rescales the traced byte counts
     (BYTES_PER_ELEMENT[precision] / bytes per element of the traced dtype); `weights_on_chip`
-    says the model's weights stay in on-chip memory between inferences (no DRAM weight reads)."""
-    return MAPPERS[chip.kind].map_subgraph(subgraph, chip, precision, bytes_scale, weights_on_chip)
+    says the model's weights stay in on-chip memory between inferences (no DRAM weight reads).
+
+    The traffic is worked out here, once for every family: activations stay resident in the
+    family's on-chip capacity; GEMM operands are blocked for its `blocking_capacity` (the same
+    capacity, except one KPU tile's scratchpad)."""
+    mapper = MAPPERS[chip.kind]
+    resident = mapper.onchip_capacity(chip)
+    moved = traffic(subgraph, bytes_scale, resident, mapper.blocking_capacity(chip), precision, weights_on_chip)
+    return mapper.allocate(subgraph, chip, precision, moved)
 
 
 def onchip_capacity(chip: Chip) -> float:

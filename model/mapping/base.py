@@ -103,6 +103,16 @@ def allocation(family: str, unit_name: str, units: int, engine: Engine, precisio
         **moved._asdict(), detail=detail)
 
 
+def spread(family: str, unit_name: str, units: int, engine: Engine, precision: str, items: int, fill: float,
+           moved: Traffic, what: str) -> Allocation:
+    """`items` equal work items, one per unit at a time, over `units` (CPU cores, TPU MXUs, KPU
+    tiles) in waves; `what` says what the items are."""
+    schedule = waves, busy, _ = wave_schedule(items, units, 1)
+    return allocation(family, unit_name, units, engine, precision, schedule, fill, moved,
+                      f"{what}: {items} work items over {units} {unit_name}s → "
+                      f"{busy} busy, {waves} wave(s); lane fill {fill:.0%}")
+
+
 def is_mac_work(subgraph) -> bool:
     return subgraph.macs > 0 and subgraph.op_class in MAC_CLASSES
 

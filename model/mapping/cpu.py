@@ -23,16 +23,14 @@ from chipcal.model.chip import Chip, Engine
 from chipcal.model.mapping.base import (
     Allocation,
     Traffic,
-    allocation,
     best,
     bytes_per_element,
     ceil_div,
     is_mac_work,
     mac_engines,
     round_up,
-    traffic,
+    spread,
     vector_engine,
-    wave_schedule,
 )
 
 MICRO_ROWS = 8           # MR of the SIMD micro-kernel
@@ -51,11 +49,8 @@ def storage_lanes(chip: Chip, precision: str) -> int:
 
 def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, moved: Traffic,
            what: str) -> Allocation:
-    cores = int(chip.microarch["cores"])
-    schedule = waves, busy, _ = wave_schedule(items, cores, 1)
-    detail = (f"{what} on {engine.name} ({precision}): {items} work items over {cores} cores → "
-              f"{busy} busy, {waves} round(s); lane fill {fill:.0%}")
-    return allocation("cpu", "core", cores, engine, precision, schedule, fill, moved, detail)
+    return spread("cpu", "core", int(chip.microarch["cores"]), engine, precision, items, fill, moved,
+                  f"{what} on {engine.name} ({precision})")
 
 
 def _simd_gemm(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic) -> Allocation:
@@ -93,10 +88,10 @@ def onchip_capacity(chip: Chip) -> float:
     return float(ma["l3_bytes"]) + int(ma["cores"]) * float(ma["l2_bytes_per_core"])
 
 
-def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
-                 weights_on_chip: bool = False) -> Allocation:
-    on_chip = onchip_capacity(chip)
-    moved = traffic(subgraph, bytes_scale, on_chip, on_chip, precision, weights_on_chip)
+blocking_capacity = onchip_capacity   # GEMM blocks use the whole on-chip level
+
+
+def allocate(subgraph, chip: Chip, precision: str, moved: Traffic) -> Allocation:
     if not is_mac_work(subgraph):
         found = vector_engine(chip, precision) or mac_engines(chip, precision)[0]
         return _vector(subgraph, chip, found[0], found[1], moved, GRAIN_SIZE)

@@ -33,7 +33,6 @@ from chipcal.model.mapping.base import (
     is_mac_work,
     mac_engines,
     round_up,
-    traffic,
     vector_engine,
     wave_schedule,
 )
@@ -99,10 +98,10 @@ def onchip_capacity(chip: Chip) -> float:
     return float(chip.microarch["l2_bytes"])
 
 
-def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
-                 weights_on_chip: bool = False) -> Allocation:
-    l2 = onchip_capacity(chip)
-    moved = traffic(subgraph, bytes_scale, l2, l2, precision, weights_on_chip)
+blocking_capacity = onchip_capacity   # GEMM blocks use the whole on-chip level
+
+
+def allocate(subgraph, chip: Chip, precision: str, moved: Traffic) -> Allocation:
     if not is_mac_work(subgraph):
         found = vector_engine(chip, precision)
         if found is None:

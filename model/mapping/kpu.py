@@ -27,14 +27,12 @@ from chipcal.model.chip import Chip, Engine
 from chipcal.model.mapping.base import (
     Allocation,
     Traffic,
-    allocation,
     bytes_per_element,
     ceil_div,
     is_mac_work,
     mac_engines,
-    traffic,
+    spread,
     vector_engine,
-    wave_schedule,
 )
 
 ACCUMULATOR_BYTES = 4
@@ -47,10 +45,7 @@ def _geometry(chip: Chip) -> tuple[int, int, int, float]:
 
 def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, moved: Traffic,
            what: str) -> Allocation:
-    tiles = _geometry(chip)[0]
-    schedule = waves, busy, _ = wave_schedule(items, tiles, 1)
-    return allocation("kpu", "tile", tiles, engine, precision, schedule, fill, moved,
-                      f"{what} → {items} blocks, {waves} wave(s), {busy}/{tiles} tiles busy; lane fill {fill:.0%}")
+    return spread("kpu", "tile", _geometry(chip)[0], engine, precision, items, fill, moved, what)
 
 
 def k_chunks(k: int, rows: int, cols: int, scratchpad: float, precision: str) -> int:
@@ -96,10 +91,12 @@ def onchip_capacity(chip: Chip) -> float:
     return tiles * spad + float(chip.microarch.get("l2_bytes", 0) or 0)
 
 
-def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
-                 weights_on_chip: bool = False) -> Allocation:
-    spad = _geometry(chip)[3]
-    moved = traffic(subgraph, bytes_scale, onchip_capacity(chip), spad, precision, weights_on_chip)
+def blocking_capacity(chip: Chip) -> float:
+    """One tile's scratchpad (bytes): what a GEMM block must fit in (tiles block independently)."""
+    return _geometry(chip)[3]
+
+
+def allocate(subgraph, chip: Chip, precision: str, moved: Traffic) -> Allocation:
     if not is_mac_work(subgraph) or subgraph.gemm is None:
         return _elementwise(subgraph, chip, moved, precision)
     native = chip.engine_for(precision)

@@ -26,13 +26,11 @@ from chipcal.model.chip import Chip, Engine
 from chipcal.model.mapping.base import (
     Allocation,
     Traffic,
-    allocation,
     best,
     ceil_div,
     is_mac_work,
     mac_engines,
-    traffic,
-    wave_schedule,
+    spread,
 )
 
 
@@ -43,10 +41,7 @@ def _geometry(chip: Chip) -> tuple[int, int, int]:
 
 def _alloc(chip: Chip, engine: Engine, precision: str, items: int, fill: float, moved: Traffic,
            what: str) -> Allocation:
-    mxus = _geometry(chip)[0]
-    schedule = waves, busy, _ = wave_schedule(items, mxus, 1)
-    return allocation("tpu", "MXU", mxus, engine, precision, schedule, fill, moved,
-                      f"{what} → {waves} wave(s), {busy}/{mxus} MXUs busy; lane fill {fill:.0%}")
+    return spread("tpu", "MXU", _geometry(chip)[0], engine, precision, items, fill, moved, what)
 
 
 def _systolic(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic) -> Allocation:
@@ -84,10 +79,10 @@ def onchip_capacity(chip: Chip) -> float:
     return float(chip.microarch["sram_bytes"])
 
 
-def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
-                 weights_on_chip: bool = False) -> Allocation:
-    sram = onchip_capacity(chip)
-    moved = traffic(subgraph, bytes_scale, sram, sram, precision, weights_on_chip)
+blocking_capacity = onchip_capacity   # GEMM blocks use the whole on-chip level
+
+
+def allocate(subgraph, chip: Chip, precision: str, moved: Traffic) -> Allocation:
     if not is_mac_work(subgraph) or subgraph.gemm is None:
         return _vector(subgraph, chip, moved, precision)
     candidates = [_systolic(subgraph, chip, e, p, moved)
