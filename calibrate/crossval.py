@@ -21,58 +21,15 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from chipcal.calibrate.accuracy import Checked, CheckedSet, abs_quantile
-from chipcal.calibrate.layer_fits import (
-    MODEL_SIGMA_FLOOR,
-    as_timed,
-    fit_layer_params,
-    fit_switch_overhead,
-)
-from chipcal.calibrate.records import Record
-
-REVERT_MARGIN = MODEL_SIGMA_FLOOR   # the per-layer uncertainty floor of the fit
-REVERT_MIN_LAYERS = 3
+from chipcal.calibrate.accuracy import CheckedSet, abs_quantile
+from chipcal.calibrate.layer_fits import as_timed, fit_layer_params, fit_switch_overhead
+from chipcal.calibrate.selfcheck import ClassVerdict, CrossValSection, HeldOut
 
 
 def folds(quick: bool) -> int:
     """Folds of the layer cross-validation: 4 for the quick suite's 16 layers, 5 for the full 37
     (each fold fits on 75-80 % of the layers; the quick run's time limit bounds the count)."""
     return 4 if quick else 5
-
-
-@dataclass(frozen=True)
-class HeldOut(Checked, Record):
-    """One micro-benchmark predicted by a fit that did not see it."""
-
-    kind: str                     # layer | chain
-    case: str
-    op_class: str
-    fold: int
-    measured_s: float
-    predicted_s: float            # the fold's calibrated parameters
-    predicted_default_s: float    # the family defaults
-
-
-@dataclass(frozen=True)
-class ClassVerdict(Record):
-    """Held-out layers that run one op class: |error| with the fold's fitted parameters, and
-    with the same parameters but this class's efficiency and overhead at their defaults."""
-
-    op_class: str
-    n: int                      # held-out layers that run the class
-    own_layers: int             # micro-layers of the suite that are of this class
-    median_abs_error: float
-    reverted_median_abs_error: float
-
-    @property
-    def keeps_defaults(self) -> bool:
-        """The class's fitted values predict its held-out layers clearly worse than its defaults:
-        by more than REVERT_MARGIN in median |error|, for a class with at least REVERT_MIN_LAYERS
-        micro-layers of its own. With fewer, each fold fits the class's efficiency and overhead
-        on one layer or none: the fold's fit is weaker than the full fit, and the comparison
-        would judge the fold, not the calibration (the quick suite's 2-layer classes)."""
-        return (self.own_layers >= REVERT_MIN_LAYERS
-                and self.reverted_median_abs_error < self.median_abs_error - REVERT_MARGIN)
 
 
 @dataclass(frozen=True)
@@ -120,20 +77,6 @@ class CrossValidation(CheckedSet):
             default_median_abs_error=self.default_median_abs_error,
             default_p90_abs_error=self.default_p90_abs_error,
             classes_keeping_defaults=self.classes_keeping_defaults, classes=self.verdicts(), held_out=self.held_out)
-
-
-@dataclass(frozen=True, kw_only=True)
-class CrossValSection(Record):
-    """The self-check as the calibration document records it (calibrate.document)."""
-
-    folds: int
-    median_abs_error: float | None
-    p90_abs_error: float | None
-    default_median_abs_error: float | None
-    default_p90_abs_error: float | None
-    classes_keeping_defaults: tuple[str, ...]
-    classes: tuple[ClassVerdict, ...]
-    held_out: tuple[HeldOut, ...]
 
 
 def assign_folds(cases: Sequence[tuple[str, str]], k: int) -> list[int]:

@@ -18,9 +18,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chipcal.calibrate.crossval import CrossValSection
 from chipcal.calibrate.flags import Flag
 from chipcal.calibrate.records import LAST, OMIT_NONE, Record
+from chipcal.calibrate.selfcheck import CrossValSection
 from chipcal.measure.system import Fingerprint
 from chipcal.model.local import LOCAL_CHIP_NAME
 from chipcal.model.mapping.params import RUNTIMES, CalibrationError, CalibrationParams, FamilyParams

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from chipcal.calibrate.crossval import REVERT_MARGIN, REVERT_MIN_LAYERS, CrossValSection
 from chipcal.calibrate.document import CalibrationDocument, FitRecord
 from chipcal.calibrate.fits import saturating
+from chipcal.calibrate.selfcheck import REVERT_MARGIN, REVERT_MIN_LAYERS, CrossValSection
 
 PLOTS = {
     "gemm_efficiency.png": "GEMM efficiency vs problem size with the fitted saturating curve",

@@ -12,11 +12,11 @@ import pytest
 from chipcal.calibrate.crossval import (
     ClassAblation,
     CrossValidation,
-    HeldOut,
     assign_folds,
     cross_validate,
     keep_defaults,
 )
+from chipcal.calibrate.selfcheck import HeldOut
 from chipcal.model.mapping.params import default_params
 
 

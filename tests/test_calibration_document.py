@@ -176,3 +176,19 @@ def test_the_gpu_power_sections_round_trip():
     assert doc.power.sustain.static_w == pytest.approx(STATIC_W, rel=1e-6)
     assert doc.power.idle_w == pytest.approx(STATIC_W, rel=0.05) and doc.fits["power"].name == fit.name
     assert len(doc.observations.power) == 6 and doc.observations.power[-1].sm_clock_hz == (BOOST_HZ,) * 20
+
+
+def test_reading_a_calibration_loads_no_fitting_code():
+    """Predicting from a calibration reads its document; the fitting code (scipy, ~0.4 s to import)
+    is the calibration run's business, not the reader's. A fresh process loads every checked-in
+    document and its parameters, and scipy is never imported."""
+    import subprocess
+    import sys
+
+    paths = [str(p.parent) for p in sorted(ROOT.glob("results/*/*/calibration.json"))]
+    assert paths
+    code = ("import sys\nfrom chipcal.calibrate import store\n"
+            f"for p in {paths!r}:\n    store.load_calibration(p); store.load(p)\n"
+            "assert not [m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')], 'scipy imported'\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
