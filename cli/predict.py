@@ -110,9 +110,11 @@ def _local_chip(calibration_dir: str | None) -> Chip:
         if cal.chip == LOCAL_CHIP_NAME:
             return local_chip(cal.memory_bandwidth_bytes_per_s, cal.l3_bytes, f"calibration {calibration_dir}")
     from chipcal.measure.bandwidth import cached_cpu_bandwidth, local_overrides
+    from chipcal.measure.cpu import detect_cpu
 
-    measured = cached_cpu_bandwidth()
-    return local_chip(**local_overrides(measured)) if measured is not None else local_chip()
+    spec = detect_cpu()     # once: the cache lookup and the chip both need it
+    measured = cached_cpu_bandwidth(spec)
+    return local_chip(**local_overrides(measured), cpu=spec) if measured is not None else local_chip(cpu=spec)
 
 
 def _chips(names: Sequence[str], calibration_dir: str | None = None) -> list[Chip]:

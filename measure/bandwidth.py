@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from chipcal.measure import cache
-from chipcal.measure.cpu import detect_cpu
 from chipcal.measure.device import check_device, device_kind, gpu_index
 from chipcal.measure.peak import clock_probe_for
 from chipcal.measure.sweep import Sweep
@@ -26,6 +25,7 @@ from chipcal.measure.system import (
     matches_host_key,
 )
 from chipcal.measure.timing import Measurement, budget_s, time_callable
+from chipcal.model.local import CpuSpec
 
 DEFAULT_BANDWIDTH_SIZES = {"cpu": tuple(16 * 1024 * 4**i for i in range(9)),     # 16 KiB … 1 GiB per array
                            "cuda": tuple(64 * 1024 * 4**i for i in range(8))}    # 64 KiB … 1 GiB per array
@@ -205,8 +205,8 @@ def _bw_point_from_dict(d: dict) -> BandwidthPoint:
     return BandwidthPoint(kernel, size, moved, moved, meas, moved / meas.median_s)
 
 
-def cached_cpu_bandwidth() -> Bandwidth | None:
-    """This machine's newest cached CPU bandwidth measurement, found without importing torch
+def cached_cpu_bandwidth(spec: CpuSpec) -> Bandwidth | None:
+    """This machine's (CPU `spec`) newest cached CPU bandwidth measurement, found without importing torch
     (`predict --hardware local` must not need torch); None when nothing usable is cached.
 
     The full cache key holds torch's thread count and ATen ISA, which only an imported torch can
@@ -215,7 +215,7 @@ def cached_cpu_bandwidth() -> Bandwidth | None:
     `bandwidth-cpu-*` file whose entry has this host's identity and whose key has this torch
     release, ISA overrides and CPU affinity (`system.matches_host_key`); an unstable entry is not served.
     """
-    host = local_host_identity()
+    host = local_host_identity(spec)
     prefix = "bandwidth-cpu-"
     for path in sorted(cache.cache_dir().glob(f"{prefix}*.json"), key=_mtime, reverse=True):
         entry = (cache.load_matching(path, matches_host_key) or {}).get("bandwidth")
@@ -227,7 +227,7 @@ def cached_cpu_bandwidth() -> Bandwidth | None:
             continue
         if points:
             return _bandwidth_from_points("cpu", path.stem.removeprefix(prefix), points, True, [],
-                                          detect_cpu().l3_bytes, None)
+                                          spec.l3_bytes, None)
     return None
 
 

@@ -168,9 +168,9 @@ def _cpu_features(blocks: list[dict[str, str]]) -> tuple[str, ...]:
     return tuple(sorted(f for f in _flags(blocks) if f in FEATURE_FLAGS))
 
 
-def local_host_identity() -> dict:
-    """`Fingerprint.host_identity` of this machine, read from /proc and /sys only (no torch)."""
-    spec = detect_cpu()
+def local_host_identity(spec: CpuSpec) -> dict:
+    """`Fingerprint.host_identity` of this machine (its CPU `spec` as detect_cpu read it), read
+    from /proc and /sys only (no torch)."""
     return host_identity(spec.model_name, spec.cores, spec.cores * spec.threads_per_core, spec.memory_bytes,
                          _cpu_features(_cpuinfo(Path("/proc"))))
 

@@ -266,6 +266,7 @@ def test_local_prediction_from_a_warm_cache_imports_no_torch(tmp_path, monkeypat
     import sys
 
     from chipcal.measure import bandwidth
+    from chipcal.measure.cpu import detect_cpu
     from chipcal.measure.system import fingerprint
     from chipcal.measure.timing import Measurement
 
@@ -278,7 +279,7 @@ def test_local_prediction_from_a_warm_cache_imports_no_torch(tmp_path, monkeypat
     monkeypatch.setattr(bandwidth, "_measure_bandwidth_point", steady)
     bandwidth.measure_bandwidth("cpu", [1 << 20, 1 << 22], fp=fingerprint())
     workloads.WorkloadSource(use_cache=True).get("resnet18", 1, True)      # warm the workload cache
-    assert bandwidth.cached_cpu_bandwidth().sustained_bytes_per_s["triad"] == pytest.approx(rate)
+    assert bandwidth.cached_cpu_bandwidth(detect_cpu()).sustained_bytes_per_s["triad"] == pytest.approx(rate)
 
     run = subprocess.run([sys.executable, "-X", "importtime", "-m", "chipcal.cli.main", "predict", "--model",
                           "resnet18", "--hardware", "local", "--json"], capture_output=True, text=True, timeout=120)
