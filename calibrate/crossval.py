@@ -95,12 +95,14 @@ def assign_folds(cases: Sequence[tuple[str, str]], k: int) -> list[int]:
 
 def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, base, defaults,
                    params, k: int, on_fold: Callable[[int], None] | None = None,
-                   overhead_floor_s: float = 0.0) -> CrossValidation:
+                   overhead_floor_s: float = 0.0, prior=None) -> CrossValidation:
     """k-fold cross-validation of the layer fit and leave-one-out of the switch fit.
 
     `layers` and `chains` are LayerObservations; `base` is what the layer fit starts from (the
-    measured bandwidth, first touch, ...), `defaults` the family defaults, `params` the full fit's
-    result (its layer parameters serve the chain check). `on_fold(f)` is called after each fold;
+    measured bandwidth, first touch, ...), `defaults` the family defaults (what the calibration
+    is compared with), `prior` what a class's fitted values are put back to in the ablation (the
+    fit's prior centre, layer_fits.gemm_informed; the defaults when None), `params` the full
+    fit's result (its layer parameters serve the chain check). `on_fold(f)` is called after each fold;
     `overhead_floor_s` goes to the layer fit (fit_layer_params).
     """
     def latency(o, p) -> float:
@@ -120,7 +122,7 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
             fitted = latency(o, fold_params)
             held.append(HeldOut("layer", o.case, o.op_class, f, m, fitted, latency(o, defaults)))
             for c in sorted({sg.op_class for sg in o.workload.subgraphs if sg.flop > 0 or sg.bytes_written > 0}):
-                reverted = latency(o, keep_defaults(fold_params, defaults, [c]))
+                reverted = latency(o, keep_defaults(fold_params, prior or defaults, [c]))
                 ablations.append(ClassAblation(o.case, c, fitted / m - 1, reverted / m - 1))
         if on_fold:
             on_fold(f)

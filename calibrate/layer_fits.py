@@ -58,6 +58,26 @@ def gemm_fits(gemm, chip) -> dict[str, FitResult]:
     return fits
 
 
+def gemm_informed(defaults, gemm_fit):
+    """The family defaults with the MAC classes' efficiencies rescaled by the GEMM sweep.
+
+    A family default efficiency is a fraction of the physics peak, and the defaults assume a
+    large GEMM attains efficiency["matmul"] of it. The sweep measured what it attains: e_max
+    (calibrate.fits.fit_saturating_efficiency, relative to the same physics peak). Where they
+    differ, the whole MAC engine is faster or slower than assumed (a clock above the nominal
+    one, fewer FMA ports than assumed), so every MAC class's default moves by the same factor
+    e_max / efficiency["matmul"]. `gemm_fit` is a FitResult or FitRecord of the calibrated
+    precision, or None (no sweep, no unit): the defaults unchanged, as when e_max is unconstrained.
+    """
+    from chipcal.model.mapping.base import MAC_CLASSES
+
+    if gemm_fit is None or "e_max" in gemm_fit.unconstrained:
+        return defaults
+    scale = gemm_fit.parameters["e_max"] / defaults.efficiency["matmul"]
+    eff = {c: v * scale if c in MAC_CLASSES else v for c, v in defaults.efficiency.items()}
+    return dataclasses.replace(defaults, efficiency=eff)
+
+
 def fit_layer_params(observations: Sequence, chip, precision: str, base, overhead_floor_s: float = 0.0):
     """Fit efficiency[c] and overhead_s[c] for every op class the micro-layers exercise, and the
     size curve's half_efficiency_flop, through the predictor itself.

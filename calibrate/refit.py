@@ -20,6 +20,7 @@ from chipcal.calibrate.layer_fits import (
     as_timed,
     fit_layer_params,
     fit_switch_overhead,
+    gemm_informed,
     host_in_overheads,
 )
 from chipcal.measure.timing import Measurement
@@ -75,10 +76,11 @@ def refit(doc: CalibrationDocument, chip) -> Refit:
 
     precision = doc.precision
     defaults = default_params(chip.kind)
+    prior = gemm_informed(defaults, doc.fits.get(f"gemm_efficiency_{precision}"))
     model_bw = chip.memory.bandwidth_bytes_per_s
     onchip = doc.bandwidth.onchip_bytes_per_s
     base = dataclasses.replace(
-        defaults, bandwidth_efficiency=doc.bandwidth.measured_bytes_per_s / model_bw,
+        prior, bandwidth_efficiency=doc.bandwidth.measured_bytes_per_s / model_bw,
         onchip_bandwidth_ratio=onchip / model_bw if onchip else defaults.onchip_bandwidth_ratio,
         first_touch_bytes_per_s=doc.first_touch.bytes_per_s if doc.first_touch else None, source="refit")
     layers = _observations(doc.observations.layers, default_cases(quick=False, device_kind=device_kind(doc.device)))
@@ -86,8 +88,8 @@ def refit(doc: CalibrationDocument, chip) -> Refit:
     base, floor = host_in_overheads(base, doc.device, doc.dispatch.per_op_s if doc.dispatch else None)
     params, _ = fit_layer_params(layers, chip, precision, base, floor)
     cv = cross_validate(layers, chains, chip, precision, base, defaults, params, folds(doc.quick),
-                        overhead_floor_s=floor)
-    params = keep_defaults(params, defaults, cv.classes_keeping_defaults)
+                        overhead_floor_s=floor, prior=prior)
+    params = keep_defaults(params, prior, cv.classes_keeping_defaults)
     params, _ = fit_switch_overhead(chains, chip, precision, params)
     checks = []
     for row in doc.observations.models:

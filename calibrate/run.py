@@ -32,6 +32,7 @@ from chipcal.calibrate.layer_fits import (
     fit_layer_params,
     fit_switch_overhead,
     gemm_fits,
+    gemm_informed,
     host_in_overheads,
 )
 from chipcal.calibrate.power_fit import power_section
@@ -224,8 +225,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         chip = local_chip(**local_overrides(bw), support=fp.cpu_precisions, cpu=fp.cpu)
         origin += "; DRAM bandwidth and last-level cache from the bandwidth probe"
     model_bw = chip.memory.bandwidth_bytes_per_s
-    base = default_params(chip.kind)
     precision_fit = gemm_fit.get(f"gemm_efficiency_{config.precision}")
+    base = gemm_informed(default_params(chip.kind), precision_fit)     # the layer fit's prior centre
     onchip_bw = onchip_bandwidth(bw, fp.l3_bytes if device_kind(config.device) == "cpu" else None)
     base = dataclasses.replace(
         base,
@@ -261,8 +262,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         if first_touch.bytes_per_s:
             base = dataclasses.replace(base, first_touch_bytes_per_s=first_touch.bytes_per_s)
 
-    # 4c. host side of the eager runtime: the per-op dispatch cost of ops on the device
-    # (measure.dispatch), reported; on a GPU it seeds the per-class overheads (host_in_overheads)
+    # 4c. eager host side: per-op dispatch cost (measure.dispatch); on a GPU it seeds the overheads
     if (recorded := journal.get("dispatch")) is None:
         cost = probe_dispatch(max_time_s=1.0, device=config.device)
         recorded = {"per_op_s": cost.per_op_s, "iqr_s": cost.per_op.iqr_s, "n": cost.per_op.n, "method": cost.method}
@@ -320,11 +320,11 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     params, layer_fit = fit_layer_params(observations, chip, config.precision, base, floor)
     fits["op_class_latency"] = cd.FitRecord.of(layer_fit)
     step("op classes")
-    # self-check: k-fold cross-validation over the layers, leave-one-out over the chains; an op
-    # class whose fitted values predict held-out layers clearly worse than its defaults keeps them
+    # self-check (k-fold over layers, leave-one-out over chains): a class that spoils them keeps its prior
     crossval = cross_validate(observations, chains, chip, config.precision, base, defaults, params, k,
-                              on_fold=lambda f: step(f"cross-validation fold {f + 1}/{k}"), overhead_floor_s=floor)
-    params = keep_defaults(params, defaults, crossval.classes_keeping_defaults)
+                              on_fold=lambda f: step(f"cross-validation fold {f + 1}/{k}"), overhead_floor_s=floor,
+                              prior=base)
+    params = keep_defaults(params, base, crossval.classes_keeping_defaults)
     params, switch_fit = fit_switch_overhead(chains, chip, config.precision, params)
     fits["switch_overhead"] = cd.FitRecord.of(switch_fit)
     step("switch overhead")
@@ -376,7 +376,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         flags.append(gap.Flag(
             "fitted_class_reverted", "info",
             f"op classes {', '.join(crossval.classes_keeping_defaults)}: their fitted efficiency and overhead "
-            "predicted held-out micro-layers worse than their defaults (cross-validation); the defaults are kept",
+            "predicted held-out micro-layers worse than their prior values (cross-validation); those are kept",
             {"classes": float(len(crossval.classes_keeping_defaults))}))
     if crossval.held_out and crossval.median_abs_error > crossval.default_median_abs_error:
         flags.append(gap.Flag(

@@ -175,3 +175,25 @@ def test_host_share_goes_into_the_gpu_overheads_only():
     base, floor = host_in_overheads(gpu, "cuda:0", 30e-6)
     assert base.host_overhead_s == 0.0 and floor == 30e-6
     assert host_in_overheads(cpu, "cpu", 7e-6) == (cpu, 0.0)
+
+
+def test_gemm_sweep_rescales_every_mac_class_prior_and_nothing_else():
+    """The CPU defaults assume a large GEMM attains 0.8 of the physics peak. A sweep reaching
+    1.2 of it (a clock 1.5x above the assumed one) moves every MAC class by 1.2 / 0.8 = 1.5:
+    conv 0.65 -> 0.975, depthwise 0.25 -> 0.375, matmul 0.8 -> 1.2; the vector classes
+    (norm 0.3, pool 0.3) stay. No sweep, or an e_max the sweep cannot pin, changes nothing."""
+    from chipcal.calibrate.layer_fits import gemm_informed
+    from chipcal.model.mapping.params import default_params
+
+    cpu = default_params("cpu")
+    assert cpu.efficiency["matmul"] == 0.8 and cpu.efficiency["conv"] == 0.65
+    sweep = FitResult(name="gemm_efficiency_fp32", model="", parameters={"e_max": 1.2, "w_half_flop": 1e6},
+                      stderr={}, residuals=(), residual_space="log", r2=1.0, n=8)
+    eff = gemm_informed(cpu, sweep).efficiency
+    assert eff["conv"] == pytest.approx(0.975) and eff["depthwise"] == pytest.approx(0.375)
+    assert eff["matmul"] == pytest.approx(1.2) and eff["attention"] == pytest.approx(0.75)
+    assert eff["norm"] == 0.3 and eff["pool"] == 0.3
+    assert gemm_informed(cpu, None) == cpu
+    loose = FitResult(name="gemm_efficiency_fp32", model="", parameters={"e_max": 1.2, "w_half_flop": 1e6},
+                      stderr={}, residuals=(), residual_space="log", r2=1.0, n=8, unconstrained={"e_max": "at its bound"})
+    assert gemm_informed(cpu, loose) == cpu
