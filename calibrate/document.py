@@ -306,6 +306,16 @@ class FirstTouchSection(Record):
     reused_median_s: float | None
     fresh_iqr_s: float | None
     n: int
+    # the allocator's, pinned by the run (measure.allocator); None: glibc's dynamic threshold
+    mmap_threshold_bytes: int | None = field(default=None, metadata=OMIT_NONE)
+
+    def charged_in(self, params: FamilyParams) -> FamilyParams:
+        """`params` charging first touch as this run found it: at the measured rate, for blocks at or
+        above the mmap threshold the run's allocator had (glibc's 32 MiB ceiling when it was not pinned)."""
+        if not self.bytes_per_s:
+            return params
+        return dataclasses.replace(params, first_touch_bytes_per_s=self.bytes_per_s,
+                                   fresh_allocation_bytes=self.mmap_threshold_bytes or params.fresh_allocation_bytes)
 
 
 @record

@@ -81,8 +81,8 @@ def refit(doc: CalibrationDocument, chip) -> Refit:
     onchip = doc.bandwidth.onchip_bytes_per_s
     base = dataclasses.replace(
         prior, bandwidth_efficiency=doc.bandwidth.measured_bytes_per_s / model_bw,
-        onchip_bandwidth_ratio=onchip / model_bw if onchip else defaults.onchip_bandwidth_ratio,
-        first_touch_bytes_per_s=doc.first_touch.bytes_per_s if doc.first_touch else None, source="refit")
+        onchip_bandwidth_ratio=onchip / model_bw if onchip else defaults.onchip_bandwidth_ratio, source="refit")
+    base = doc.first_touch.charged_in(base) if doc.first_touch else base
     layers = _observations(doc.observations.layers, default_cases(quick=False, device_kind=device_kind(doc.device)))
     chains = _observations(doc.observations.chains, default_chains())
     base, floor = host_in_overheads(base, doc.device, doc.dispatch.per_op_s if doc.dispatch else None)

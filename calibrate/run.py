@@ -93,23 +93,6 @@ class CalibrationConfig:
         return 2.0 if self.quick else 6.0
 
 
-def _environment_summary(fp) -> dict:
-    summary = {
-        "CPU": f"{fp.cpu_model} ({fp.physical_cores} physical / {fp.logical_cores} logical cores, "
-               f"{fp.torch_threads} torch threads)",
-        "CPU clock": (f"{fp.cpu_clock_hz / 1e9:.2f} GHz ({fp.cpu_clock_source})" if fp.cpu_clock_hz else "unreadable"),
-        "CPU features": ", ".join(f for f in fp.cpu_features if f.startswith(("avx", "amx", "fma", "neon", "sve"))),
-        "memory": f"{fp.memory_bytes / 2**30:.1f} GiB",
-        "torch / torchvision": f"{fp.torch_version} / {fp.torchvision_version}",
-        "python": fp.python_version,
-    }
-    if fp.gpu_name:
-        summary["GPU"] = (f"{fp.gpu_name}, {fp.gpu_sm_count} SMs, {(fp.gpu_memory_bytes or 0) / 2**30:.0f} GiB, "
-                          f"power limit {fp.gpu_power_limit_w} W")
-        summary["driver / CUDA"] = f"{fp.driver_version} / {fp.cuda_runtime_version}"
-    return summary
-
-
 def onchip_bandwidth(bw, os_llc_bytes: int | None = None) -> float | None:
     """Last-level-cache bandwidth from the probe: the median over working sets within 8x below
     the cache knee (the plateau the knee ends). Where the probe found no knee, the last-level
@@ -127,6 +110,7 @@ def onchip_bandwidth(bw, os_llc_bytes: int | None = None) -> float | None:
 def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                     journal=None) -> cd.CalibrationDocument:
     """Measure, fit, validate and flag; returns the calibration document."""
+    from chipcal.measure.allocator import pin_allocator
     from chipcal.measure.bandwidth import (
         DEFAULT_BANDWIDTH_SIZES,
         KERNELS,
@@ -160,6 +144,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     journal = journal or NoJournal()      # each step's observations are recorded as soon as measured
     step = progress.step
     fp = fingerprint()
+    allocator = pin_allocator()     # page faults of eager forward passes independent of the process's history
     identity = identify(fp, config.device)
     chip, origin = identity.chip, identity.origin
     cases = default_cases(quick=config.quick, device_kind=device_kind(config.device))
@@ -256,11 +241,11 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
             ft = measure_first_touch()
             recorded = {"bytes_per_s": ft.bytes_per_s, "size_bytes": ft.size_bytes,
                         "fresh_median_s": ft.fresh.median_s, "reused_median_s": ft.reused.median_s,
-                        "fresh_iqr_s": ft.fresh.iqr_s, "n": ft.fresh.n}
+                        "fresh_iqr_s": ft.fresh.iqr_s, "n": ft.fresh.n,
+                        "mmap_threshold_bytes": allocator.mmap_threshold_bytes}
             journal.put("first_touch", recorded)
         first_touch = cd.FirstTouchSection(**recorded)
-        if first_touch.bytes_per_s:
-            base = dataclasses.replace(base, first_touch_bytes_per_s=first_touch.bytes_per_s)
+        base = first_touch.charged_in(base)
 
     # 4c. eager host side: per-op dispatch cost (measure.dispatch); on a GPU it seeds the overheads
     if (recorded := journal.get("dispatch")) is None:
@@ -418,7 +403,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         quick=config.quick,
         precision=config.precision,
         fingerprint=fp,
-        environment_summary=_environment_summary(fp),
+        environment_summary={**fp.summary(), "allocator": allocator.detail},
         chip=cd.ChipSection(
             name=chip.name, display_name=chip.display_name, kind=chip.kind, origin=origin,
             process_nm=chip.process_nm, tdp_w=chip.tdp_w,

@@ -139,12 +139,14 @@ def _measured_peaks(args, precisions: list[str], fp, bar_desc) -> dict[str, floa
 def _body(args: argparse.Namespace) -> int:
     device = check_device(args.device)
     models = _models(args.model)
+    from chipcal.measure.allocator import pin_allocator
     from chipcal.measure.models import UnsupportedPrecision, measure_model
     from chipcal.measure.power import UnavailableSource, open_power_source
     from chipcal.measure.reference import reference_peaks
     from chipcal.measure.system import OtherLoad, fingerprint
 
     fp = fingerprint(device.index)
+    allocator = pin_allocator()     # as calibrate does: page faults independent of the process's history
     ref = reference_peaks(fp, args.device)
     power = UnavailableSource("--no-power given") if args.no_power else open_power_source(args.device)
     writer = RowWriter(args.csv, FIELDS)
@@ -174,6 +176,7 @@ def _body(args: argparse.Namespace) -> int:
         sys.stdout.write(f"chip: {ref.chip}; fingerprint {fp.slug}; torch {fp.torch_version}, "
                          f"{fp.torch_threads} threads; efficiency column: vs {args.peak} peak\n")
         sys.stdout.write(f"power: {power.name}" + (f" ({power.reason})" if not power.available else "") + "\n")
+        sys.stdout.write(f"allocator: {allocator.detail}\n")
         write_notes(rows, ref.notes, fp.logical_cores)
         for r in rows:
             if r["note"]:

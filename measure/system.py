@@ -119,6 +119,25 @@ class Fingerprint:
         cap = env.get("ONEDNN_MAX_CPU_ISA") or env.get("DNNL_MAX_CPU_ISA")
         return cpu_precision_support(set(self.cpu_features), self.arch, self.mkldnn_bf16, self.mkldnn_fp16, cap)
 
+    def summary(self) -> dict[str, str]:
+        """The fields a report shows, as display strings."""
+        out = {
+            "CPU": f"{self.cpu_model} ({self.physical_cores} physical / {self.logical_cores} logical cores, "
+                   f"{self.torch_threads} torch threads)",
+            "CPU clock": (f"{self.cpu_clock_hz / 1e9:.2f} GHz ({self.cpu_clock_source})" if self.cpu_clock_hz
+                          else "unreadable"),
+            "CPU features": ", ".join(f for f in self.cpu_features
+                                      if f.startswith(("avx", "amx", "fma", "neon", "sve"))),
+            "memory": f"{self.memory_bytes / 2**30:.1f} GiB",
+            "torch / torchvision": f"{self.torch_version} / {self.torchvision_version}",
+            "python": self.python_version,
+        }
+        if self.gpu_name:
+            out["GPU"] = (f"{self.gpu_name}, {self.gpu_sm_count} SMs, {(self.gpu_memory_bytes or 0) / 2**30:.0f} GiB, "
+                          f"power limit {self.gpu_power_limit_w} W")
+            out["driver / CUDA"] = f"{self.driver_version} / {self.cuda_runtime_version}"
+        return out
+
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
                 for f in dataclasses.fields(self) if f.name != "cpu"}

@@ -12,8 +12,9 @@
     overhead     = overhead_s[op_class] + switch_overhead_s + overhead_cycles / engine clock
     first_touch_time = output bytes / first_touch_bytes_per_s, for an output of at least
                    fresh_allocation_bytes: the allocator maps such a buffer fresh for every call
-                   (glibc's mmap threshold tops out at 32 MiB, mallopt(3)), and the kernel's first
-                   write to each page faults. Serial with the kernel's own work; 0 where the
+                   (glibc's dynamic mmap threshold tops out at 32 MiB, mallopt(3); a calibration
+                   pins it at 1 GiB, measure.allocator), and the kernel's first write to each
+                   page faults. Serial with the kernel's own work; 0 where the
                    parameters have no first-touch rate (measured by calibration, measure.bandwidth)
     bottleneck   = overhead if overhead ≥ max(compute, memory), else the larger of the two
 

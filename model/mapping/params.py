@@ -20,7 +20,8 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
     onchip_bandwidth_ratio bandwidth of the last on-chip level (CPU L3, GPU L2, TPU/KPU SRAM) as a
                            multiple of the spec DRAM bandwidth: cache-resident traffic is not free
     first_touch_bytes_per_s  rate of the first write into a freshly mapped buffer (page faults) for
-                           outputs of at least fresh_allocation_bytes (CPU eager, glibc); None: not
+                           outputs of at least fresh_allocation_bytes (CPU eager, glibc: 32 MiB, or the
+                           threshold a calibration pinned, measure.allocator); None: not
                            charged; a CPU calibration measures it (measure.bandwidth.measure_first_touch)
 
 A calibration (`CalibrationParams`, read from a calibration directory by calibrate.store) is
