@@ -81,7 +81,7 @@ class CalibrationConfig:
 
     @property
     def layer_time_s(self) -> float:
-        return 0.8 if self.quick else 1.8
+        return 0.4 if self.quick else 1.8
 
     @property
     def validation_time_s(self) -> float:
@@ -147,7 +147,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     allocator = pin_allocator()     # page faults of eager forward passes independent of the process's history
     identity = identify(fp, config.device)
     chip, origin = identity.chip, identity.origin
-    cases = default_cases(quick=config.quick, device_kind=device_kind(config.device))
+    cases = default_cases(device_kind(config.device))
     flags: list[gap.Flag] = []
 
     # 2. GEMM peak sweep

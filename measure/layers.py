@@ -24,7 +24,7 @@ class LayerCase:
     op_class: str
     label: str
     build: Callable[[], tuple[object, tuple]]   # -> (module, example inputs)
-    quick: bool = False                          # part of the --quick suite
+    cpu_batched: bool = False                    # also timed at CPU_LAYER_BATCH on a CPU
 
 
 @dataclass(frozen=True)
@@ -232,71 +232,76 @@ def default_chains() -> list[LayerCase]:
     """Hand-built small networks (not torchvision models) whose whole-network time, against
     the sum of their kernels timed alone, measures the cost of running different kernels back
     to back (calibrate: switch_overhead_s)."""
-    return [LayerCase(CHAIN_CLASS, "chain: mobile blocks @160", _mobile_chain(), quick=True),
-            LayerCase(CHAIN_CLASS, "chain: residual blocks @160", _residual_chain(), quick=True),
-            LayerCase(CHAIN_CLASS, "chain: 2 encoder blocks x64", _transformer_chain(), quick=True)]
+    return [LayerCase(CHAIN_CLASS, "chain: mobile blocks @160", _mobile_chain()),
+            LayerCase(CHAIN_CLASS, "chain: residual blocks @160", _residual_chain()),
+            LayerCase(CHAIN_CLASS, "chain: 2 encoder blocks x64", _transformer_chain())]
 
 
 GPU_LAYER_BATCH = 32     # a GPU's second copy of the suite: device-bound where batch 1 is host-bound
+CPU_LAYER_BATCH = 8      # a CPU's second copy of the `cpu_batched` cases
 
 
-def default_cases(quick: bool = False, device_kind: str = "cpu") -> list[LayerCase]:
-    """The calibration suite. Shapes come from resnet/mobilenet/efficientnet/vit layers; `quick`
-    keeps, per class, a small and a large case (different work, so efficiency and per-kernel
-    overhead stay separable).
+def default_cases(device_kind: str = "cpu") -> list[LayerCase]:
+    """The calibration suite (the same for --quick, which only shortens the budgets). Shapes come
+    from resnet/mobilenet/efficientnet/vit layers, two or more per class with different work, so
+    efficiency and per-kernel overhead stay separable.
 
     On a GPU every batch-1 micro-layer is host-bound (on an H100, 20-150 us per layer whatever its
     FLOP): the fit could trade efficiency against overhead freely and came out at 9 % conv
     efficiency with 0.1 us overheads. The suite is therefore run twice there, at batch 1 (the fixed
-    costs) and at batch GPU_LAYER_BATCH (the device's rate), labelled "... b32"."""
+    costs) and at batch GPU_LAYER_BATCH (the device's rate), labelled "... b32".
+    On a CPU, layers fitted at batch 1 alone predicted batch-8 networks 23-35 % too slow (a
+    small-spatial conv gains 1.4x per image from batch 8; a 1x1 conv whose batch-8 output leaves
+    the cache loses 1.3x): one small and one large case per class (`cpu_batched`) is also timed at
+    CPU_LAYER_BATCH, labelled "... b8"."""
     cases = _cases(1)
     if device_kind == "cuda":
-        cases += _cases(GPU_LAYER_BATCH)
-    return [c for c in cases if c.quick] if quick else cases
+        return cases + _cases(GPU_LAYER_BATCH)
+    return cases + [c for c in _cases(CPU_LAYER_BATCH) if c.cpu_batched]
 
 
 def _cases(batch: int) -> list[LayerCase]:
-    def case(op_class, label, build, quick=False):
-        return LayerCase(op_class, label if batch == 1 else f"{label} b{batch}", build, quick)
+    def case(op_class, label, build, cpu_batched=False):
+        return LayerCase(op_class, label if batch == 1 else f"{label} b{batch}", build, cpu_batched)
 
     cases = [
-        case("conv", "conv3x3 16->16 @56", _conv_bn_act(16, 16, 56, 3, batch=batch), quick=True),
-        case("conv", "conv3x3 64->64 @56", _conv_bn_act(64, 64, 56, 3, batch=batch), quick=True),
+        case("conv", "conv3x3 16->16 @56", _conv_bn_act(16, 16, 56, 3, batch=batch), cpu_batched=True),
+        case("conv", "conv3x3 64->64 @56", _conv_bn_act(64, 64, 56, 3, batch=batch), cpu_batched=True),
         case("conv", "conv3x3 128->128 @28", _conv_bn_act(128, 128, 28, 3, batch=batch)),
         case("conv", "conv3x3 256->256 @14", _conv_bn_act(256, 256, 14, 3, batch=batch)),
-        case("conv", "conv3x3 512->512 @7", _conv_bn_act(512, 512, 7, 3, batch=batch), quick=True),
+        case("conv", "conv3x3 512->512 @7", _conv_bn_act(512, 512, 7, 3, batch=batch), cpu_batched=True),
         case("conv", "conv3x3/2 3->32 @224", _conv_bn_act(3, 32, 224, 3, stride=2, act="relu6", batch=batch)),
         case("conv", "conv7x7/2 3->64 @224", _conv_bn_act(3, 64, 224, 7, stride=2, batch=batch)),
         case("conv1x1", "conv1x1 16->96 @112", _conv_bn_act(16, 96, 112, 1, act="relu6", batch=batch)),
-        case("conv1x1", "conv1x1 24->144 @56", _conv_bn_act(24, 144, 56, 1, act="relu6", batch=batch), quick=True),
+        case("conv1x1", "conv1x1 24->144 @56", _conv_bn_act(24, 144, 56, 1, act="relu6", batch=batch), cpu_batched=True),
         case("conv1x1", "conv1x1 144->24 @56", _conv_bn_act(144, 24, 56, 1, act="none", batch=batch)),
         case("conv1x1", "conv1x1 256->64 @56", _conv_bn_act(256, 64, 56, 1, batch=batch)),
         case("conv1x1", "conv1x1 64->256 @56", _conv_bn_act(64, 256, 56, 1, act="none", batch=batch)),
         case("conv1x1", "conv1x1 1024->256 @14", _conv_bn_act(1024, 256, 14, 1, batch=batch)),
         case("conv1x1", "conv1x1 960->160 @7", _conv_bn_act(960, 160, 7, 1, act="none", batch=batch)),
-        case("conv1x1", "conv1x1 512->2048 @7", _conv_bn_act(512, 2048, 7, 1, act="none", batch=batch), quick=True),
+        case("conv1x1", "conv1x1 512->2048 @7", _conv_bn_act(512, 2048, 7, 1, act="none", batch=batch), cpu_batched=True),
         case("depthwise", "dw3x3 32 @112", _conv_bn_act(32, 32, 112, 3, groups=32, act="relu6", batch=batch)),
         case("depthwise", "dw3x3/2 96 @112",
-             _conv_bn_act(96, 96, 112, 3, stride=2, groups=96, act="relu6", batch=batch), quick=True),
-        case("depthwise", "dw3x3 144 @56", _conv_bn_act(144, 144, 56, 3, groups=144, act="relu6", batch=batch), quick=True),
+             _conv_bn_act(96, 96, 112, 3, stride=2, groups=96, act="relu6", batch=batch), cpu_batched=True),
+        case("depthwise", "dw3x3 144 @56", _conv_bn_act(144, 144, 56, 3, groups=144, act="relu6", batch=batch), cpu_batched=True),
         case("depthwise", "dw5x5 240 @28", _conv_bn_act(240, 240, 28, 5, groups=240, act="relu6", batch=batch)),
         case("depthwise", "dw3x3 384 @14", _conv_bn_act(384, 384, 14, 3, groups=384, act="relu6", batch=batch)),
-        case("depthwise", "dw3x3 960 @7", _conv_bn_act(960, 960, 7, 3, groups=960, act="relu6", batch=batch), quick=True),
-        case("matmul", "linear 768->3072+gelu x197", _linear_act(197, 768, 3072, act=True, batch=batch), quick=True),
+        case("depthwise", "dw3x3 960 @7", _conv_bn_act(960, 960, 7, 3, groups=960, act="relu6", batch=batch), cpu_batched=True),
+        case("matmul", "linear 768->3072+gelu x197", _linear_act(197, 768, 3072, act=True, batch=batch), cpu_batched=True),
         case("matmul", "linear 3072->768 x197", _linear_act(197, 3072, 768, act=False, batch=batch)),
-        case("matmul", "linear 2048->1000 x1", _linear_act(1, 2048, 1000, act=False, batch=batch), quick=True),
+        case("matmul", "linear 2048->1000 x1", _linear_act(1, 2048, 1000, act=False, batch=batch), cpu_batched=True),
         case("matmul", "linear 256->256 x49", _linear_act(49, 256, 256, act=False, batch=batch)),
-        case("attention", "mha 768/12h x197", _attention(197, 768, 12, batch=batch), quick=True),
+        case("attention", "mha 768/12h x197", _attention(197, 768, 12, batch=batch), cpu_batched=True),
         case("attention", "mha 256/8h x49", _attention(49, 256, 8, batch=batch)),
-        case("norm", "layernorm 768 x197", _layer_norm(197, 768, batch=batch), quick=True),
+        case("norm", "layernorm 768 x197", _layer_norm(197, 768, batch=batch), cpu_batched=True),
         case("norm", "layernorm 256 x49", _layer_norm(49, 256, batch=batch)),
-        case("elementwise", "add+relu 256 @56", _add_relu(256, 56, batch=batch), quick=True),
+        case("elementwise", "add+relu 256 @56", _add_relu(256, 56, batch=batch), cpu_batched=True),
         case("elementwise", "add+relu 2048 @7", _add_relu(2048, 7, batch=batch)),
-        case("elementwise", "squeeze-excite 240 @28", _squeeze_excite(240, 28, batch=batch), quick=True),
+        case("elementwise", "squeeze-excite 240 @28", _squeeze_excite(240, 28, batch=batch), cpu_batched=True),
         case("elementwise", "squeeze-excite 960 @7", _squeeze_excite(960, 7, batch=batch)),
-        case("pool", "maxpool3x3/2 64 @112", _pool("max", 64, 112, batch=batch), quick=True),
+        case("pool", "maxpool3x3/2 64 @112", _pool("max", 64, 112, batch=batch), cpu_batched=True),
         case("pool", "maxpool3x3/2 192 @56", _pool("max", 192, 56, batch=batch)),
-        case("reduce", "avgpool 2048 @7", _pool("avg", 2048, 7, batch=batch), quick=True),
+        case("reduce", "avgpool 2048 @7", _pool("avg", 2048, 7, batch=batch), cpu_batched=True),
         case("reduce", "avgpool 576 @7", _pool("avg", 576, 7, batch=batch)),
     ]
     return cases

@@ -154,17 +154,22 @@ def test_parameter_that_runs_into_its_bound_falls_back_to_its_prior():
 
 
 
-def test_gpu_suite_adds_a_batch_32_twin_of_every_micro_layer():
-    from chipcal.measure.layers import GPU_LAYER_BATCH, default_cases
+def test_gpu_suite_adds_a_batch_32_twin_of_every_micro_layer_and_a_cpu_a_batch_8_twin_of_some():
+    from chipcal.measure.layers import CPU_LAYER_BATCH, GPU_LAYER_BATCH, default_cases
     from chipcal.model.workload import characterize
 
     cpu, gpu = default_cases(), default_cases(device_kind="cuda")
-    assert [c.label for c in gpu] == [c.label for c in cpu] + [f"{c.label} b{GPU_LAYER_BATCH}" for c in cpu]
-    assert len(default_cases(quick=True, device_kind="cuda")) == 2 * len(default_cases(quick=True))
+    single = [c for c in cpu if not c.label.endswith(f" b{CPU_LAYER_BATCH}")]
+    assert [c.label for c in gpu] == [c.label for c in single] + [f"{c.label} b{GPU_LAYER_BATCH}" for c in single]
+    twins = [f"{c.label} b{CPU_LAYER_BATCH}" for c in single if c.cpu_batched]
+    assert [c.label for c in cpu] == [c.label for c in single] + twins
+    # every op class has at least one batched case
+    assert {c.op_class for c in single} == {c.op_class for c in single if c.cpu_batched}
     # conv3x3 16->16 on 56x56, padding 1: 56·56·16·16·9 = 7,225,344 MACs per sample
-    first, twin = gpu[0], gpu[len(cpu)]
+    first, gpu_twin, cpu_twin = gpu[0], gpu[len(single)], cpu[len(single)]
     assert characterize(*first.build(), model_name="a", fuse=False).macs == 7_225_344
-    assert characterize(*twin.build(), model_name="b", fuse=False).macs == 32 * 7_225_344
+    assert characterize(*gpu_twin.build(), model_name="b", fuse=False).macs == 32 * 7_225_344
+    assert characterize(*cpu_twin.build(), model_name="c", fuse=False).macs == 8 * 7_225_344
 
 
 def test_host_share_goes_into_the_gpu_overheads_only():

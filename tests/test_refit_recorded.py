@@ -39,6 +39,9 @@ RECORDED = [
     # 19.4 % / 39.6 % (defaults 31.4 % / 46.0 %); refit 17.3 % / 39.1 %; mobile networks at batch 8
     # are 35-52 % too fast
     ("amd-epyc-zen4-2vcpu", "calibration-full.json", 14, 0.194, 0.25, 0.45, 1.4),
+    # the same VM, `chipcal calibrate --quick` with the allocator pinned and the batch-8 micro-layers:
+    # 8.5 % / 22.3 % (defaults 25.1 % / 50.1 %), the issue's target (median <= 10 %, p90 <= 25 %)
+    ("amd-epyc-zen4-2vcpu", "calibration-quick-pinned.json", 12, 0.085, 0.10, 0.25, 2.5),
 ]
 
 
@@ -49,9 +52,11 @@ def test_refit_of_a_recorded_run_predicts_its_models(tmp_path, name, document, r
     """Today's fit on each machine's recorded raw timings predicts that machine's recorded
     whole-model timings (never used in the fit) better than the defaults, by `gain`.
 
-    The issue's target is a median |error| <= 10 % and p90 <= 25 %; today's fit reaches
-    11.1 % / 32.8 % on the AVX2 EPYC, 17.4 % / 22.0 % on the Xeon and 17.3 % / 39.1 % on the Zen 4
-    EPYC, so the bounds below guard against regressions and do not claim the target."""
+    The issue's target is a median |error| <= 10 % and p90 <= 25 %. The Zen 4 quick run with the
+    allocator pinned and batch-8 micro-layers meets it (8.5 % / 22.3 %) and is held to it. The
+    older documents were timed under glibc's default allocator with batch-1 micro-layers only;
+    today's fit reaches 11.1 % / 32.8 % on the AVX2 EPYC, 17.4 % / 22.0 % on the Xeon and
+    17.3 % / 39.1 % on the Zen 4 EPYC there, so their bounds guard against regressions."""
     doc = CalibrationDocument.from_dict(json.loads((MACHINES / name / document).read_text()))
     result = refit(doc, recorded_chip(tmp_path, name, doc))
     assert len(result.models) == runs
