@@ -124,6 +124,17 @@ def fake_machine(request, monkeypatch, tmp_path):
     return chip, truth
 
 
+@pytest.fixture
+def small_suite(monkeypatch):
+    """The batch-1 cases a CPU also times at batch 8 (one small and one large per class) instead of
+    the whole suite: for tests of the run's plumbing (documents, journal), not of the fit's recovery."""
+    from chipcal.measure import layers
+
+    full = layers.default_cases
+    monkeypatch.setattr(layers, "default_cases", lambda *a, **k: [
+        c for c in full(*a, **k) if c.cpu_batched and not c.label.endswith(f" b{layers.CPU_LAYER_BATCH}")])
+
+
 class Recorder:
     def __init__(self):
         self.phases, self.steps = [], []
@@ -176,7 +187,7 @@ def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
 
 
 @pytest.mark.slow
-def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machine, tmp_path):
+def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machine, small_suite, tmp_path):
     from chipcal.calibrate.report import plot_writers, render_markdown
     from chipcal.calibrate.store import load_calibration
     from chipcal.model.estimate.prediction import predict
@@ -206,7 +217,7 @@ def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machi
 
 
 @pytest.mark.slow
-def test_interrupted_run_resumes_from_its_journal(fake_machine, tmp_path, monkeypatch):
+def test_interrupted_run_resumes_from_its_journal(fake_machine, small_suite, tmp_path, monkeypatch):
     from chipcal.calibrate.journal import Journal
     from chipcal.measure import models, peak
 
