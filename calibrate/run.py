@@ -38,9 +38,12 @@ from chipcal.calibrate.layer_fits import (
 from chipcal.calibrate.power_fit import power_section
 from chipcal.measure.timing import Measurement
 
+# validation: the classic set, plus structures no micro-layer or chain was built from (grouped
+# convs, inception branches, windowed attention, 7x7 depthwise)
 DEFAULT_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "densenet121",
-                  "mobilenet_v3_large", "vit_b_16")
-QUICK_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "mobilenet_v3_large", "vit_b_16")
+                  "mobilenet_v3_large", "vit_b_16", "resnext50_32x4d", "googlenet", "swin_t", "convnext_tiny")
+QUICK_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "mobilenet_v3_large", "vit_b_16",
+                "resnext50_32x4d", "googlenet", "swin_t")
 DEFAULT_BATCHES = (1, 8)
 UNSTABLE_CV = 0.10
 N_CHAINS = 3         # measure.layers.default_chains()

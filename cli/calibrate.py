@@ -57,7 +57,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = Parser(prog=prog or "chipcal calibrate", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", type=device_arg, help="cpu (default), cuda or cuda:N")
     p.add_argument("--quick", action="store_true",
-                   help=f"fewer micro-layers, shorter timing budgets, models {','.join(QUICK_MODELS)}")
+                   help=f"shorter timing budgets, 2 rounds, models {','.join(QUICK_MODELS)}")
     p.add_argument("--models", type=csv_list, metavar="A,B,…",
                    help=f"validation models (default {','.join(DEFAULT_MODELS)})")
     p.add_argument("--batch", type=positive_int_list, metavar="1,8", default=list(DEFAULT_BATCHES),
