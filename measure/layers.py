@@ -25,6 +25,7 @@ class LayerCase:
     label: str
     build: Callable[[], tuple[object, tuple]]   # -> (module, example inputs)
     cpu_batched: bool = False                    # also timed at CPU_LAYER_BATCH on a CPU
+    batch: int = 1                               # the batch its inputs are built at
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,7 @@ def default_cases(device_kind: str = "cpu") -> list[LayerCase]:
 
 def _cases(batch: int) -> list[LayerCase]:
     def case(op_class, label, build, cpu_batched=False):
-        return LayerCase(op_class, label if batch == 1 else f"{label} b{batch}", build, cpu_batched)
+        return LayerCase(op_class, label if batch == 1 else f"{label} b{batch}", build, cpu_batched, batch)
 
     cases = [
         case("conv", "conv3x3 16->16 @56", _conv_bn_act(16, 16, 56, 3, batch=batch), cpu_batched=True),

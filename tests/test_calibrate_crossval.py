@@ -77,12 +77,7 @@ def test_cross_validation_of_a_machine_that_follows_the_model(tmp_path):
 
     from chipcal.calibrate.document import CalibrationDocument
     from chipcal.calibrate.layer_fits import fit_layer_params
-    from chipcal.measure.layers import (
-        CPU_LAYER_BATCH,
-        LayerObservation,
-        default_cases,
-        default_chains,
-    )
+    from chipcal.measure.layers import LayerObservation, default_cases, default_chains
     from chipcal.measure.timing import Measurement
     from chipcal.model.estimate.prediction import predict
     from chipcal.model.workload import characterize
@@ -106,7 +101,7 @@ def test_cross_validation_of_a_machine_that_follows_the_model(tmp_path):
         return out
 
     # the batch-1 half of the cases a CPU also times at batch 8: one small and one large per class
-    small = [c for c in default_cases() if c.cpu_batched and not c.label.endswith(f" b{CPU_LAYER_BATCH}")]
+    small = [c for c in default_cases() if c.cpu_batched and c.batch == 1]
     layers, chains = observed(small), observed(default_chains())
     params, _ = fit_layer_params(layers, chip, "fp32", defaults)
     cv = cross_validate(layers, chains, chip, "fp32", defaults, defaults, params, 4)

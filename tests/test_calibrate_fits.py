@@ -159,7 +159,7 @@ def test_gpu_suite_adds_a_batch_32_twin_of_every_micro_layer_and_a_cpu_a_batch_8
     from chipcal.model.workload import characterize
 
     cpu, gpu = default_cases(), default_cases(device_kind="cuda")
-    single = [c for c in cpu if not c.label.endswith(f" b{CPU_LAYER_BATCH}")]
+    single = [c for c in cpu if c.batch == 1]
     assert [c.label for c in gpu] == [c.label for c in single] + [f"{c.label} b{GPU_LAYER_BATCH}" for c in single]
     twins = [f"{c.label} b{CPU_LAYER_BATCH}" for c in single if c.cpu_batched]
     assert [c.label for c in cpu] == [c.label for c in single] + twins
