@@ -14,15 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from chipcal.calibrate.accuracy import Checked, CheckedSet
-from chipcal.calibrate.crossval import CrossValidation, cross_validate, folds, keep_defaults
+from chipcal.calibrate.crossval import CrossValidation, folds
 from chipcal.calibrate.document import CalibrationDocument, LayerRow
-from chipcal.calibrate.layer_fits import (
-    as_timed,
-    fit_layer_params,
-    fit_switch_overhead,
-    gemm_informed,
-    host_in_overheads,
-)
+from chipcal.calibrate.layer_fits import as_timed, gemm_informed, host_in_overheads
+from chipcal.calibrate.micro import fit_micro
 from chipcal.measure.timing import Measurement
 
 
@@ -67,8 +62,9 @@ def _observations(rows: Sequence[LayerRow], cases) -> list:
 
 
 def refit(doc: CalibrationDocument, chip) -> Refit:
-    """Fit the layer and switch parameters of `chip` from `doc`'s recorded observations and
-    predict its recorded held-out models (eager, as they were timed)."""
+    """Fit the layer and switch parameters of `chip` from `doc`'s recorded observations (the
+    calibration run's sequence, calibrate.micro) and predict its recorded held-out models (eager,
+    as they were timed)."""
     from chipcal.measure.device import device_kind
     from chipcal.measure.layers import default_cases, default_chains
     from chipcal.model.mapping.params import default_params
@@ -86,15 +82,11 @@ def refit(doc: CalibrationDocument, chip) -> Refit:
     layers = _observations(doc.observations.layers, default_cases(device_kind(doc.device)))
     chains = _observations(doc.observations.chains, default_chains())
     base, floor = host_in_overheads(base, doc.device, doc.dispatch.per_op_s if doc.dispatch else None)
-    params, _ = fit_layer_params(layers, chip, precision, base, floor)
-    cv = cross_validate(layers, chains, chip, precision, base, defaults, params, folds(doc.quick),
-                        overhead_floor_s=floor, prior=prior)
-    params = keep_defaults(params, prior, cv.classes_keeping_defaults)
-    params, _ = fit_switch_overhead(chains, chip, precision, params)
+    fit = fit_micro(layers, chains, chip, precision, base, defaults, folds(doc.quick), floor)
     checks = []
     for row in doc.observations.models:
         workload = characterize_model(row.model, batch=row.batch, fuse=False)
         checks.append(ModelCheck(row.model, row.batch, row.median_s,
-                                 as_timed(workload, chip, precision, params).latency_s,
+                                 as_timed(workload, chip, precision, fit.params).latency_s,
                                  as_timed(workload, chip, precision, defaults).latency_s))
-    return Refit(params, tuple(checks), cv)
+    return Refit(fit.params, tuple(checks), fit.crossval)

@@ -24,17 +24,16 @@ import numpy as np
 from chipcal.calibrate import document as cd
 from chipcal.calibrate import flags as gap
 from chipcal.calibrate.accuracy import error_summary
-from chipcal.calibrate.crossval import cross_validate, folds, keep_defaults
+from chipcal.calibrate.crossval import folds
 from chipcal.calibrate.journal import NoJournal
 from chipcal.calibrate.layer_fits import (
     RUNTIME,
     as_timed,
-    fit_layer_params,
-    fit_switch_overhead,
     gemm_fits,
     gemm_informed,
     host_in_overheads,
 )
+from chipcal.calibrate.micro import fit_micro
 from chipcal.calibrate.power_fit import power_section
 from chipcal.measure.timing import Measurement
 
@@ -210,7 +209,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     assumed_bw = chip.memory.bandwidth_bytes_per_s
     if chip.name == LOCAL_CHIP_NAME:
         # a locally built chip takes measured figures where it only had assumptions
-        chip = local_chip(**local_overrides(bw), support=fp.cpu_precisions, cpu=fp.cpu)
+        chip = local_chip(**local_overrides(bw, fp.cpu), support=fp.cpu_precisions, cpu=fp.cpu)
         origin += "; DRAM bandwidth and last-level cache from the bandwidth probe"
     model_bw = chip.memory.bandwidth_bytes_per_s
     precision_fit = gemm_fit.get(f"gemm_efficiency_{config.precision}")
@@ -302,20 +301,15 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         journal.put(f"round-{r}", timings)
     observations, chains = layer_set.observations(), chain_set.observations()
 
-    # 6. fits on the micro-benchmarks
+    # 6. fits on the micro-benchmarks (calibrate.micro): op classes, self-check, switch cost
     k = folds(config.quick)
-    progress.phase("fitting op-class efficiency, overhead and switch cost; cross-validation", 2 + k)
-    params, layer_fit = fit_layer_params(observations, chip, config.precision, base, floor)
-    fits["op_class_latency"] = cd.FitRecord.of(layer_fit)
-    step("op classes")
-    # self-check (k-fold over layers, leave-one-out over chains): a class that spoils them keeps its prior
-    crossval = cross_validate(observations, chains, chip, config.precision, base, defaults, params, k,
-                              on_fold=lambda f: step(f"cross-validation fold {f + 1}/{k}"), overhead_floor_s=floor,
-                              prior=base)
-    params = keep_defaults(params, base, crossval.classes_keeping_defaults)
-    params, switch_fit = fit_switch_overhead(chains, chip, config.precision, params)
-    fits["switch_overhead"] = cd.FitRecord.of(switch_fit)
-    step("switch overhead")
+    progress.phase("fitting op-class efficiency, overhead and switch cost; cross-validation", k + 1)
+    micro = fit_micro(observations, chains, chip, config.precision, base, defaults, k, floor,
+                      on_fold=lambda f: step(f"cross-validation fold {f + 1}/{k}"))
+    params, crossval = micro.params, micro.crossval
+    fits["op_class_latency"] = cd.FitRecord.of(micro.layer_fit)
+    fits["switch_overhead"] = cd.FitRecord.of(micro.switch_fit)
+    step("fits")
 
     def rows(obs, p):
         return tuple(cd.LayerRow(

@@ -114,7 +114,7 @@ def _local_chip(calibration_dir: str | None) -> Chip:
 
     spec = detect_cpu()     # once: the cache lookup and the chip both need it
     measured = cached_cpu_bandwidth(spec)
-    return local_chip(**local_overrides(measured), cpu=spec) if measured is not None else local_chip(cpu=spec)
+    return local_chip(**local_overrides(measured, spec), cpu=spec) if measured is not None else local_chip(cpu=spec)
 
 
 def _chips(names: Sequence[str], calibration_dir: str | None = None) -> list[Chip]:

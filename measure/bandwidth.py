@@ -2,13 +2,16 @@
 
 STREAM convention, fp32 arrays: copy b←a moves 2·S bytes, triad a←b+s·c moves 3·S
 (write-allocate traffic not counted). Sizes sweep from L1-resident to several times the reported
-LLC; the knee is the largest size whose bandwidth is still ≥ 1.5× the memory figure (median over
-the largest third of the sizes). Both use the stable sizes only when at least half are stable.
+LLC, in √2 steps from 1 MiB to 64 MiB per array, where last-level caches end. The knee
+(`cache_knee`) is the working set at which the bandwidth has fallen half-way, in log, from the
+last-level plateau to the memory figure: what the model's all-or-nothing residency rule should
+take as the on-chip capacity. Both use the stable sizes only when at least half are stable.
 Results share the GEMM sweep's per-fingerprint cache document (chipcal.measure.cache).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,8 +30,10 @@ from chipcal.measure.system import (
 from chipcal.measure.timing import Measurement, budget_s, time_callable
 from chipcal.model.local import CpuSpec
 
-DEFAULT_BANDWIDTH_SIZES = {"cpu": tuple(16 * 1024 * 4**i for i in range(9)),     # 16 KiB … 1 GiB per array
-                           "cuda": tuple(64 * 1024 * 4**i for i in range(8))}    # 64 KiB … 1 GiB per array
+_KNEE_RANGE = tuple(round(2**20 * 2 ** (j / 2) / 4096) * 4096 for j in range(13))   # 1 … 64 MiB in √2 steps
+DEFAULT_BANDWIDTH_SIZES = {
+    "cpu": (16 * 1024, 64 * 1024, 256 * 1024, *_KNEE_RANGE, 256 * 2**20, 2**30),    # per array
+    "cuda": tuple(64 * 1024 * 4**i for i in range(8))}    # 64 KiB … 1 GiB per array
 KERNELS = {"copy": 2, "triad": 3}   # arrays touched = bytes moved per element / 4
 
 
@@ -63,19 +68,43 @@ def memory_figure(bandwidths_by_size: Sequence[float]) -> float:
 
 
 def cache_knee(sizes: Sequence[int], bandwidths: Sequence[float], ratio: float = 1.5) -> int | None:
-    """Working set at the last-level-cache knee: the largest size still `ratio`× above memory.
+    """Working set at the last-level-cache knee: where the bandwidth, falling from its highest
+    point, crosses the geometric mean of the last-level plateau and the memory figure;
+    interpolated linearly in log size and log bandwidth between the two sizes around the crossing.
 
-    The memory figure is `memory_figure` (median over the largest third of the sizes); sizes whose
-    bandwidth is at least ratio × that figure are still served by some cache, so the largest of them
-    is where the last-level cache stops holding the working set (an L2→L3 step above it is not the
-    knee). None when no size reaches ratio × the memory figure.
+    The cached run is the sizes from the highest bandwidth upwards that stay at least `ratio` ×
+    the memory figure (`memory_figure`); its last size ends the last-level plateau, whose
+    bandwidth is the median over the working sets within 8× below it (so an L2 → L3 step further
+    down is not the knee). Half-way in log is where half of an access stream's time goes to each
+    level: the capacity at which an all-or-nothing residency rule (model.mapping.base.traffic)
+    errs least on either side. Walking from the top, not taking the largest size above a
+    threshold, keeps one noisy size far beyond the cache (a neighbour's burst) from moving the
+    knee. None when no size reaches `ratio` × the memory figure.
     """
     pairs = sorted(zip(sizes, bandwidths, strict=True))
     if len(pairs) < 2:
         return None
-    threshold = ratio * memory_figure([b for _, b in pairs])
-    cached = [size for size, bw in pairs if bw >= threshold]
-    return max(cached) if cached else None
+    memory = memory_figure([b for _, b in pairs])
+    top = max(range(len(pairs)), key=lambda j: pairs[j][1])
+    if pairs[top][1] < ratio * memory:
+        return None
+    end = _run_end(pairs, top, ratio * memory)
+    plateau = statistics.median(bw for size, bw in pairs if pairs[end][0] / 8 <= size <= pairs[end][0])
+    half_way = math.sqrt(plateau * memory)
+    i = _run_end(pairs, top, half_way)
+    if i == len(pairs) - 1:
+        return pairs[i][0]
+    (s0, b0), (s1, b1) = pairs[i], pairs[i + 1]
+    frac = math.log(b0 / half_way) / math.log(b0 / b1)
+    return int(round(math.exp(math.log(s0) + frac * math.log(s1 / s0))))
+
+
+def _run_end(pairs: Sequence[tuple[int, float]], start: int, floor: float) -> int:
+    """The last index of the run from `start` upwards whose bandwidths stay at or above `floor`."""
+    end = start
+    while end + 1 < len(pairs) and pairs[end + 1][1] >= floor:
+        end += 1
+    return end
 
 
 def bandwidth_callable(kernel: str, size_bytes: int, device: str) -> Callable[[], object]:
@@ -238,11 +267,17 @@ def _mtime(path) -> float:
         return 0.0
 
 
-def local_overrides(bandwidth: Bandwidth) -> dict:
-    """Keyword arguments for system.local_chip from a bandwidth measurement."""
+def local_overrides(bandwidth: Bandwidth, cpu: CpuSpec) -> dict:
+    """Keyword arguments for system.local_chip from a bandwidth measurement on `cpu`.
+
+    The knee measures every cache level the working set spreads over; the model's on-chip
+    capacity is L3 + the cores' L2s (model.mapping.cpu.onchip_capacity), so the last-level cache
+    it implies is the knee less the L2s (the knee itself where it is no larger than they are)."""
     knees = [k for k in bandwidth.knee_bytes.values() if k]
+    l2s = cpu.cores * cpu.l2_bytes_per_core
+    knee = max(knees) if knees else None
     return {"memory_bandwidth_bytes_per_s": max(bandwidth.sustained_bytes_per_s.values(), default=None),
-            "llc_bytes": max(knees) if knees else None,
+            "llc_bytes": (knee - l2s if knee > l2s else knee) if knee else None,
             "measured_by": "bandwidth probe" + (", cached" if bandwidth.from_cache else "")}
 
 

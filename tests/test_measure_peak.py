@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 
 import pytest
 import torch
 
 from chipcal.measure import cache, peak
 from chipcal.measure.bandwidth import cache_knee, measure_bandwidth, memory_figure
+from chipcal.measure.cpu import detect_cpu
 from chipcal.measure.peak import measure_gemm_peak
 from chipcal.measure.system import fingerprint
 
@@ -166,13 +169,47 @@ def test_cache_knee_by_hand():
     mib = 2**20
     sizes = [s * mib for s in (1, 2, 4, 8, 16, 32, 64)]
     bw = [100, 100, 100, 90, 20, 20, 20]
-    # memory figure: median of the largest third (2 sizes) = 20; threshold 1.5 × 20 = 30;
-    # the largest size still above it is 8 MiB
+    # memory figure: median of the largest third (2 sizes) = 20; sizes >= 1.5 x 20 end at 8 MiB;
+    # plateau: median over 1-8 MiB = 100; half-way in log: sqrt(100 x 20) = 44.72, crossed between
+    # 8 MiB (90) and 16 MiB (20) at ln(90/44.72) / ln(90/20) = 0.465 of the log step: 8 x 2**0.465 = 11.04 MiB
     assert memory_figure(bw) == 20
-    assert cache_knee(sizes, bw) == 8 * mib
-    # L2 (120) -> L3 (50) -> DRAM (24): the knee is the end of the L3 plateau (50 >= 36), not the L2 step
-    assert cache_knee(sizes, [120, 120, 50, 50, 24, 24, 25]) == 8 * mib
+    assert cache_knee(sizes, bw) == pytest.approx(11.04 * mib, rel=1e-3)
+    # L2 (120) -> L3 (50) -> DRAM (24): the knee ends the L3 plateau, not the L2 step. Memory 24.5;
+    # plateau median(120, 120, 50, 50) = 85 (1-8 MiB); sqrt(85 x 24.5) = 45.63, crossed between
+    # 8 MiB (50) and 16 MiB (24): ln(50/45.63) / ln(50/24) = 0.1246, 8 x 2**0.1246 = 8.72 MiB
+    assert cache_knee(sizes, [120, 120, 50, 50, 24, 24, 25]) == pytest.approx(8.72 * mib, rel=1e-3)
     assert cache_knee(sizes, [50, 50, 48, 49, 50, 47, 49]) is None      # flat: no knee
+    # still above half-way at the largest size: the knee is that size
+    assert cache_knee(sizes[:5], [100, 100, 100, 90, 80]) is None       # no memory level in the data
+    assert cache_knee(sizes, [100, 100, 100, 100, 100, 100, 30]) == pytest.approx(
+        32 * mib * 2 ** (math.log(100 / math.sqrt(100 * 65)) / math.log(100 / 30)), rel=1e-6)
+    # a noisy size far beyond the cache (the 20261124T204854Z copy curve: 59 GB/s at 90 MiB between
+    # 40 and 38) does not extend the plateau: it is not contiguous with the top
+    curve = {22.6: 154.6, 32: 91.2, 45.3: 60.3, 64: 40.4, 90.5: 59.4, 128: 38.2, 512: 30.8, 2048: 37.0}
+    # memory: median of the largest third (512, 2048 MiB: 30.8, 37.0) = 33.9; run from the top (22.6)
+    # while >= 50.85: 22.6, 32, 45.3; plateau median(154.6, 91.2, 60.3) over 5.7-45.3 MiB = 91.2;
+    # half-way sqrt(91.2 x 33.9) = 55.60, crossed between 45.3 (60.3) and 64 (40.4):
+    # ln(60.3/55.60) / ln(60.3/40.4) = 0.2026, 45.3 x (64/45.3)**0.2026 = 48.58 MiB
+    sizes_ = [int(s * mib) for s in curve]
+    assert cache_knee(sizes_, list(curve.values())) == pytest.approx(48.58 * mib, rel=2e-3)
+
+
+def test_local_overrides_take_the_l2s_out_of_the_knee():
+    """The knee holds every cache level; the chip's L3 is the knee less the cores' L2s."""
+    from chipcal.measure.bandwidth import bandwidth_from_dict, local_overrides
+    from chipcal.measure.timing import Measurement
+
+    mib = 2**20
+    curve = {1: 100e9, 2: 100e9, 4: 100e9, 8: 90e9, 16: 20e9, 32: 20e9, 64: 20e9}   # the hand case above
+    points = [{"kernel": "copy", "size_bytes": s * mib // 2,
+               "measurement": Measurement.from_samples([s * mib / bw] * 6).to_dict()} for s, bw in curve.items()]
+    bw = bandwidth_from_dict({"device": "cpu", "fingerprint_slug": "t", "warnings": [], "other_cpus": None,
+                              "points": points}, None)
+    assert bw.knee_bytes["copy"] == pytest.approx(11.04 * mib, rel=1e-3)
+    cpu = dataclasses.replace(detect_cpu(), cores=2, l2_bytes_per_core=mib)
+    assert local_overrides(bw, cpu)["llc_bytes"] == pytest.approx(9.04 * mib, rel=1e-3)
+    assert local_overrides(bw, dataclasses.replace(cpu, l2_bytes_per_core=8 * mib))["llc_bytes"] == \
+        bw.knee_bytes["copy"]          # L2s larger than the knee: the knee itself
 
 
 def test_bandwidth_bytes_counting(user_cache, fp):
