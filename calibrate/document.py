@@ -6,7 +6,7 @@ calibrate.records). Prediction needs only `ParametersDocument`, the part a hand-
 may hold alone (`{"schema", "parameters", "chip"?}`); it hands the model a CalibrationParams.
 
 Schema: every file written so far says SCHEMA. Sections added to it later (`skipped`,
-`dispatch`, `first_touch`, `throttle_note`, `crossval`, the chains, a peak's `support`, a fit's
+`dispatch`, `first_touch`, `layout`, `throttle_note`, `crossval`, the chains, a peak's `support`, a fit's
 `unconstrained`, the validation's noise and model count) have defaults, so older files still
 load. A change that old files cannot meet by a default gets a new tag and a migration function
 from the old one.
@@ -297,6 +297,18 @@ class DispatchSection(Record):
 
 
 @record
+class LayoutSection(Record):
+    """Layout passes around each CPU convolution, counted in oneDNN's trace (measure.layout)."""
+
+    passes: float
+    detail: str
+
+    def charged_in(self, params: FamilyParams) -> FamilyParams:
+        """`params` charging the layout passes this run counted (model.estimate.roofline)."""
+        return dataclasses.replace(params, layout_passes=self.passes)
+
+
+@record
 class FirstTouchSection(Record):
     """First write into freshly mapped memory (measure.bandwidth.measure_first_touch)."""
 
@@ -394,6 +406,7 @@ class CalibrationDocument(Record):
     skipped: Skipped = Skipped()
     dispatch: DispatchSection | None = None
     first_touch: FirstTouchSection | None = None
+    layout: LayoutSection | None = field(default=None, metadata=OMIT_NONE)
     throttle_note: str | None = None
     crossval: CrossValSection | None = field(default=None, metadata=OMIT_NONE)
     plots: tuple[str, ...] = ()          # the plot files written beside it (calibrate.report)

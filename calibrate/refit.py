@@ -79,6 +79,7 @@ def refit(doc: CalibrationDocument, chip) -> Refit:
         prior, bandwidth_efficiency=doc.bandwidth.measured_bytes_per_s / model_bw,
         onchip_bandwidth_ratio=onchip / model_bw if onchip else defaults.onchip_bandwidth_ratio, source="refit")
     base = doc.first_touch.charged_in(base) if doc.first_touch else base
+    base = doc.layout.charged_in(base) if doc.layout else base
     layers = _observations(doc.observations.layers, default_cases(device_kind(doc.device)))
     chains = _observations(doc.observations.chains, default_chains())
     base, floor = host_in_overheads(base, doc.device, doc.dispatch.per_op_s if doc.dispatch else None)

@@ -154,6 +154,8 @@ def render_markdown(doc: CalibrationDocument) -> str:
            f"p90 {_pct(val.crossval_p90_abs_error)}." if val.crossval_median_abs_error is not None else ""),
         *([f"Host dispatch cost per eager op (measure.dispatch): {doc.dispatch.per_op_s * 1e6:.1f} µs "
            f"(IQR {doc.dispatch.iqr_s * 1e6:.1f} µs, n = {doc.dispatch.n})."] if doc.dispatch else []),
+        *([f"Layout passes charged around each convolution (measure.layout): {doc.layout.passes:g}; "
+           f"{doc.layout.detail}."] if doc.layout else []),
         "",
         "## Power",
         "",

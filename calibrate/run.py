@@ -126,6 +126,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     from chipcal.measure.dispatch import probe_dispatch
     from chipcal.measure.identify import identify
     from chipcal.measure.layers import LayerSet, default_cases, default_chains
+    from chipcal.measure.layout import conv_layout_passes
     from chipcal.measure.models import measure_model
     from chipcal.measure.peak import (
         default_precisions,
@@ -237,7 +238,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     step(source.name)
 
     # 4b. first touch of freshly mapped memory (CPU eager: outputs above the mmap threshold)
-    first_touch = None
+    first_touch = layout = None
     if device_kind(config.device) == "cpu":
         if (recorded := journal.get("first_touch")) is None:
             ft = measure_first_touch()
@@ -248,8 +249,15 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
             journal.put("first_touch", recorded)
         first_touch = cd.FirstTouchSection(**recorded)
         base = first_touch.charged_in(base)
+        # 4c. layout reorders around each oneDNN convolution (measure.layout)
+        if (recorded := journal.get("layout")) is None:
+            found = conv_layout_passes()
+            recorded = {"passes": found.passes, "detail": found.detail}
+            journal.put("layout", recorded)
+        layout = cd.LayoutSection(**recorded)
+        base = layout.charged_in(base)
 
-    # 4c. eager host side: per-op dispatch cost (measure.dispatch); on a GPU it seeds the overheads
+    # 4d. eager host side: per-op dispatch cost (measure.dispatch); on a GPU it seeds the overheads
     if (recorded := journal.get("dispatch")) is None:
         cost = probe_dispatch(max_time_s=1.0, device=config.device)
         recorded = {"per_op_s": cost.per_op_s, "iqr_s": cost.per_op.iqr_s, "n": cost.per_op.n, "method": cost.method}
@@ -432,6 +440,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         skipped=cd.Skipped(gemm_shapes=skipped_shapes, models=tuple(skipped_models)),
         dispatch=dispatch,
         first_touch=first_touch,
+        layout=layout,
         throttle_note=gemm.throttle_note,
         crossval=crossval.section(),
     )

@@ -23,6 +23,11 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
                            outputs of at least fresh_allocation_bytes (CPU eager, glibc: 32 MiB, or the
                            threshold a calibration pinned, measure.allocator); None: not
                            charged; a CPU calibration measures it (measure.bandwidth.measure_first_touch)
+    layout_passes          passes over a convolution's input and output that the runtime adds to change
+                           their layout, each reading and writing the tensor: PyTorch eager on a CPU
+                           keeps NCHW and oneDNN reorders a conv's input to a channel-blocked layout
+                           and its output back (1 pass each: layout_passes 1); 0: not charged; a CPU
+                           calibration counts them in oneDNN's trace (measure.layout)
 
 A calibration (`CalibrationParams`, read from a calibration directory by calibrate.store) is
 applied to the chip it was fitted on only (every other chip keeps its family defaults). A
@@ -102,6 +107,7 @@ class FamilyParams:
     # first write into a freshly mapped buffer (page faults), bytes/s; None: not charged
     first_touch_bytes_per_s: float | None = None
     fresh_allocation_bytes: float = FRESH_ALLOCATION_BYTES
+    layout_passes: float = 0.0
 
     def __post_init__(self) -> None:
         # Fractions may exceed 1 after calibration: a locally built chip's peak and bandwidth are
@@ -129,6 +135,7 @@ class FamilyParams:
                                _number("first_touch_bytes_per_s", self.first_touch_bytes_per_s, allow_zero=False))
         object.__setattr__(self, "fresh_allocation_bytes",
                            _number("fresh_allocation_bytes", self.fresh_allocation_bytes, allow_zero=False))
+        object.__setattr__(self, "layout_passes", _number("layout_passes", self.layout_passes, allow_zero=True))
 
     def size_factor(self, flop: float) -> float:
         """W / (W + half_efficiency_flop): 1 for large kernels, 1/2 at W = half_efficiency_flop."""
@@ -150,6 +157,7 @@ class FamilyParams:
             "first_touch_bytes_per_s": self.first_touch_bytes_per_s,
             "fresh_allocation_bytes": self.fresh_allocation_bytes,
             "source": self.source,
+            **({"layout_passes": self.layout_passes} if self.layout_passes else {}),   # absent: 0
         }
 
     @classmethod
@@ -162,7 +170,8 @@ class FamilyParams:
         if missing:
             raise CalibrationError(f"family_params is missing {', '.join(missing)}")
         optional = {k: d[k] for k in ("switch_overhead_s", "host_overhead_s", "overhead_cycles",
-                                      "first_touch_bytes_per_s", "fresh_allocation_bytes") if k in d}
+                                      "first_touch_bytes_per_s", "fresh_allocation_bytes", "layout_passes")
+                    if k in d}
         return cls(**{k: d[k] for k in keys}, **optional)
 
 
