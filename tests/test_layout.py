@@ -10,8 +10,7 @@ import pytest
 
 from chipcal.calibrate.document import LayoutSection
 from chipcal.measure.layout import IN_DIMS, OUT_DIMS, conv_layout_passes, passes_in_trace
-from chipcal.model.estimate.roofline import with_layout_passes
-from chipcal.model.mapping.base import Allocation
+from chipcal.model.mapping.base import traffic
 from chipcal.model.mapping.params import FamilyParams, default_params
 
 # ONEDNN_VERBOSE of one call of Conv2d(32, 48, 3, padding=1) on a 2x32x20x20 NCHW input, torch 2.15,
@@ -46,27 +45,51 @@ def test_probe_counts_this_machine_and_none_without_onednn():
     assert off.passes == 0.0 and "without oneDNN" in off.detail
 
 
-def _alloc(dram: float, onchip: float, on_chip: bool) -> Allocation:
-    return Allocation(family="cpu", engine="e", circuit="c", compute_precision="fp32", peak_flop_per_s=1e12,
-                      unit_name="core", units_total=2, units_allocated=2, waves=1, utilization=1.0, lane_fill=1.0,
-                      occupancy=None, dram_bytes=dram, onchip_bytes=onchip, activations_on_chip=on_chip, detail="")
+def _subgraph(op_class: str, input_bytes: float, output_bytes: float) -> SimpleNamespace:
+    return SimpleNamespace(op_class=op_class, input_bytes=input_bytes, weight_bytes=1e5, output_bytes=output_bytes,
+                           depends_on=(0,), gemm=None, macs=0)
 
 
 def test_layout_bytes_by_hand():
-    params = dataclasses.replace(default_params("cpu"), layout_passes=1.0)
-    conv = SimpleNamespace(op_class="depthwise", input_bytes=4e6, output_bytes=1e6)
-    # one pass over the input (read 4 MB, write 4 MB) and one over the output (read 1 MB, write 1 MB): 10 MB,
-    # at fp32 traced in fp32 (scale 1); in DRAM when the activations do not stay on chip
-    moved = with_layout_passes(_alloc(6e6, 6e6, False), conv, 1.0, params)
-    assert (moved.dram_bytes, moved.onchip_bytes) == (pytest.approx(16e6), pytest.approx(16e6))
-    resident = with_layout_passes(_alloc(1e6, 6e6, True), conv, 1.0, params)
-    assert (resident.dram_bytes, resident.onchip_bytes) == (1e6, pytest.approx(16e6))
-    # bf16 from an fp32 trace: half the bytes, 5 MB
-    assert with_layout_passes(_alloc(0, 0, False), conv, 0.5, params).dram_bytes == pytest.approx(5e6)
-    # not a convolution, or no passes counted: nothing added
-    norm = SimpleNamespace(op_class="norm", input_bytes=4e6, output_bytes=4e6)
-    assert with_layout_passes(_alloc(8e6, 8e6, False), norm, 1.0, params).dram_bytes == 8e6
-    assert with_layout_passes(_alloc(6e6, 6e6, False), conv, 1.0, default_params("cpu")).dram_bytes == 6e6
+    conv = _subgraph("depthwise", 4e6, 1e6)
+    # no passes: input 4 MB + output 1 MB fit a 6 MB cache; only the weights (0.1 MB) come from DRAM
+    plain = traffic(conv, 1.0, 6e6, 6e6, "fp32", False)
+    assert plain.activations_on_chip and plain.dram_bytes == pytest.approx(1e5)
+    # one pass each way: input (read 4 MB, write 4 MB) and output (1 + 1 MB) = 10 MB more traffic, and the
+    # blocked copies live beside the originals: 2 x 5 MB = 10 MB no longer fit 6 MB, so all of it is DRAM:
+    # 0.1 weights + 4 input + 1 output + 10 layout = 15.1 MB; on chip: 5.1 compulsory + 10 = 15.1 MB
+    moved = traffic(conv, 1.0, 6e6, 6e6, "fp32", False, layout_passes=1.0)
+    assert not moved.activations_on_chip
+    assert (moved.dram_bytes, moved.onchip_bytes) == (pytest.approx(15.1e6), pytest.approx(15.1e6))
+    # a 12 MB cache holds the 10 MB: the layout bytes stay on chip
+    kept = traffic(conv, 1.0, 12e6, 12e6, "fp32", False, layout_passes=1.0)
+    assert kept.activations_on_chip and kept.dram_bytes == pytest.approx(1e5)
+    assert kept.onchip_bytes == pytest.approx(15.1e6)
+    # bf16 from an fp32 trace: every byte halves; 2 x 2.5 MB fit 6 MB again, and a 4 MB cache does not:
+    # 0.05 + 2 + 0.5 + 5 = 7.55 MB from DRAM
+    assert traffic(conv, 0.5, 6e6, 6e6, "bf16", False, layout_passes=1.0).activations_on_chip
+    assert traffic(conv, 0.5, 4e6, 4e6, "bf16", False, layout_passes=1.0).dram_bytes == pytest.approx(7.55e6)
+    # not a convolution: no layout passes whatever the parameter says
+    norm = _subgraph("norm", 2e6, 2e6)
+    assert traffic(norm, 1.0, 6e6, 6e6, "fp32", False, layout_passes=1.0) == traffic(norm, 1.0, 6e6, 6e6, "fp32", False)
+
+
+def test_prediction_charges_layout_passes_from_the_parameters():
+    """One eager conv on the local CPU model: the calibrated passes make it slower, never faster."""
+    import torch
+
+    from chipcal.measure.system import local_chip
+    from chipcal.model.estimate.prediction import predict
+    from chipcal.model.workload import characterize
+
+    conv = torch.nn.Conv2d(96, 96, 3, 2, 1, groups=96, bias=False).eval()
+    workload = characterize(conv, (torch.randn(8, 96, 112, 112),), model_name="dw", fuse=False)
+    chip, params = local_chip(), default_params("cpu")
+    plain = predict(workload, chip, "fp32", params=params, runtime="eager")
+    charged = predict(workload, chip, "fp32", params=dataclasses.replace(params, layout_passes=1.0), runtime="eager")
+    # 38.5 MB input + 9.6 MB output: 2 x 48.2 MB = 96.3 MB more bytes
+    assert charged.dram_bytes - plain.dram_bytes in (pytest.approx(0.0), pytest.approx(2 * 48_168_960))
+    assert charged.latency_s > plain.latency_s
 
 
 def test_layout_passes_round_trip_and_are_charged_by_the_document():

@@ -17,10 +17,7 @@
                    page faults. Serial with the kernel's own work; 0 where the
                    parameters have no first-touch rate (measured by calibration, measure.bandwidth)
     bottleneck   = overhead if overhead ≥ max(compute, memory), else the larger of the two
-    layout bytes = 2 × layout_passes × (input + output bytes) of a convolution, added to its on-chip
-                   bytes and, unless its activations stay on chip, to its DRAM bytes: the runtime's
-                   reorders to and from the kernel's channel-blocked layout, each a pass that reads
-                   and writes the tensor (PyTorch eager on a CPU: oneDNN, measure.layout)
+    (a convolution's bytes include the runtime's layout reorders, layout_passes: mapping.base.traffic)
 
 (h = half_efficiency_flop; utilization, lane fill, engine and DRAM bytes come from the mapper;
 efficiency, overhead, h, bandwidth_efficiency and onchip_bandwidth_ratio from `FamilyParams`.)
@@ -50,7 +47,6 @@ that moves no bytes and does no arithmetic (a view) launches no kernel and costs
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from chipcal.model import power, tdp, technology
@@ -175,18 +171,6 @@ def first_touch_s(output_bytes: float, params: FamilyParams) -> float:
     return output_bytes / rate
 
 
-CONV_CLASSES = ("conv", "conv1x1", "depthwise")
-
-
-def with_layout_passes(alloc: Allocation, subgraph, bytes_scale: float, params: FamilyParams) -> Allocation:
-    """`alloc` with the layout reorders of a convolution added to its traffic (module docstring)."""
-    if not params.layout_passes or subgraph.op_class not in CONV_CLASSES:
-        return alloc
-    extra = 2.0 * params.layout_passes * (subgraph.input_bytes + subgraph.output_bytes) * bytes_scale
-    return dataclasses.replace(alloc, onchip_bytes=alloc.onchip_bytes + extra,
-                               dram_bytes=alloc.dram_bytes + (0.0 if alloc.activations_on_chip else extra))
-
-
 def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams,
                       trace_bytes_per_element: float = 4.0, weights_on_chip: bool = False,
                       context: ChipContext | None = None) -> SubgraphEstimate:
@@ -199,8 +183,7 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     """
     ctx = context if context is not None else chip_context(chip, precision)
     scale = BYTES_PER_ELEMENT[precision] / trace_bytes_per_element
-    alloc = with_layout_passes(map_subgraph(subgraph, chip, precision, scale, weights_on_chip),
-                               subgraph, scale, params)
+    alloc = map_subgraph(subgraph, chip, precision, scale, weights_on_chip, params.layout_passes)
     flop = float(subgraph.flop)
     eff = params.efficiency[subgraph.op_class]
     if is_mac_work(subgraph) and alloc.lane_fill > 0:

@@ -21,17 +21,19 @@ MAPPERS = {"cpu": cpu, "gpu": gpu, "tpu": tpu, "kpu": kpu}
 
 
 def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
-                 weights_on_chip: bool = False) -> Allocation:
+                 weights_on_chip: bool = False, layout_passes: float = 0.0) -> Allocation:
     """Allocate `subgraph` on `chip` at `precision`; `bytes_scale` rescales the traced byte counts
     (BYTES_PER_ELEMENT[precision] / bytes per element of the traced dtype); `weights_on_chip`
-    says the model's weights stay in on-chip memory between inferences (no DRAM weight reads).
+    says the model's weights stay in on-chip memory between inferences (no DRAM weight reads);
+    `layout_passes` the runtime's layout reorders around each convolution (FamilyParams).
 
     The traffic is worked out here, once for every family: activations stay resident in the
     family's on-chip capacity; GEMM operands are blocked for its `blocking_capacity` (the same
     capacity, except one KPU tile's scratchpad)."""
     mapper = MAPPERS[chip.kind]
     resident = mapper.onchip_capacity(chip)
-    moved = traffic(subgraph, bytes_scale, resident, mapper.blocking_capacity(chip), precision, weights_on_chip)
+    moved = traffic(subgraph, bytes_scale, resident, mapper.blocking_capacity(chip), precision, weights_on_chip,
+                    layout_passes)
     return mapper.allocate(subgraph, chip, precision, moved)
 
 

@@ -171,8 +171,11 @@ class Traffic(NamedTuple):
     activations_on_chip: bool   # input/output held in the last-level cache/SRAM
 
 
+CONV_CLASSES = ("conv", "conv1x1", "depthwise")
+
+
 def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_capacity: float,
-            precision: str, weights_on_chip: bool) -> Traffic:
+            precision: str, weights_on_chip: bool, layout_passes: float = 0.0) -> Traffic:
     """The DRAM bytes, on-chip bytes and whether activations stay on chip, for one subgraph.
 
     Weights come from DRAM unless `weights_on_chip` (the caller decided that the whole model's
@@ -184,14 +187,21 @@ def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_cap
     I/O lower bound for matrix multiply, b = bytes per element); the excess over the compulsory
     bytes goes to DRAM unless the activations are on chip. Every byte also passes the on-chip level
     once (on-chip bytes).
+
+    `layout_passes` (FamilyParams; PyTorch eager on a CPU: oneDNN's reorders) adds, for a
+    convolution, 2 × passes × (input + output) bytes: each pass reads one layout and writes the
+    other. The reordered copies are live beside the originals, so the activations stay on chip
+    only when (1 + passes) × (input + output) fit.
     """
     a_in = subgraph.input_bytes * bytes_scale
     w = subgraph.weight_bytes * bytes_scale
     out = subgraph.output_bytes * bytes_scale
+    passes = layout_passes if subgraph.op_class in CONV_CLASSES else 0.0
+    layout = 2.0 * passes * (a_in + out)
     compulsory = a_in + w + out
-    resident = resident_capacity > 0 and a_in + out <= resident_capacity
+    resident = resident_capacity > 0 and (1.0 + passes) * (a_in + out) <= resident_capacity
     dram = (0.0 if weights_on_chip else w) + (0.0 if resident and subgraph.depends_on else a_in) \
-        + (0.0 if resident else out)
+        + (0.0 if resident else out + layout)
     extra = 0.0
     g = subgraph.gemm
     if g is not None and subgraph.macs > 0 and blocking_capacity > 0 and compulsory > blocking_capacity:
@@ -199,8 +209,8 @@ def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_cap
         bound = 2.0 * g.m * g.n * g.k * g.count * b / math.sqrt(blocking_capacity / b)
         extra = max(0.0, bound - compulsory)
     if resident:
-        return Traffic(dram, compulsory + extra, True)
-    return Traffic(dram + extra, compulsory + extra, False)
+        return Traffic(dram, compulsory + layout + extra, True)
+    return Traffic(dram + extra, compulsory + layout + extra, False)
 
 
 def best(candidates: list[Allocation]) -> Allocation:
