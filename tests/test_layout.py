@@ -65,6 +65,12 @@ def test_layout_bytes_by_hand():
     kept = traffic(conv, 1.0, 12e6, 12e6, "fp32", False, layout_passes=1.0)
     assert kept.activations_on_chip and kept.dram_bytes == pytest.approx(1e5)
     assert kept.onchip_bytes == pytest.approx(15.1e6)
+    # a conv producer's last pass read its blocked output (as large as this input, 4 MB) while writing
+    # the input: 10 + 4 = 14 MB no longer fit 12 MB; 2 MB of it would (12 MB exactly)
+    assert not traffic(conv, 1.0, 12e6, 12e6, "fp32", False, layout_passes=1.0, producer_layout_bytes=4e6) \
+        .activations_on_chip
+    assert traffic(conv, 1.0, 12e6, 12e6, "fp32", False, layout_passes=1.0, producer_layout_bytes=2e6) \
+        .activations_on_chip
     # bf16 from an fp32 trace: every byte halves; 2 x 2.5 MB fit 6 MB again, and a 4 MB cache does not:
     # 0.05 + 2 + 0.5 + 5 = 7.55 MB from DRAM
     assert traffic(conv, 0.5, 6e6, 6e6, "bf16", False, layout_passes=1.0).activations_on_chip
@@ -72,6 +78,22 @@ def test_layout_bytes_by_hand():
     # not a convolution: no layout passes whatever the parameter says
     norm = _subgraph("norm", 2e6, 2e6)
     assert traffic(norm, 1.0, 6e6, 6e6, "fp32", False, layout_passes=1.0) == traffic(norm, 1.0, 6e6, 6e6, "fp32", False)
+
+
+def test_producer_layout_bytes_of_a_conv_bn_relu():
+    import torch
+
+    from chipcal.model.estimate.prediction import producer_layout_bytes
+    from chipcal.model.workload import characterize
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
+    workload = characterize(net, (torch.randn(1, 3, 16, 16),), model_name="cbr", fuse=False)
+    by_class = {sg.op_class: sg for sg in workload.subgraphs}
+    # the BN reads the conv's 1x8x16x16 fp32 output (8192 B) that the conv's output reorder wrote while
+    # reading its blocked copy (8192 B more); the ReLU's producer is the BN: nothing; no passes: nothing
+    assert producer_layout_bytes(workload, by_class["norm"], 1.0) == 8 * 16 * 16 * 4
+    assert producer_layout_bytes(workload, by_class["elementwise"], 1.0) == 0.0
+    assert producer_layout_bytes(workload, by_class["norm"], 0.0) == 0.0
 
 
 def test_prediction_charges_layout_passes_from_the_parameters():

@@ -40,7 +40,7 @@ from chipcal.model.estimate.memory import MemoryProfile, memory_profile
 from chipcal.model.estimate.roofline import SubgraphEstimate, chip_context, estimate_subgraph
 from chipcal.model.estimate.schedule import StageEstimate, schedule
 from chipcal.model.mapping import onchip_capacity
-from chipcal.model.mapping.base import UnsupportedPrecision, is_mac_work
+from chipcal.model.mapping.base import CONV_CLASSES, UnsupportedPrecision, is_mac_work
 from chipcal.model.mapping.params import CalibrationParams, FamilyParams, params_for
 from chipcal.model.precision import BYTES_PER_ELEMENT
 
@@ -174,6 +174,15 @@ def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
     return max(share, key=share.get) if share else "none"
 
 
+def producer_layout_bytes(workload, subgraph, layout_passes: float) -> float:
+    """Traced bytes the layout passes of `subgraph`'s convolution producers read last: each
+    reorders its channel-blocked output into the tensor `subgraph` reads (mapping.base.traffic)."""
+    if not layout_passes:
+        return 0.0
+    return layout_passes * sum(workload.subgraphs[p].output_bytes for p in subgraph.depends_on
+                               if workload.subgraphs[p].op_class in CONV_CLASSES)
+
+
 def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = None,
             calibration: CalibrationParams | None = None, runtime: str = "fused",
             host_overhead_s: float | None = None, autocast: bool = False) -> Prediction:
@@ -196,7 +205,8 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
     ctx = chip_context(chip, precision)
     resident = weights_stay_on_chip(workload, chip, scale)
     try:
-        estimates = tuple(estimate_subgraph(sg, chip, precision, params, trace_bpe, resident, ctx)
+        estimates = tuple(estimate_subgraph(sg, chip, precision, params, trace_bpe, resident, ctx,
+                                            producer_layout_bytes(workload, sg, params.layout_passes))
                           for sg in workload.subgraphs)
     except UnsupportedPrecision as exc:
         return unsupported(workload, chip, precision, str(exc), runtime)

@@ -173,17 +173,19 @@ def first_touch_s(output_bytes: float, params: FamilyParams) -> float:
 
 def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams,
                       trace_bytes_per_element: float = 4.0, weights_on_chip: bool = False,
-                      context: ChipContext | None = None) -> SubgraphEstimate:
+                      context: ChipContext | None = None, producer_layout_bytes: float = 0.0) -> SubgraphEstimate:
     """Roofline estimate of one fused subgraph (module docstring has the formulas).
 
     `trace_bytes_per_element` is the element size the workload was traced in (fp32: 4); byte
     counts are rescaled by BYTES_PER_ELEMENT[precision] / trace_bytes_per_element.
     `weights_on_chip`: the model's weights stay on chip between inferences (no DRAM weight reads).
+    `producer_layout_bytes`: mapping.base.traffic (prediction.producer_layout_bytes works it out).
     Raises mapping.UnsupportedPrecision if no engine of `chip` runs `precision`.
     """
     ctx = context if context is not None else chip_context(chip, precision)
     scale = BYTES_PER_ELEMENT[precision] / trace_bytes_per_element
-    alloc = map_subgraph(subgraph, chip, precision, scale, weights_on_chip, params.layout_passes)
+    alloc = map_subgraph(subgraph, chip, precision, scale, weights_on_chip, params.layout_passes,
+                         producer_layout_bytes)
     flop = float(subgraph.flop)
     eff = params.efficiency[subgraph.op_class]
     if is_mac_work(subgraph) and alloc.lane_fill > 0:

@@ -175,7 +175,8 @@ CONV_CLASSES = ("conv", "conv1x1", "depthwise")
 
 
 def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_capacity: float,
-            precision: str, weights_on_chip: bool, layout_passes: float = 0.0) -> Traffic:
+            precision: str, weights_on_chip: bool, layout_passes: float = 0.0,
+            producer_layout_bytes: float = 0.0) -> Traffic:
     """The DRAM bytes, on-chip bytes and whether activations stay on chip, for one subgraph.
 
     Weights come from DRAM unless `weights_on_chip` (the caller decided that the whole model's
@@ -191,7 +192,10 @@ def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_cap
     `layout_passes` (FamilyParams; PyTorch eager on a CPU: oneDNN's reorders) adds, for a
     convolution, 2 × passes × (input + output) bytes: each pass reads one layout and writes the
     other. The reordered copies are live beside the originals, so the activations stay on chip
-    only when (1 + passes) × (input + output) fit.
+    only when (1 + passes) × (input + output) fit. `producer_layout_bytes` (traced bytes, like the
+    subgraph's): what a convolution producer's last layout pass read while writing this
+    subgraph's input (its channel-blocked output, as large as that input), which sits in the cache
+    beside the input when this subgraph starts and counts toward the input's residency too.
     """
     a_in = subgraph.input_bytes * bytes_scale
     w = subgraph.weight_bytes * bytes_scale
@@ -199,7 +203,8 @@ def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_cap
     passes = layout_passes if subgraph.op_class in CONV_CLASSES else 0.0
     layout = 2.0 * passes * (a_in + out)
     compulsory = a_in + w + out
-    resident = resident_capacity > 0 and (1.0 + passes) * (a_in + out) <= resident_capacity
+    held = producer_layout_bytes * bytes_scale
+    resident = resident_capacity > 0 and (1.0 + passes) * (a_in + out) + held <= resident_capacity
     dram = (0.0 if weights_on_chip else w) + (0.0 if resident and subgraph.depends_on else a_in) \
         + (0.0 if resident else out + layout)
     extra = 0.0
