@@ -34,9 +34,10 @@ class LayoutPasses:
 
 def passes_in_trace(trace: str, in_dims: str = IN_DIMS, out_dims: str = OUT_DIMS) -> float:
     """(input reorders + output reorders) / 2 in oneDNN verbose output of one conv call: the
-    `primitive,exec,...,reorder` lines whose problem dims are the conv's input or output shape."""
-    reorders = [line.split(",") for line in trace.splitlines()
-                if ",primitive,exec," in line and ",reorder," in line]
+    `exec` lines of `reorder` primitives whose problem dims are the conv's input or output shape
+    (oneDNN 3.x prints `onednn_verbose,v1,primitive,exec,cpu,reorder,...`, older releases
+    `onednn_verbose,exec,cpu,reorder,...`; the dims are the second-last field in both)."""
+    reorders = [line.split(",") for line in trace.splitlines() if ",exec," in line and ",reorder," in line]
     dims = [fields[-2] for fields in reorders if len(fields) >= 2]
     return (dims.count(in_dims) + dims.count(out_dims)) / 2
 
@@ -52,6 +53,9 @@ def conv_layout_passes() -> LayoutPasses:
     with torch.inference_mode():
         conv(x)                                  # primitives created outside the trace
         trace = _stdout_of(lambda: conv(x), torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON))
+    if ",convolution," not in trace:
+        return LayoutPasses(0.0, "oneDNN printed no trace of the conv (verbose mode not built in?): "
+                                 "layout passes unknown, none charged")
     passes = passes_in_trace(trace)
     return LayoutPasses(passes, f"oneDNN trace of a {IN_DIMS} -> {OUT_DIMS} NCHW conv: {passes:g} layout "
                                 "passes (input and output reorders / 2) per call")

@@ -28,6 +28,8 @@ def test_passes_in_a_recorded_trace():
     assert (IN_DIMS, OUT_DIMS) == ("2x32x20x20", "2x48x20x20")
     # one input reorder + one output reorder = 2 reorders / 2 = 1 pass; the weight reorder is not one
     assert passes_in_trace(ZEN4_TRACE) == 1.0
+    # oneDNN 2.x-style lines (no "v1,primitive"): the same count
+    assert passes_in_trace(ZEN4_TRACE.replace(",v1,primitive,exec,", ",exec,")) == 1.0
     only_input = "\n".join(line for line in ZEN4_TRACE.splitlines() if "2x48x20x20" not in line)
     assert passes_in_trace(only_input) == 0.5
     # channels-last tensors go straight to the kernel: only the convolution line remains
@@ -39,10 +41,23 @@ def test_probe_counts_this_machine_and_none_without_onednn():
 
     found = conv_layout_passes()
     assert found.passes in (0.0, 0.5, 1.0)
-    assert "trace" in found.detail or "without oneDNN" in found.detail
+    assert "trace" in found.detail or "without oneDNN" in found.detail   # counted, or said why not
     with torch.backends.mkldnn.flags(enabled=False):
         off = conv_layout_passes()
     assert off.passes == 0.0 and "without oneDNN" in off.detail
+
+
+def test_no_trace_is_said_and_not_charged(monkeypatch):
+    """A torch whose oneDNN prints nothing: passes unknown, none charged, and the detail says so."""
+    import torch
+
+    from chipcal.measure import layout
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("torch without oneDNN: the probe never asks for a trace")
+    monkeypatch.setattr(layout, "_stdout_of", lambda call, context: "")
+    found = layout.conv_layout_passes()
+    assert found.passes == 0.0 and "no trace" in found.detail
 
 
 def _subgraph(op_class: str, input_bytes: float, output_bytes: float) -> SimpleNamespace:
