@@ -304,7 +304,7 @@ class LayoutSection(Record):
     detail: str
 
     def charged_in(self, params: FamilyParams) -> FamilyParams:
-        """`params` charging the layout passes this run counted (model.estimate.roofline)."""
+        """`params` charging the layout passes this run counted (model.mapping.base.traffic)."""
         return dataclasses.replace(params, layout_passes=self.passes)
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from chipcal.calibrate.accuracy import abs_quantile
 from chipcal.model.errors import ChipcalError
 from chipcal.model.estimate.prediction import predict
+from chipcal.model.mapping.base import MAC_CLASSES
 from chipcal.model.mapping.params import FamilyParams, params_for, runtime_fuses
 from chipcal.model.precision import PRECISIONS
 
@@ -276,7 +277,6 @@ def summarize(comparisons: Sequence[Comparison]) -> Summary:
 
 # --- fit of the defaults the `fit` split constrains ----------------------------------------------
 
-MAC_CLASSES = ("conv", "conv1x1", "depthwise", "matmul", "attention")
 FIT_START = {"host_server_s": 20e-6, "gpu_mac_efficiency_scale": 1.0, "gpu_kernel_cycles": 5e3}
 FIT_BOUNDS = {"host_server_s": (1e-7, 1e-3), "gpu_mac_efficiency_scale": (0.2, 1.4), "gpu_kernel_cycles": (1.0, 1e6)}
 

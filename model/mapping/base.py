@@ -31,8 +31,9 @@ from chipcal.model.errors import UnsupportedPrecision
 from chipcal.model.precision import BYTES_PER_ELEMENT, FLOP_PER_MAC
 
 # Op classes whose work is multiply-accumulate (run on a matrix/FMA engine); the rest run on the
-# chip's vector engine.
-MAC_CLASSES = ("conv", "conv1x1", "depthwise", "matmul", "attention")
+# chip's vector engine. The convolutions among them are the ones a runtime may reorder (traffic).
+CONV_CLASSES = ("conv", "conv1x1", "depthwise")
+MAC_CLASSES = (*CONV_CLASSES, "matmul", "attention")
 # Programmable circuits that can run any elementwise op (and any precision, promoted to fp32).
 GENERAL_CIRCUITS = ("x86_performance", "arm_core", "cuda_core")
 # Storage precisions narrower than fp32 that a general-purpose engine computes by promoting to fp32.
@@ -169,9 +170,6 @@ class Traffic(NamedTuple):
     dram_bytes: float           # to/from DRAM
     onchip_bytes: float         # through the on-chip level (every byte passes it once)
     activations_on_chip: bool   # input/output held in the last-level cache/SRAM
-
-
-CONV_CLASSES = ("conv", "conv1x1", "depthwise")
 
 
 def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_capacity: float,
