@@ -128,7 +128,7 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
             on_fold(f)
     chain_held: list[HeldOut] = []
     if len(chains) >= 2:
-        alone = dataclasses.replace(params, switch_overhead_s=0.0)
+        alone = dataclasses.replace(params, switch_overhead_s=0.0, network_memory_factor=1.0)
         for i, c in enumerate(chains):
             fold_params, _ = fit_switch_overhead([o for j, o in enumerate(chains) if j != i], chip, precision, alone)
             chain_held.append(HeldOut("chain", c.case, c.op_class, i, c.measurement.median_s,

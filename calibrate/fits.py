@@ -144,7 +144,7 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
                     predict: Callable[[dict[str, float]], np.ndarray],
                     measured_s: Sequence[float], name: str, model: str,
                     lower: Sequence[float] | None = None, upper: Sequence[float] | None = None,
-                    prior_sigma: float | None = None,
+                    prior_sigma: float | Sequence[float | None] | None = None,
                     data_sigma: float | Sequence[float] = 1.0, robust: bool = False,
                     prior_centre: Sequence[float] | None = None) -> FitResult:
     """Fit positive parameters so that predict(params) matches measured latencies.
@@ -154,7 +154,8 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
     `data_sigma` is each measurement's uncertainty in the same log units (scalar or per
     observation): data residuals are divided by it. With `prior_sigma`, each parameter also gets
     a residual (log p − log c) / prior_sigma: a log-normal prior centred on `prior_centre` c
-    (default x0; maximum a posteriori). It keeps parameters the data cannot
+    (default x0; maximum a posteriori); a sequence gives each parameter its own width, None for
+    a parameter without a prior. It keeps parameters the data cannot
     separate near their documented starting values instead of letting them run to a bound,
     and barely moves those the data pin down.
     `robust` uses scipy's soft-L1 loss (quadratic within 2 sigma, linear beyond), so one
@@ -177,13 +178,16 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
     held = np.clip(centre, lo, hi)       # where a parameter the data cannot constrain is held
     n_data = len(measured)
     sigma = np.broadcast_to(np.asarray(data_sigma, dtype=float), measured.shape)
+    widths = np.broadcast_to(np.asarray([np.inf if w is None else w for w in np.atleast_1d(prior_sigma)]
+                                        if prior_sigma is not None else np.inf, dtype=float), (len(names),))
+    has_prior = np.isfinite(widths)
 
     def residual(x: np.ndarray) -> np.ndarray:
         params = dict(zip(names, np.exp(x), strict=True))
         data = (np.log(np.asarray(predict(params), dtype=float)) - np.log(measured)) / sigma
-        if prior_sigma is None:
+        if not has_prior.any():
             return data
-        return np.concatenate([data, (x - centre) / prior_sigma])
+        return np.concatenate([data, (x - centre)[has_prior] / widths[has_prior]])
 
     def solve(free: np.ndarray) -> optimize.OptimizeResult:
         """Fit the `free` parameters; the others stay at their prior centres."""
@@ -209,22 +213,25 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
         for i, nm in enumerate(names):
             if not free[i]:
                 continue
-            kept = "" if prior_sigma is None else f"; the prior {np.exp(held[i]):.3g} is kept"
+            kept = f"; the prior {np.exp(held[i]):.3g} is kept" if has_prior[i] else ""
             if x[i] - lo[i] < AT_BOUND_LOG or hi[i] - x[i] < AT_BOUND_LOG:
                 newly[nm] = f"ran into its bound ({np.exp(x[i]):.3g}){kept}"
-            elif dead[i] or (prior_sigma is not None and not se_log[i] < UNCONSTRAINED_SE_LOG):
+            elif dead[i] or (has_prior[i] and not se_log[i] < UNCONSTRAINED_SE_LOG):
                 newly[nm] = f"the data cannot constrain it (1-sigma beyond a factor e){kept}"
         unconstrained |= newly
-        if not newly or prior_sigma is None:
+        held_back = [nm for nm in newly if has_prior[names.index(nm)]]
+        if not held_back:
             break
-        free &= ~np.isin(names, list(newly))
+        free &= ~np.isin(names, held_back)
         if not free.any():
             x = held.copy()
             break
     values = np.exp(x)
     stderr = np.where(dead | ~free, np.nan, values * se_log)
     fitted = np.asarray(predict(dict(zip(names, values, strict=True))), dtype=float)
-    model_text = model if prior_sigma is None else f"{model}; log-normal prior sigma={prior_sigma:g} around the defaults"
+    width_text = (f"{prior_sigma:g}" if np.isscalar(prior_sigma) else
+                  ", ".join(f"{n} {w:g}" for n, w, p in zip(names, widths, has_prior, strict=True) if p))
+    model_text = f"{model}; log-normal prior sigma={width_text} around the defaults" if has_prior.any() else model
     if robust:
         model_text += "; soft-L1 loss (f_scale 2 sigma)"
     return FitResult(

@@ -2,7 +2,7 @@
 
 GEMM sweep -> saturating efficiency per precision; timed micro-layers -> per-op-class efficiency
 and overhead and the size curve (log-latency, soft-L1, log-normal prior on the family defaults,
-a grid-search start); layer chains -> the in-network switch overhead. docs/calibration.md has
+a grid-search start); layer chains -> the in-network switch overhead and memory factor. docs/calibration.md has
 the method.
 """
 
@@ -19,6 +19,7 @@ RUNTIME = "eager"    # layers, chains and models are timed in PyTorch eager mode
 MODEL_SIGMA_FLOOR = 0.05   # per-layer log uncertainty floor: timing spread, else model misfit
 PRIOR_SIGMA = 1.0     # log-space width of the prior around the family defaults (a factor of e)
 EFFICIENCY_MAX = 2.0   # measured may exceed an *assumed* local peak (clock above the nominal one)
+NETWORK_MEMORY_FACTOR_MAX = 4.0   # in-network memory time at most 4x the kernel's alone
 
 
 def as_timed(workload, chip, precision: str, params):
@@ -171,24 +172,34 @@ def _coordinate_start(names: list[str], x0: list[float], lower: list[float], upp
 
 
 def fit_switch_overhead(chains: Sequence, chip, precision: str, params):
-    """Fit switch_overhead_s: t(chain) = prediction with kernels timed alone + switch · kernels.
+    """Fit what a kernel costs inside a network over its time alone, from the timed chains:
 
-    `params` come from the isolated-layer fit (switch_overhead_s = 0). Returns
-    (params with the fitted switch_overhead_s, FitResult).
+        t(chain) = Σ_kernels [overhead + max(compute, network_memory_factor × memory)]
+                   + switch_overhead_s × kernels
+
+    `params` come from the isolated-layer fit (switch 0, factor 1). The memory factor is why
+    memory-bound kernels slow down in a network (their data no longer hot, mapping.params); the
+    switch cost what every kernel pays. A log-normal prior (PRIOR_SIGMA) centred on 1 holds the
+    factor there where the chains cannot separate it from the switch cost (FitResult.unconstrained);
+    the switch cost has no prior, as before the factor was fitted beside it.
+    Returns (params with both fitted, FitResult).
     """
+    alone = dataclasses.replace(params, switch_overhead_s=0.0, network_memory_factor=1.0)
+    kernels = np.asarray([sum(1 for e in as_timed(c.workload, chip, precision, alone).subgraphs if e.overhead_s > 0)
+                          for c in chains], dtype=float)
 
-    alone = dataclasses.replace(params, switch_overhead_s=0.0)
-    base, kernels = [], []
-    for c in chains:
-        pred = as_timed(c.workload, chip, precision, alone)
-        base.append(pred.latency_s)
-        kernels.append(sum(1 for e in pred.subgraphs if e.overhead_s > 0))
-    base_a, kernels_a = np.asarray(base), np.asarray(kernels, dtype=float)
-    fit = fit_log_latency(["switch_overhead_s"], [1e-6],
-                          lambda v: base_a + v["switch_overhead_s"] * kernels_a,
+    def predict(v):
+        inside = dataclasses.replace(alone, network_memory_factor=v["network_memory_factor"])
+        base = np.asarray([as_timed(c.workload, chip, precision, inside).latency_s for c in chains])
+        return base + v["switch_overhead_s"] * kernels
+
+    names = ["switch_overhead_s", "network_memory_factor"]
+    fit = fit_log_latency(names, [1e-6, 1.0], predict,
                           [c.measurement.median_s for c in chains], name="switch_overhead",
-                          model="t(chain) = Σ kernels as timed alone + switch_overhead_s × kernels",
-                          lower=[1e-9], upper=[1e-3],
+                          model="t(chain) = Σ kernels as timed alone, memory time × network_memory_factor, "
+                                "+ switch_overhead_s × kernels",
+                          lower=[1e-9, 1.0], upper=[1e-3, NETWORK_MEMORY_FACTOR_MAX],
+                          prior_sigma=[None, PRIOR_SIGMA], prior_centre=[1e-6, 1.0],
                           data_sigma=[max(MODEL_SIGMA_FLOOR, c.measurement.iqr_s / 1.349 / c.measurement.median_s)
                                       for c in chains])
-    return dataclasses.replace(params, switch_overhead_s=fit.parameters["switch_overhead_s"]), fit
+    return dataclasses.replace(params, **{n: fit.parameters[n] for n in names}), fit

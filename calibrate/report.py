@@ -114,7 +114,8 @@ def render_markdown(doc: CalibrationDocument) -> str:
         f"half_efficiency_flop = {params.half_efficiency_flop:.3g} FLOP, "
         f"bandwidth_efficiency = {params.bandwidth_efficiency:.3f}, "
         f"onchip_bandwidth_ratio = {params.onchip_bandwidth_ratio:.2f}, "
-        f"switch_overhead_s = {_si(params.switch_overhead_s, 's')} per kernel.",
+        f"switch_overhead_s = {_si(params.switch_overhead_s, 's')} per kernel, "
+        f"network_memory_factor = {params.network_memory_factor:.2f}.",
         "",
         "## Micro-layers (fit data)",
         "",
@@ -123,10 +124,11 @@ def render_markdown(doc: CalibrationDocument) -> str:
                  str(r.n), _si(r.predicted_default_s, "s"), _si(r.predicted_s, "s")]
                 for r in doc.observations.layers]),
         "",
-        "## Chains (fit data for switch_overhead_s)",
+        "## Chains (fit data for switch_overhead_s and network_memory_factor)",
         "",
         "Hand-built small networks, timed whole; the gap to their kernels predicted as if timed alone is "
-        "the extra cost of running different kernels back to back.",
+        "the extra cost of running different kernels back to back: a cost per kernel and a factor on "
+        "memory time.",
         "",
         _table(["chain", "kernels", "FLOP", "measured", "IQR", "n", "predicted (calibrated)"],
                [[r.case, str(r.kernels), _si(r.flop, "FLOP"), _si(r.median_s, "s"), _si(r.iqr_s, "s"),

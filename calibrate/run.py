@@ -45,7 +45,6 @@ QUICK_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "mobi
                 "resnext50_32x4d", "googlenet", "swin_t")
 DEFAULT_BATCHES = (1, 8)
 UNSTABLE_CV = 0.10
-N_CHAINS = 3         # measure.layers.default_chains()
 MODEL_MIN_SAMPLES = 5
 MODEL_MAX_CALL_S = 4.0     # a validation model whose predicted forward pass is longer is not run
 

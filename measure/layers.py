@@ -143,7 +143,7 @@ def _pool(kind: str, channels: int, hw: int, batch: int = 1):
     return build
 
 
-def _mobile_chain():
+def _mobile_chain(batch: int = 1):
     """A small hand-built mobile network: stem, inverted residuals with squeeze-excite, head."""
     import torch
     from torch import nn
@@ -174,7 +174,7 @@ def _mobile_chain():
         net = nn.Sequential(*cba(3, 16, 3, 2, act=nn.Hardswish), Block(16, 4), Block(16, 4, 2), Block(16, 6),
                             *cba(16, 40, act=nn.Hardswish), Block(40, 3, 2), Block(40, 3),
                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(40, 100))
-        return net.eval(), (torch.randn(1, 3, 160, 160),)
+        return net.eval(), (torch.randn(batch, 3, 160, 160),)
 
     return build
 
@@ -232,8 +232,12 @@ CHAIN_CLASS = "chain"
 def default_chains() -> list[LayerCase]:
     """Hand-built small networks (not torchvision models) whose whole-network time, against
     the sum of their kernels timed alone, measures the cost of running different kernels back
-    to back (calibrate: switch_overhead_s)."""
+    to back (calibrate: switch_overhead_s), and how much slower memory-bound kernels run among
+    others than repeated alone (network_memory_factor): the batch-8 mobile chain's expanded
+    activations (8 x 64 x 80 x 80 fp32, 13 MB) are where that shows; the batch-1 chains' are 1.6 MB
+    or less."""
     return [LayerCase(CHAIN_CLASS, "chain: mobile blocks @160", _mobile_chain()),
+            LayerCase(CHAIN_CLASS, "chain: mobile blocks @160 b8", _mobile_chain(CPU_LAYER_BATCH), batch=CPU_LAYER_BATCH),
             LayerCase(CHAIN_CLASS, "chain: residual blocks @160", _residual_chain()),
             LayerCase(CHAIN_CLASS, "chain: 2 encoder blocks x64", _transformer_chain())]
 

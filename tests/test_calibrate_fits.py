@@ -153,6 +153,54 @@ def test_parameter_that_runs_into_its_bound_falls_back_to_its_prior():
     assert fit.parameters["a"] == pytest.approx(1.0)
 
 
+def test_a_parameter_without_a_prior_is_fitted_freely_beside_one_with_a_prior():
+    work = np.array([1.0, 2.0, 3.0])
+    # t = a * work with a = 200, far from its start 1: with a prior of width 1 on it the fit would be
+    # pulled below 200 (prior residual ln 200 = 5.3 against data sigma 0.01); without one it is not.
+    # b has no effect and keeps its prior.
+    fit = fit_log_latency(["a", "b"], [1.0, 5.0], lambda v: v["a"] * work, [200.0, 400.0, 600.0], name="t",
+                          model="t = a w", lower=[1e-3, 1e-3], upper=[1e3, 1e3], prior_sigma=[None, 1.0],
+                          prior_centre=[1.0, 5.0], data_sigma=0.01)
+    assert fit.parameters["a"] == pytest.approx(200.0, rel=1e-4) and "a" not in fit.unconstrained
+    assert fit.parameters["b"] == pytest.approx(5.0) and "b" in fit.unconstrained
+    assert "b 1" in fit.model and "a 1" not in fit.model
+
+
+def test_chains_give_back_the_switch_cost_and_memory_factor_they_were_made_with(tmp_path):
+    """Chain timings made by the predictor with a 10 µs switch cost and memory time x 1.6 in a
+    network: the switch fit recovers both (a memory-bound batch-8 chain beside overhead-bound
+    batch-1 ones separates them). Exact timings, so what is left is the prior's pull of the factor
+    towards 1 (log residual ln 1.6 = 0.47 at width 1 against the 5 % data floor), which the switch
+    cost makes up for: within a few percent."""
+    import dataclasses
+    import json
+
+    from recorded import MACHINES
+    from test_refit_recorded import recorded_chip
+
+    from chipcal.calibrate.document import CalibrationDocument
+    from chipcal.calibrate.layer_fits import as_timed, fit_switch_overhead
+    from chipcal.measure.layers import LayerObservation, default_chains
+    from chipcal.measure.timing import Measurement
+    from chipcal.model.mapping.params import default_params
+    from chipcal.model.workload import characterize
+
+    doc = CalibrationDocument.from_dict(
+        json.loads((MACHINES / "amd-epyc-avx2-2vcpu" / "calibration-quick.json").read_text()))
+    chip = recorded_chip(tmp_path, "amd-epyc-avx2-2vcpu", doc)
+    params = default_params("cpu")
+    truth = dataclasses.replace(params, switch_overhead_s=10e-6, network_memory_factor=1.6)
+    chains = []
+    for case in default_chains():
+        module, inputs = case.build()
+        workload = characterize(module, inputs, model_name=case.label, fuse=False)
+        t = as_timed(workload, chip, "fp32", truth).latency_s
+        chains.append(LayerObservation(case.label, case.op_class, workload, Measurement.from_samples([t] * 5)))
+    fitted, fit = fit_switch_overhead(chains, chip, "fp32", params)
+    assert fitted.network_memory_factor == pytest.approx(1.6, rel=0.03)
+    assert fitted.switch_overhead_s == pytest.approx(10e-6, rel=0.05)
+    assert not fit.unconstrained
+
 
 def test_gpu_suite_adds_a_batch_32_twin_of_every_micro_layer_and_a_cpu_a_batch_8_twin_of_some():
     from chipcal.measure.layers import CPU_LAYER_BATCH, GPU_LAYER_BATCH, default_cases

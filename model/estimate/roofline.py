@@ -6,8 +6,10 @@
                    u = utilization: the ramp is each busy unit's own (prologue, pipeline fill,
                    epilogue) and the units ramp in parallel, so it costs h / (peak × efficiency)
                    seconds whether one SM or all of them run the kernel
-    memory_time  = max(DRAM bytes / (spec bandwidth × bandwidth_efficiency),
+    memory_time  = network_memory_factor × max(DRAM bytes / (spec bandwidth × bandwidth_efficiency),
                        on-chip bytes / (spec bandwidth × onchip_bandwidth_ratio))
+                   (network_memory_factor and switch_overhead_s: a kernel inside a network, not
+                   repeated alone; both 1 and 0 until chains of layers calibrate them)
     latency      = max(compute_time, memory_time) + first_touch_time + overhead
     overhead     = overhead_s[op_class] + switch_overhead_s + overhead_cycles / engine clock
     first_touch_time = output bytes / first_touch_bytes_per_s, for an output of at least
@@ -192,8 +194,9 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
         eff *= params.size_factor(flop / alloc.lane_fill / max(alloc.utilization, 1e-12))  # W / u
     available = alloc.available_flop_per_s * eff
     compute = flop / available if flop > 0 else 0.0
-    memory = max(alloc.dram_bytes / (ctx.bandwidth_bytes_per_s * params.bandwidth_efficiency),
-                 alloc.onchip_bytes / (ctx.bandwidth_bytes_per_s * params.onchip_bandwidth_ratio))
+    memory = params.network_memory_factor * max(
+        alloc.dram_bytes / (ctx.bandwidth_bytes_per_s * params.bandwidth_efficiency),
+        alloc.onchip_bytes / (ctx.bandwidth_bytes_per_s * params.onchip_bandwidth_ratio))
     kernel = flop > 0 or alloc.onchip_bytes > 0
     engine = next(e for e in chip.engines if e.name == alloc.engine)
     overhead = (params.overhead_s[subgraph.op_class] + params.switch_overhead_s

@@ -15,6 +15,10 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
     switch_overhead_s      extra cost of every kernel inside a network over the same kernel timed alone
                            (cold instruction caches and dispatch paths, threads re-waking); 0 by
                            default, calibrated from timed chains of different layers
+    network_memory_factor  memory time of a kernel inside a network ÷ the same kernel's timed alone:
+                           repeated alone, a kernel finds its input, weights and recycled output
+                           buffer in the cache; in a network the other kernels have moved them out.
+                           1 by default; calibrated with switch_overhead_s from the chains
     host_overhead_s        per-op host issue cost under an eager runtime (estimate/host.py); None:
                            the host-class default; a calibration sets it from the dispatch probe
     onchip_bandwidth_ratio bandwidth of the last on-chip level (CPU L3, GPU L2, TPU/KPU SRAM) as a
@@ -108,6 +112,7 @@ class FamilyParams:
     first_touch_bytes_per_s: float | None = None
     fresh_allocation_bytes: float = FRESH_ALLOCATION_BYTES
     layout_passes: float = 0.0
+    network_memory_factor: float = 1.0
 
     def __post_init__(self) -> None:
         # Fractions may exceed 1 after calibration: a locally built chip's peak and bandwidth are
@@ -136,6 +141,8 @@ class FamilyParams:
         object.__setattr__(self, "fresh_allocation_bytes",
                            _number("fresh_allocation_bytes", self.fresh_allocation_bytes, allow_zero=False))
         object.__setattr__(self, "layout_passes", _number("layout_passes", self.layout_passes, allow_zero=True))
+        object.__setattr__(self, "network_memory_factor",
+                           _number("network_memory_factor", self.network_memory_factor, allow_zero=False))
 
     def size_factor(self, flop: float) -> float:
         """W / (W + half_efficiency_flop): 1 for large kernels, 1/2 at W = half_efficiency_flop."""
@@ -158,6 +165,8 @@ class FamilyParams:
             "fresh_allocation_bytes": self.fresh_allocation_bytes,
             "source": self.source,
             **({"layout_passes": self.layout_passes} if self.layout_passes else {}),   # absent: 0
+            **({"network_memory_factor": self.network_memory_factor}                   # absent: 1
+               if self.network_memory_factor != 1.0 else {}),
         }
 
     @classmethod
@@ -170,7 +179,8 @@ class FamilyParams:
         if missing:
             raise CalibrationError(f"family_params is missing {', '.join(missing)}")
         optional = {k: d[k] for k in ("switch_overhead_s", "host_overhead_s", "overhead_cycles",
-                                      "first_touch_bytes_per_s", "fresh_allocation_bytes", "layout_passes")
+                                      "first_touch_bytes_per_s", "fresh_allocation_bytes", "layout_passes",
+                                      "network_memory_factor")
                     if k in d}
         return cls(**{k: d[k] for k in keys}, **optional)
 
