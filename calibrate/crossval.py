@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from chipcal.calibrate.accuracy import CheckedSet, abs_quantile
-from chipcal.calibrate.layer_fits import as_timed, fit_layer_params, fit_switch_overhead
+from chipcal.calibrate.layer_fits import as_timed, fit_layer_params, fit_network_costs
 from chipcal.calibrate.selfcheck import ClassVerdict, CrossValSection, HeldOut
 
 
@@ -128,9 +128,8 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
             on_fold(f)
     chain_held: list[HeldOut] = []
     if len(chains) >= 2:
-        alone = dataclasses.replace(params, switch_overhead_s=0.0, network_memory_factor=1.0)
-        for i, c in enumerate(chains):
-            fold_params, _ = fit_switch_overhead([o for j, o in enumerate(chains) if j != i], chip, precision, alone)
+        for i, c in enumerate(chains):     # fit_network_costs starts from the kernels as if alone itself
+            fold_params, _ = fit_network_costs([o for j, o in enumerate(chains) if j != i], chip, precision, params)
             chain_held.append(HeldOut("chain", c.case, c.op_class, i, c.measurement.median_s,
                                       latency(c, fold_params), latency(c, defaults)))
     return CrossValidation(k, tuple(held), tuple(chain_held), tuple(ablations))

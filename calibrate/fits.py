@@ -178,8 +178,8 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
     held = np.clip(centre, lo, hi)       # where a parameter the data cannot constrain is held
     n_data = len(measured)
     sigma = np.broadcast_to(np.asarray(data_sigma, dtype=float), measured.shape)
-    widths = np.broadcast_to(np.asarray([np.inf if w is None else w for w in np.atleast_1d(prior_sigma)]
-                                        if prior_sigma is not None else np.inf, dtype=float), (len(names),))
+    per_parameter = np.broadcast_to(np.asarray(prior_sigma, dtype=object), (len(names),))
+    widths = np.array([np.inf if w is None else float(w) for w in per_parameter])
     has_prior = np.isfinite(widths)
 
     def residual(x: np.ndarray) -> np.ndarray:

@@ -171,13 +171,13 @@ def _coordinate_start(names: list[str], x0: list[float], lower: list[float], upp
     return [values[n] for n in names]
 
 
-def fit_switch_overhead(chains: Sequence, chip, precision: str, params):
+def fit_network_costs(chains: Sequence, chip, precision: str, params):
     """Fit what a kernel costs inside a network over its time alone, from the timed chains:
 
         t(chain) = Σ_kernels [overhead + max(compute, network_memory_factor × memory)]
                    + switch_overhead_s × kernels
 
-    `params` come from the isolated-layer fit (switch 0, factor 1). The memory factor is why
+    Starts from `params` (the isolated-layer fit) with the kernels as if alone (switch 0, factor 1). The memory factor is why
     memory-bound kernels slow down in a network (their data no longer hot, mapping.params); the
     switch cost what every kernel pays. A log-normal prior (PRIOR_SIGMA) centred on 1 holds the
     factor there where the chains cannot separate it from the switch cost (FitResult.unconstrained);

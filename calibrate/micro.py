@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from chipcal.calibrate.crossval import CrossValidation, cross_validate, keep_defaults
 from chipcal.calibrate.fits import FitResult
-from chipcal.calibrate.layer_fits import fit_layer_params, fit_switch_overhead
+from chipcal.calibrate.layer_fits import fit_layer_params, fit_network_costs
 from chipcal.model.chip import Chip
 
 
@@ -34,5 +34,5 @@ def fit_micro(layers: Sequence, chains: Sequence, chip: Chip, precision: str, ba
     crossval = cross_validate(layers, chains, chip, precision, base, defaults, params, k, on_fold=on_fold,
                               overhead_floor_s=overhead_floor_s, prior=base)
     params = keep_defaults(params, base, crossval.classes_keeping_defaults)
-    params, switch_fit = fit_switch_overhead(chains, chip, precision, params)
+    params, switch_fit = fit_network_costs(chains, chip, precision, params)
     return MicroFit(params, layer_fit, crossval, switch_fit)

@@ -179,7 +179,7 @@ def test_chains_give_back_the_switch_cost_and_memory_factor_they_were_made_with(
     from test_refit_recorded import recorded_chip
 
     from chipcal.calibrate.document import CalibrationDocument
-    from chipcal.calibrate.layer_fits import as_timed, fit_switch_overhead
+    from chipcal.calibrate.layer_fits import as_timed, fit_network_costs
     from chipcal.measure.layers import LayerObservation, default_chains
     from chipcal.measure.timing import Measurement
     from chipcal.model.mapping.params import default_params
@@ -196,7 +196,7 @@ def test_chains_give_back_the_switch_cost_and_memory_factor_they_were_made_with(
         workload = characterize(module, inputs, model_name=case.label, fuse=False)
         t = as_timed(workload, chip, "fp32", truth).latency_s
         chains.append(LayerObservation(case.label, case.op_class, workload, Measurement.from_samples([t] * 5)))
-    fitted, fit = fit_switch_overhead(chains, chip, "fp32", params)
+    fitted, fit = fit_network_costs(chains, chip, "fp32", params)
     assert fitted.network_memory_factor == pytest.approx(1.6, rel=0.03)
     assert fitted.switch_overhead_s == pytest.approx(10e-6, rel=0.05)
     assert not fit.unconstrained
