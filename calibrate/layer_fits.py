@@ -184,7 +184,7 @@ def fit_network_costs(chains: Sequence, chip, precision: str, params):
     the switch cost has no prior, as before the factor was fitted beside it.
     Returns (params with both fitted, FitResult).
     """
-    alone = dataclasses.replace(params, switch_overhead_s=0.0, network_memory_factor=1.0)
+    alone = params.alone()
     kernels = np.asarray([sum(1 for e in as_timed(c.workload, chip, precision, alone).subgraphs if e.overhead_s > 0)
                           for c in chains], dtype=float)
 

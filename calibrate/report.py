@@ -119,6 +119,9 @@ def render_markdown(doc: CalibrationDocument) -> str:
         "",
         "## Micro-layers (fit data)",
         "",
+        "Each micro-layer is timed alone, call after call, and predicted the same way: without the "
+        "in-network terms that the chains below calibrate (switch cost 0, memory factor 1).",
+        "",
         _table(["case", "class", "FLOP", "measured", "IQR", "n", "predicted (default)", "predicted (calibrated)"],
                [[r.case, r.op_class, _si(r.flop, "FLOP"), _si(r.median_s, "s"), _si(r.iqr_s, "s"),
                  str(r.n), _si(r.predicted_default_s, "s"), _si(r.predicted_s, "s")]

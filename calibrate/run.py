@@ -326,7 +326,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
             predicted_s=as_timed(o.workload, chip, config.precision, p).latency_s,
             **cd.timing(o.measurement)) for o in obs)
 
-    layer_rows, chain_rows = rows(observations, params), rows(chains, params)
+    layer_rows, chain_rows = rows(observations, params.alone()), rows(chains, params)
 
     # 7. validation: the held-out models, predicted with the calibrated and the default parameters
     model_rows = []

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -143,6 +143,11 @@ class FamilyParams:
         object.__setattr__(self, "layout_passes", _number("layout_passes", self.layout_passes, allow_zero=True))
         object.__setattr__(self, "network_memory_factor",
                            _number("network_memory_factor", self.network_memory_factor, allow_zero=False))
+
+    def alone(self) -> FamilyParams:
+        """These parameters for a kernel timed alone, call after call (a micro-layer): no switch
+        cost and memory factor 1, the in-network terms that the chains calibrate."""
+        return replace(self, switch_overhead_s=0.0, network_memory_factor=1.0)
 
     def size_factor(self, flop: float) -> float:
         """W / (W + half_efficiency_flop): 1 for large kernels, 1/2 at W = half_efficiency_flop."""
