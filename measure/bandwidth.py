@@ -5,9 +5,7 @@ STREAM convention, fp32 arrays: copy b←a moves 2·S bytes, triad a←b+s·c mo
 LLC, in √2 steps from 1 MiB to 64 MiB per array, where last-level caches end. The knee
 (`cache_knee`) is the working set at which the bandwidth has fallen half-way, in log, from the
 last-level plateau to the memory figure: what the model's all-or-nothing residency rule should
-take as the on-chip capacity. The memory figure is the median of the stable sizes among the
-largest third of the sizes measured, or among the sizes beyond twice the knee where a large cache
-reaches into that third; the knee is taken over every size (`memory_and_knee`).
+take as the on-chip capacity. Both use the stable sizes only when at least half are stable.
 Results share the GEMM sweep's per-fingerprint cache document (chipcal.measure.cache).
 """
 
@@ -59,33 +57,23 @@ class Bandwidth(Sweep):
         return tuple(sorted((p for p in self.points if p.kernel == kernel), key=lambda p: p.size_bytes))
 
 
-def memory_figure(bandwidths_by_size: Sequence[float], stable: Sequence[bool] | None = None) -> float:
-    """Bandwidth out of cache: median of the largest third of the sizes (at least the largest one);
-    of the stable ones among them when `stable` (one flag per size) marks any.
+def memory_figure(bandwidths_by_size: Sequence[float]) -> float:
+    """Bandwidth out of cache: median of the largest third of the sizes (at least the largest one).
 
     A median over several sizes beyond the knee, because one size on a shared machine can be off
-    by 2× (neighbours' traffic) even when its own samples agree. The window is chosen from every
-    size measured, before unstable ones are dropped: the sizes out of cache are the ones a
-    neighbour's traffic makes unstable, and dropping them first slid the window into the cache
-    (20261124T231213Z: copy read 98 GB/s from 16-23 MiB and 128-2048 MiB sizes, 34 GB/s beyond
-    the cache alone).
+    by 2× (neighbours' traffic) even when its own samples agree.
     """
     values = list(bandwidths_by_size)
-    n = max(1, len(values) // 3)
-    window = values[-n:]
-    if stable is not None:
-        window = [v for v, ok in zip(window, list(stable)[-n:], strict=True) if ok] or window
-    return float(statistics.median(window))
+    return float(statistics.median(values[-max(1, len(values) // 3):]))
 
 
-def cache_knee(sizes: Sequence[int], bandwidths: Sequence[float], ratio: float = 1.5,
-               memory: float | None = None) -> int | None:
+def cache_knee(sizes: Sequence[int], bandwidths: Sequence[float], ratio: float = 1.5) -> int | None:
     """Working set at the last-level-cache knee: where the bandwidth, falling from its highest
     point, crosses the geometric mean of the last-level plateau and the memory figure;
     interpolated linearly in log size and log bandwidth between the two sizes around the crossing.
 
     The cached run is the sizes from the highest bandwidth upwards that stay at least `ratio` ×
-    the memory figure (`memory`, else `memory_figure` of these sizes); its last size ends the last-level plateau, whose
+    the memory figure (`memory_figure`); its last size ends the last-level plateau, whose
     bandwidth is the median over the working sets within 8× below it (so an L2 → L3 step further
     down is not the knee). Half-way in log is where half of an access stream's time goes to each
     level: the capacity at which an all-or-nothing residency rule (model.mapping.base.traffic)
@@ -96,7 +84,7 @@ def cache_knee(sizes: Sequence[int], bandwidths: Sequence[float], ratio: float =
     pairs = sorted(zip(sizes, bandwidths, strict=True))
     if len(pairs) < 2:
         return None
-    memory = memory if memory is not None else memory_figure([b for _, b in pairs])
+    memory = memory_figure([b for _, b in pairs])
     top = max(range(len(pairs)), key=lambda j: pairs[j][1])
     if pairs[top][1] < ratio * memory:
         return None
@@ -109,30 +97,6 @@ def cache_knee(sizes: Sequence[int], bandwidths: Sequence[float], ratio: float =
     (s0, b0), (s1, b1) = pairs[i], pairs[i + 1]
     frac = math.log(b0 / half_way) / math.log(b0 / b1)
     return int(round(math.exp(math.log(s0) + frac * math.log(s1 / s0))))
-
-
-def memory_and_knee(sizes: Sequence[int], bandwidths: Sequence[float],
-                    stable: Sequence[bool]) -> tuple[float, int | None]:
-    """(memory figure, cache knee) of one kernel's curve (`stable`: one flag per size).
-
-    The memory figure is taken over stable sizes where there are any (`memory_figure`); the knee
-    over every size, unstable ones included: out of cache most sizes are unstable on a shared
-    host, and a crossing interpolated across the gaps they leave lands far out (a 300 MiB "knee"
-    between 68 MiB and 3 GiB). Where a large cache (AMD's 3D V-cache: 96 MiB per CCD) reaches
-    into the largest third of the sizes, its sizes lift the figure: the figure is then taken again
-    over the sizes at least twice the knee, where there are two, and the knee found again with it
-    (20261124T223529Z: copy 110 and 90 GB/s at 45 and 64 MiB gave 64 GB/s; beyond twice the knee
-    the sizes read 26-37).
-    """
-    pairs = sorted(zip(sizes, bandwidths, stable, strict=True))
-    every_size, every_bw = [size for size, _, _ in pairs], [bw for _, bw, _ in pairs]
-    memory = memory_figure(every_bw, [ok for _, _, ok in pairs])
-    knee = cache_knee(every_size, every_bw, memory=memory)
-    beyond = [(bw, ok) for size, bw, ok in pairs if knee and size >= 2 * knee]
-    if len(beyond) >= 2:
-        memory = float(statistics.median([bw for bw, ok in beyond if ok] or [bw for bw, _ in beyond]))
-        knee = cache_knee(every_size, every_bw, memory=memory)
-    return memory, knee
 
 
 def _run_end(pairs: Sequence[tuple[int, float]], start: int, floor: float) -> int:
@@ -173,12 +137,14 @@ def _bandwidth_from_points(device: str, slug: str, points: list[BandwidthPoint],
         curve = sorted((p for p in points if p.kernel == kernel), key=lambda p: p.size_bytes)
         if not curve:
             continue
-        stable = [not p.measurement.unstable for p in curve]
-        if sum(stable) < max(2, len(curve) // 2):
+        stable = [p for p in curve if not p.measurement.unstable]
+        if len(stable) >= max(2, len(curve) // 2):
+            curve = stable
+        else:
             notes.append(f"{kernel}: most sizes are unstable (noise or other processes): the knee and the "
                          "memory figure are unreliable")
-        sustained[kernel], knees[kernel] = memory_and_knee([p.working_set_bytes for p in curve],
-                                                           [p.bytes_per_s for p in curve], stable)
+        knees[kernel] = cache_knee([p.working_set_bytes for p in curve], [p.bytes_per_s for p in curve])
+        sustained[kernel] = memory_figure([p.bytes_per_s for p in curve])
         largest = curve[-1].working_set_bytes
         if knees[kernel] is None:
             notes.append(f"{kernel}: no cache knee within the sizes measured; the largest working set "
@@ -299,6 +265,20 @@ def _mtime(path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
+
+
+def largest_sizes_bytes_per_s(bandwidth: Bandwidth) -> float | None:
+    """Median bandwidth over the sizes within 4x of each kernel's largest (the top two octaves of
+    a sweep that ends far past any LLC), stable or not: a check on the memory figure, which drops
+    unstable sizes and takes the largest third of the rest. On the shared Zen 4 VM the out-of-cache
+    sizes are the unstable ones, and a cache holding 80-110 GB/s up to 64-96 MiB reaches into that
+    third: the memory figure read 72-98 GB/s where these sizes read 26-34 GB/s."""
+    values = []
+    for kernel in KERNELS:
+        curve = bandwidth.curve(kernel)
+        if curve:
+            values += [p.bytes_per_s for p in curve if 4 * p.size_bytes >= curve[-1].size_bytes]
+    return float(statistics.median(values)) if values else None
 
 
 def local_overrides(bandwidth: Bandwidth, cpu: CpuSpec) -> dict:

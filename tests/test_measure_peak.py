@@ -194,67 +194,6 @@ def test_cache_knee_by_hand():
     assert cache_knee(sizes_, list(curve.values())) == pytest.approx(48.58 * mib, rel=2e-3)
 
 
-def test_memory_figure_window_is_chosen_before_unstable_sizes_are_dropped():
-    """The copy curve of results/amd-epyc-2c-53ceb17a/20261124T231213Z (working set MiB: GB/s, u =
-    unstable). Out of cache, neighbours make most sizes unstable; dropping them first slid the
-    largest third into the cache and gave 98 GB/s for a machine whose large sizes read 27-47."""
-    from chipcal.measure.bandwidth import bandwidth_from_dict
-    from chipcal.measure.timing import Measurement
-
-    mib = 2**20
-    curve = [(0.03, 33, 0), (0.125, 70, 0), (0.5, 90, 0), (2, 130, 0), (2.8, 136, 0), (4, 149, 0), (5.7, 161, 0),
-             (8, 165, 0), (11.3, 170, 0), (16, 170, 0), (22.6, 160, 0), (32, 56, 1), (45.3, 37, 1), (64, 47, 1),
-             (90.5, 34, 1), (128, 36, 0), (512, 27, 1), (2048, 32, 0)]
-    bws = [bw for _, bw, _ in curve]
-    stable = [not u for _, _, u in curve]
-    # largest third of 18 sizes: 45.3-2048 MiB; the stable ones there: 128 MiB (36) and 2048 MiB (32)
-    assert memory_figure(bws, stable) == 34
-    # what dropping the unstable sizes first gave: the largest third of the 13 stable sizes
-    # (16, 22.6, 128, 2048 MiB: 170, 160, 36, 32) has median 98
-    assert memory_figure([b for b, ok in zip(bws, stable, strict=True) if ok]) == 98
-    assert memory_figure(bws) == 35        # no flags: all six (27, 32, 34, 36, 37, 47)
-
-    def point(ws, bw, unstable):
-        size = int(ws * mib / 2)             # copy: two arrays
-        samples = [2 * size / (bw * 1e9) * f for f in ((0.5, 1.5) * 3 if unstable else (1.0,) * 6)]
-        return {"kernel": "copy", "size_bytes": size, "measurement": Measurement.from_samples(samples).to_dict()}
-
-    points = [point(*c) for c in curve]
-    measured = bandwidth_from_dict({"device": "cpu", "fingerprint_slug": "t", "warnings": [], "other_cpus": None,
-                                    "points": points}, None)
-    assert [p.measurement.unstable for p in measured.curve("copy")] == [not ok for ok in stable]
-    assert measured.sustained_bytes_per_s["copy"] == pytest.approx(34e9, rel=0.02)
-    # the knee, over every size with memory 34: from the top (11.3 MiB, 170) while >= 51: up to
-    # 32 MiB; plateau = median over 4-32 MiB (149, 161, 165, 170, 170, 160, 56) = 161; half-way
-    # sqrt(161 x 34) = 73.99, crossed between 22.6 MiB (160) and 32 MiB (56) at
-    # ln(160/73.99) / ln(160/56) = 0.7346 of the log step. Beyond twice that knee the stable sizes
-    # (128, 2048 MiB) read 36 and 32 again: the figure stays 34
-    assert measured.knee_bytes["copy"] == pytest.approx(22.6 * mib * (32 / 22.6) ** 0.7346, rel=2e-3)
-
-
-def test_memory_figure_beyond_a_large_cache():
-    """The copy curve of results/amd-epyc-2c-53ceb17a/20261124T223529Z, where the cache reaches
-    into the largest third of the sizes (45 and 64 MiB still read 110 and 90 GB/s)."""
-    from chipcal.measure.bandwidth import memory_and_knee
-
-    mib = 2**20
-    curve = [(0.03, 33, 0), (0.125, 70, 0), (0.5, 122, 0), (2, 149, 0), (2.8, 159, 0), (4, 168, 0), (5.7, 162, 0),
-             (8, 169, 1), (11.3, 178, 0), (16, 142, 1), (22.6, 106, 1), (32, 156, 0), (45.3, 110, 0), (64, 90, 0),
-             (90.5, 45, 1), (128, 37, 0), (512, 26, 1), (2048, 28, 0)]
-    sizes, bws, stable = [int(s * mib) for s, _, _ in curve], [b for _, b, _ in curve], [not u for _, _, u in curve]
-    # largest third (45.3-2048 MiB), stable: 110, 90, 37, 28 -> 63.5. Knee with 63.5: from the top
-    # (11.3 MiB, 178) while >= 95.25: up to 45.3 MiB; plateau = median over 5.7-45.3 MiB
-    # (162, 169, 178, 142, 106, 156, 110) = 156; half-way sqrt(156 x 63.5) = 99.53, crossed between
-    # 45.3 (110) and 64 MiB (90): ln(110/99.53) / ln(110/90) = 0.4988 -> 45.3 x (64/45.3)**0.4988 = 53.8 MiB.
-    # Beyond 2 x 53.8 MiB: 128 (37), 512 (26, unstable), 2048 (28): stable median 32.5. Knee with 32.5:
-    # run while >= 48.75 ends at 64 MiB; plateau over 8-64 MiB (169, 178, 142, 106, 156, 110, 90) = 142;
-    # half-way sqrt(142 x 32.5) = 67.93, crossed between 64 (90) and 90.5 MiB (45):
-    # ln(90/67.93) / ln(90/45) = 0.4058 -> 64 x (90.5/64)**0.4058 = 73.0 MiB
-    memory, knee = memory_and_knee(sizes, bws, stable)
-    assert memory == 32.5
-    assert knee == pytest.approx(64 * mib * (90.5 / 64) ** 0.4058, rel=2e-3)
-
-
 def test_local_overrides_take_the_l2s_out_of_the_knee():
     """The knee holds every cache level; the chip's L3 is the knee less the cores' L2s."""
     from chipcal.measure.bandwidth import bandwidth_from_dict, local_overrides
@@ -324,3 +263,28 @@ def test_best_prefers_stable_points():
               peak.GemmPoint("fp32", 2, 2, 2, 16, noisy, 16 / noisy.median_s))
     assert peak.GemmPeak(device="cpu", fingerprint_slug="s", points=points).best("fp32").m == 1
     assert peak.GemmPeak(device="cpu", fingerprint_slug="s", points=points[1:]).best("fp32").m == 2     # only unstable ones: still a peak
+
+
+def test_largest_sizes_check_the_memory_figure():
+    """The copy curve of results/amd-epyc-2c-53ceb17a/20261124T231213Z (working set MiB, GB/s,
+    1 = unstable): the memory figure, over the stable sizes' largest third (16, 22.6, 128 and
+    2048 MiB: 170, 160, 36, 32), reads (160 + 36) / 2 = 98 GB/s; the two largest sizes, 512 and
+    2048 MiB, read 27 and 32: 29.5. calibrate.run flags a figure above 1.5x that."""
+    from chipcal.measure.bandwidth import bandwidth_from_dict, largest_sizes_bytes_per_s
+    from chipcal.measure.timing import Measurement
+
+    mib = 2**20
+    curve = [(0.03, 33, 0), (0.125, 70, 0), (0.5, 90, 0), (2, 130, 0), (2.8, 136, 0), (4, 149, 0), (5.7, 161, 0),
+             (8, 165, 0), (11.3, 170, 0), (16, 170, 0), (22.6, 160, 0), (32, 56, 1), (45.3, 37, 1), (64, 47, 1),
+             (90.5, 34, 1), (128, 36, 0), (512, 27, 1), (2048, 32, 0)]
+
+    def point(ws, bw, unstable):
+        size = int(ws * mib / 2)             # copy: two arrays
+        samples = [2 * size / (bw * 1e9) * f for f in ((0.5, 1.5) * 3 if unstable else (1.0,) * 6)]
+        return {"kernel": "copy", "size_bytes": size, "measurement": Measurement.from_samples(samples).to_dict()}
+
+    bw = bandwidth_from_dict({"device": "cpu", "fingerprint_slug": "t", "warnings": [], "other_cpus": None,
+                              "points": [point(*c) for c in curve]}, None)
+    assert [p.measurement.unstable for p in bw.curve("copy")] == [bool(u) for _, _, u in curve]
+    assert bw.sustained_bytes_per_s["copy"] == pytest.approx(98e9, rel=0.01)
+    assert largest_sizes_bytes_per_s(bw) == pytest.approx(29.5e9, rel=0.01)
