@@ -174,7 +174,7 @@ def _coordinate_start(names: list[str], x0: list[float], lower: list[float], upp
 def fit_network_costs(chains: Sequence, chip, precision: str, params):
     """Fit what a kernel costs inside a network over its time alone, from the timed chains:
 
-        t(chain) = Σ_kernels [overhead + max(compute, network_memory_factor × memory)]
+        t(chain) = Σ_kernels [overhead + max(compute, DRAM time, network_memory_factor × on-chip time)]
                    + switch_overhead_s × kernels
 
     Starts from `params` (the isolated-layer fit) with the kernels as if alone (switch 0, factor 1). The memory factor is why
@@ -196,7 +196,7 @@ def fit_network_costs(chains: Sequence, chip, precision: str, params):
     names = ["switch_overhead_s", "network_memory_factor"]
     fit = fit_log_latency(names, [1e-6, 1.0], predict,
                           [c.measurement.median_s for c in chains], name="switch_overhead",
-                          model="t(chain) = Σ kernels as timed alone, memory time × network_memory_factor, "
+                          model="t(chain) = Σ kernels as timed alone, on-chip memory time × network_memory_factor, "
                                 "+ switch_overhead_s × kernels",
                           lower=[1e-9, 1.0], upper=[1e-3, NETWORK_MEMORY_FACTOR_MAX],
                           prior_sigma=[None, PRIOR_SIGMA], prior_centre=[1e-6, 1.0],

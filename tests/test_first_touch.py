@@ -1,4 +1,4 @@
-"""First touch of freshly mapped output buffers: the roofline term by hand, the probe's arithmetic,
+"""First touch of freshly mapped output buffers and the memory term: the roofline terms by hand, the probe's arithmetic,
 the parameter's round trip."""
 
 from __future__ import annotations
@@ -34,3 +34,16 @@ def test_first_touch_round_trips_with_the_parameters():
     params = dataclasses.replace(default_params("cpu"), first_touch_bytes_per_s=4.4e9)
     again = FamilyParams.from_dict(params.to_dict())
     assert again.first_touch_bytes_per_s == 4.4e9 and again.fresh_allocation_bytes == FRESH_ALLOCATION_BYTES
+
+
+def test_memory_term_by_hand():
+    """memory_time_s: the network memory factor scales the on-chip stream, not the DRAM stream."""
+    from chipcal.model.estimate.roofline import memory_time_s
+
+    params = dataclasses.replace(default_params("cpu"), bandwidth_efficiency=0.5, onchip_bandwidth_ratio=4.0,
+                                 network_memory_factor=3.0)
+    # 100 MB from DRAM at 10 GB/s x 0.5 = 20 ms; 100 MB on chip at 10 x 4 GB/s = 2.5 ms, x 3 = 7.5 ms
+    assert memory_time_s(100e6, 100e6, 10e9, params) == pytest.approx(0.020)
+    # resident: nothing from DRAM; 100 MB on chip: 7.5 ms (2.5 ms timed alone, factor 1)
+    assert memory_time_s(0.0, 100e6, 10e9, params) == pytest.approx(0.0075)
+    assert memory_time_s(0.0, 100e6, 10e9, params.alone()) == pytest.approx(0.0025)

@@ -6,10 +6,12 @@
                    u = utilization: the ramp is each busy unit's own (prologue, pipeline fill,
                    epilogue) and the units ramp in parallel, so it costs h / (peak × efficiency)
                    seconds whether one SM or all of them run the kernel
-    memory_time  = network_memory_factor × max(DRAM bytes / (spec bandwidth × bandwidth_efficiency),
-                       on-chip bytes / (spec bandwidth × onchip_bandwidth_ratio))
+    memory_time  = max(DRAM bytes / (spec bandwidth × bandwidth_efficiency),
+                       network_memory_factor × on-chip bytes / (spec bandwidth × onchip_bandwidth_ratio))
                    (network_memory_factor and switch_overhead_s: a kernel inside a network, not
-                   repeated alone; both 1 and 0 until chains of layers calibrate them)
+                   repeated alone; both 1 and 0 until chains of layers calibrate them. The factor
+                   scales the on-chip stream only: what a cache serves a repeated kernel hot, it
+                   serves a kernel inside a network colder; a DRAM stream is the same either way)
     latency      = max(compute_time, memory_time) + first_touch_time + overhead
     overhead     = overhead_s[op_class] + switch_overhead_s + overhead_cycles / engine clock
     first_touch_time = output bytes / first_touch_bytes_per_s, for an output of at least
@@ -165,6 +167,15 @@ def _explain(sg, alloc: Allocation, compute: float, memory: float, overhead: flo
             f" (+{_us(overhead)} overhead); attains {attained / 1e12:.3g} TFLOP/s")
 
 
+def memory_time_s(dram_bytes: float, onchip_bytes: float, bandwidth_bytes_per_s: float,
+                  params: FamilyParams) -> float:
+    """The memory term of the module docstring: the slower of the DRAM and the on-chip streams,
+    the on-chip one × network_memory_factor (a kernel inside a network finds the data the cache
+    serves colder than when repeated alone; a DRAM stream is a DRAM stream either way)."""
+    return max(dram_bytes / (bandwidth_bytes_per_s * params.bandwidth_efficiency),
+               params.network_memory_factor * onchip_bytes / (bandwidth_bytes_per_s * params.onchip_bandwidth_ratio))
+
+
 def first_touch_s(output_bytes: float, params: FamilyParams) -> float:
     """Page-fault time of a freshly mapped output buffer (module docstring), 0 below the threshold."""
     rate = params.first_touch_bytes_per_s
@@ -194,9 +205,7 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
         eff *= params.size_factor(flop / alloc.lane_fill / max(alloc.utilization, 1e-12))  # W / u
     available = alloc.available_flop_per_s * eff
     compute = flop / available if flop > 0 else 0.0
-    memory = params.network_memory_factor * max(
-        alloc.dram_bytes / (ctx.bandwidth_bytes_per_s * params.bandwidth_efficiency),
-        alloc.onchip_bytes / (ctx.bandwidth_bytes_per_s * params.onchip_bandwidth_ratio))
+    memory = memory_time_s(alloc.dram_bytes, alloc.onchip_bytes, ctx.bandwidth_bytes_per_s, params)
     kernel = flop > 0 or alloc.onchip_bytes > 0
     engine = next(e for e in chip.engines if e.name == alloc.engine)
     overhead = (params.overhead_s[subgraph.op_class] + params.switch_overhead_s

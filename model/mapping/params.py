@@ -15,10 +15,11 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
     switch_overhead_s      extra cost of every kernel inside a network over the same kernel timed alone
                            (cold instruction caches and dispatch paths, threads re-waking); 0 by
                            default, calibrated from timed chains of different layers
-    network_memory_factor  memory time of a kernel inside a network ÷ the same kernel's timed alone:
-                           repeated alone, a kernel finds its input, weights and recycled output
-                           buffer in the cache; in a network the other kernels have moved them out.
-                           1 by default; calibrated with switch_overhead_s from the chains
+    network_memory_factor  on-chip memory time of a kernel inside a network ÷ the same kernel's
+                           timed alone: repeated alone, a kernel finds its input, weights and
+                           recycled output buffer hot in the cache; in a network the other kernels
+                           have moved them out. DRAM streams are not scaled. 1 by default;
+                           calibrated with switch_overhead_s from the chains
     host_overhead_s        per-op host issue cost under an eager runtime (estimate/host.py); None:
                            the host-class default; a calibration sets it from the dispatch probe
     onchip_bandwidth_ratio bandwidth of the last on-chip level (CPU L3, GPU L2, TPU/KPU SRAM) as a
