@@ -18,6 +18,7 @@ from chipcal.calibrate.crossval import CrossValidation, folds
 from chipcal.calibrate.document import CalibrationDocument, LayerRow
 from chipcal.calibrate.layer_fits import as_timed, gemm_informed, host_in_overheads
 from chipcal.calibrate.micro import fit_micro
+from chipcal.measure.device import device_kind
 from chipcal.measure.timing import Measurement
 
 
@@ -61,11 +62,28 @@ def _observations(rows: Sequence[LayerRow], cases) -> list:
     return out
 
 
+def recorded_bandwidth(doc: CalibrationDocument):
+    """The run's bandwidth probe read again from its recorded points with today's code (DRAM
+    figure, cache knee: measure.bandwidth), as a measure.bandwidth.Bandwidth."""
+    from chipcal.measure.bandwidth import KERNELS, BandwidthPoint, bandwidth_from_points
+
+    points = [BandwidthPoint(r.kernel, r.working_set_bytes // KERNELS[r.kernel], r.working_set_bytes,
+                             r.working_set_bytes, _measurement(r), r.bytes_per_s)
+              for r in doc.observations.bandwidth]
+    return bandwidth_from_points(doc.device, doc.machine_slug, points, True, [], _os_llc(doc), None)
+
+
+def _os_llc(doc: CalibrationDocument) -> int | None:
+    """The last-level cache the OS reported to the run (CPU runs only), as calibrate.run uses it."""
+    return doc.fingerprint.l3_bytes if device_kind(doc.device) == "cpu" else None
+
+
 def refit(doc: CalibrationDocument, chip) -> Refit:
     """Fit the layer and switch parameters of `chip` from `doc`'s recorded observations (the
     calibration run's sequence, calibrate.micro) and predict its recorded held-out models (eager,
-    as they were timed)."""
-    from chipcal.measure.device import device_kind
+    as they were timed). The bandwidth figures come from the recorded probe points
+    (`recorded_bandwidth`); a local `chip` should carry the same (measure.bandwidth.local_overrides)."""
+    from chipcal.calibrate.run import onchip_bandwidth
     from chipcal.measure.layers import default_cases, default_chains
     from chipcal.model.mapping.params import default_params
     from chipcal.model.workload import characterize_model
@@ -74,9 +92,10 @@ def refit(doc: CalibrationDocument, chip) -> Refit:
     defaults = default_params(chip.kind)
     prior = gemm_informed(defaults, doc.fits.get(f"gemm_efficiency_{precision}"))
     model_bw = chip.memory.bandwidth_bytes_per_s
-    onchip = doc.bandwidth.onchip_bytes_per_s
+    bw = recorded_bandwidth(doc)
+    onchip = onchip_bandwidth(bw, _os_llc(doc))
     base = dataclasses.replace(
-        prior, bandwidth_efficiency=doc.bandwidth.measured_bytes_per_s / model_bw,
+        prior, bandwidth_efficiency=bw.memory_bytes_per_s / model_bw,
         onchip_bandwidth_ratio=onchip / model_bw if onchip else defaults.onchip_bandwidth_ratio, source="refit")
     base = doc.first_touch.charged_in(base) if doc.first_touch else base
     base = doc.layout.charged_in(base) if doc.layout else base

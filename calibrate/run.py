@@ -46,7 +46,6 @@ QUICK_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "mobi
 DEFAULT_BATCHES = (1, 8)
 UNSTABLE_CV = 0.10
 MODEL_MIN_SAMPLES = 5
-CACHE_IN_FIGURE = 1.5    # memory figure above 1.5x the largest sizes' bandwidth: it holds cache traffic
 MODEL_MAX_CALL_S = 4.0     # a validation model whose predicted forward pass is longer is not run
 
 class Progress(Protocol):
@@ -118,7 +117,6 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         KERNELS,
         bandwidth_from_dict,
         bandwidth_to_dict,
-        largest_sizes_bytes_per_s,
         local_overrides,
         measure_bandwidth,
         measure_first_touch,
@@ -207,7 +205,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     else:
         bw = measure_bandwidth(config.device, remeasure=config.remeasure, fp=fp, on_point=lambda pt: step(pt.kernel))
         journal.put("bandwidth", bandwidth_to_dict(bw))
-    measured_bw = max(bw.sustained_bytes_per_s.values())
+    measured_bw = bw.memory_bytes_per_s
     assumed_bw = chip.memory.bandwidth_bytes_per_s
     if chip.name == LOCAL_CHIP_NAME:
         # a locally built chip takes measured figures where it only had assumptions
@@ -397,15 +395,6 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         flags.append(gap.Flag("bandwidth_below_spec", "warning",
                               f"measured {measured_bw / 1e9:.1f} GB/s is {measured_bw / model_bw:.0%} of the "
                               f"spec {model_bw / 1e9:.1f} GB/s", {"measured": measured_bw, "spec": model_bw}))
-
-    largest = largest_sizes_bytes_per_s(bw)
-    if largest and largest * CACHE_IN_FIGURE < measured_bw:
-        flags.append(gap.Flag(
-            "bandwidth_figure_holds_cache", "warning",
-            f"the memory figure {measured_bw / 1e9:.1f} GB/s is {measured_bw / largest:.1f}x what the largest "
-            f"sizes read ({largest / 1e9:.1f} GB/s): it holds cache traffic. The model's DRAM bandwidth "
-            "(and the fitted parameters beside it) take it as measured; docs/calibration.md, Known limits",
-            {"memory_figure": measured_bw, "largest_sizes": largest}))
 
     created = _now()
     params = dataclasses.replace(params, source=f"calibration: {fp.slug} {config.device} {created}")

@@ -4,8 +4,10 @@ STREAM convention, fp32 arrays: copy b←a moves 2·S bytes, triad a←b+s·c mo
 (write-allocate traffic not counted). Sizes sweep from L1-resident to several times the reported
 LLC, in √2 steps from 1 MiB to 64 MiB per array, where last-level caches end. The knee
 (`cache_knee`) is the working set at which the bandwidth has fallen half-way, in log, from the
-last-level plateau to the memory figure: what the model's all-or-nothing residency rule should
-take as the on-chip capacity. Both use the stable sizes only when at least half are stable.
+last-level plateau to the memory level: what the model's all-or-nothing residency rule should
+take as the on-chip capacity; it uses the stable sizes only when at least half are stable. The
+DRAM figure is the median over both kernels of the sizes within DRAM_WINDOW of each kernel's
+largest, stable or not (`out_of_cache`).
 Results share the GEMM sweep's per-fingerprint cache document (chipcal.measure.cache).
 """
 
@@ -30,6 +32,7 @@ from chipcal.measure.system import (
 from chipcal.measure.timing import Measurement, budget_s, time_callable
 from chipcal.model.local import CpuSpec
 
+DRAM_WINDOW = 4          # sizes within 4x of the largest (two octaves) read the DRAM level
 _KNEE_RANGE = tuple(round(2**20 * 2 ** (j / 2) / 4096) * 4096 for j in range(13))   # 1 … 64 MiB in √2 steps
 DEFAULT_BANDWIDTH_SIZES = {
     "cpu": (16 * 1024, 64 * 1024, 256 * 1024, *_KNEE_RANGE, 256 * 2**20, 2**30),    # per array
@@ -51,14 +54,29 @@ class BandwidthPoint:
 class Bandwidth(Sweep):
     points: tuple[BandwidthPoint, ...]
     knee_bytes: Mapping[str, int | None]              # working set at the last-level-cache knee
-    sustained_bytes_per_s: Mapping[str, float]        # out of cache: memory_figure of the curve
+    sustained_bytes_per_s: Mapping[str, float]        # per kernel: median of its out_of_cache sizes
+    memory_bytes_per_s: float | None = None           # the DRAM figure: median of both kernels' out_of_cache sizes
 
     def curve(self, kernel: str) -> tuple[BandwidthPoint, ...]:
         return tuple(sorted((p for p in self.points if p.kernel == kernel), key=lambda p: p.size_bytes))
 
 
+def out_of_cache(curve: Sequence[BandwidthPoint]) -> list[float]:
+    """The bandwidths of a kernel's sizes within DRAM_WINDOW of its largest (the top two octaves of
+    a sweep that ends far past any LLC), stable or not: the DRAM level.
+
+    Not the largest third of the stable sizes, as before: on a shared host the out-of-cache sizes
+    are the unstable ones (neighbours' traffic), and with them dropped, and a cache that still
+    reads 80-110 GB/s at 64-96 MiB, that third reached into the cache. The Zen 4 VM's figure read
+    72-98 GB/s in three runs where its 256 MiB-1 GiB sizes read 26-34 GB/s in every run.
+    """
+    largest = max(p.size_bytes for p in curve)
+    return [p.bytes_per_s for p in curve if p.size_bytes * DRAM_WINDOW >= largest]
+
+
 def memory_figure(bandwidths_by_size: Sequence[float]) -> float:
-    """Bandwidth out of cache: median of the largest third of the sizes (at least the largest one).
+    """The knee's memory level: median of the largest third of the sizes (at least the largest
+    one) of the curve the knee is found on (its stable sizes).
 
     A median over several sizes beyond the knee, because one size on a shared machine can be off
     by 2× (neighbours' traffic) even when its own samples agree.
@@ -130,13 +148,15 @@ def _free_bytes(device: str) -> int:
     return int(psutil.virtual_memory().available)
 
 
-def _bandwidth_from_points(device: str, slug: str, points: list[BandwidthPoint], from_cache: bool,
+def bandwidth_from_points(device: str, slug: str, points: list[BandwidthPoint], from_cache: bool,
                            notes: list[str], llc_bytes: int | None, other_cpus: float | None) -> Bandwidth:
-    knees, sustained = {}, {}
+    knees, sustained, dram = {}, {}, []
     for kernel in KERNELS:
         curve = sorted((p for p in points if p.kernel == kernel), key=lambda p: p.size_bytes)
         if not curve:
             continue
+        dram += out_of_cache(curve)
+        sustained[kernel] = float(statistics.median(out_of_cache(curve)))
         stable = [p for p in curve if not p.measurement.unstable]
         if len(stable) >= max(2, len(curve) // 2):
             curve = stable
@@ -144,7 +164,6 @@ def _bandwidth_from_points(device: str, slug: str, points: list[BandwidthPoint],
             notes.append(f"{kernel}: most sizes are unstable (noise or other processes): the knee and the "
                          "memory figure are unreliable")
         knees[kernel] = cache_knee([p.working_set_bytes for p in curve], [p.bytes_per_s for p in curve])
-        sustained[kernel] = memory_figure([p.bytes_per_s for p in curve])
         largest = curve[-1].working_set_bytes
         if knees[kernel] is None:
             notes.append(f"{kernel}: no cache knee within the sizes measured; the largest working set "
@@ -155,7 +174,8 @@ def _bandwidth_from_points(device: str, slug: str, points: list[BandwidthPoint],
             notes.append(f"{kernel}: largest working set {largest / 2**20:.0f} MiB is < 2× the reported "
                          f"last-level cache ({llc_bytes / 2**20:.0f} MiB)")
     return Bandwidth(device=device, fingerprint_slug=slug, points=tuple(points), knee_bytes=knees,
-                     sustained_bytes_per_s=sustained, from_cache=from_cache, warnings=tuple(dict.fromkeys(notes)),
+                     sustained_bytes_per_s=sustained, memory_bytes_per_s=float(statistics.median(dram)) if dram else None,
+                     from_cache=from_cache, warnings=tuple(dict.fromkeys(notes)),
                      other_cpus=other_cpus)
 
 
@@ -175,7 +195,7 @@ def measure_bandwidth(device: str = "cpu", sizes: Sequence[int] | None = None, *
     if entry is not None and not remeasure and entry.get("sizes") == sizes and not cache.holds_unstable(entry):
         try:
             points = [_bw_point_from_dict(d) for d in entry["points"]]
-            return _bandwidth_from_points(device, fp.slug, points, True, notes + list(entry.get("notes", [])), llc,
+            return bandwidth_from_points(device, fp.slug, points, True, notes + list(entry.get("notes", [])), llc,
                                           entry.get("other_cpus"))
         except (KeyError, TypeError, ValueError) as exc:
             cache.warn(f"ignoring corrupt bandwidth entry in measurement cache {path}: {exc!r}", notes)
@@ -198,7 +218,7 @@ def measure_bandwidth(device: str = "cpu", sizes: Sequence[int] | None = None, *
             "host": fp.host_identity, "sizes": sizes, "notes": skipped, "other_cpus": other.cpus,
             "points": [{"kernel": p.kernel, "size_bytes": p.size_bytes, "measurement": p.measurement.to_dict()}
                        for p in points]}})
-    return _bandwidth_from_points(device, fp.slug, points, False, notes, llc, other.cpus)
+    return bandwidth_from_points(device, fp.slug, points, False, notes, llc, other.cpus)
 
 
 def bandwidth_to_dict(bw: Bandwidth) -> dict:
@@ -209,7 +229,7 @@ def bandwidth_to_dict(bw: Bandwidth) -> dict:
 
 
 def bandwidth_from_dict(d: dict, llc_bytes: int | None) -> Bandwidth:
-    return _bandwidth_from_points(d["device"], d["fingerprint_slug"], [_bw_point_from_dict(p) for p in d["points"]],
+    return bandwidth_from_points(d["device"], d["fingerprint_slug"], [_bw_point_from_dict(p) for p in d["points"]],
                                   True, list(d["warnings"]), llc_bytes, d["other_cpus"])
 
 
@@ -255,7 +275,7 @@ def cached_cpu_bandwidth(spec: CpuSpec) -> Bandwidth | None:
         except (KeyError, TypeError, ValueError):
             continue
         if points:
-            return _bandwidth_from_points("cpu", path.stem.removeprefix(prefix), points, True, [],
+            return bandwidth_from_points("cpu", path.stem.removeprefix(prefix), points, True, [],
                                           spec.l3_bytes, None)
     return None
 
@@ -267,20 +287,6 @@ def _mtime(path) -> float:
         return 0.0
 
 
-def largest_sizes_bytes_per_s(bandwidth: Bandwidth) -> float | None:
-    """Median bandwidth over the sizes within 4x of each kernel's largest (the top two octaves of
-    a sweep that ends far past any LLC), stable or not: a check on the memory figure, which drops
-    unstable sizes and takes the largest third of the rest. On the shared Zen 4 VM the out-of-cache
-    sizes are the unstable ones, and a cache holding 80-110 GB/s up to 64-96 MiB reaches into that
-    third: the memory figure read 72-98 GB/s where these sizes read 26-34 GB/s."""
-    values = []
-    for kernel in KERNELS:
-        curve = bandwidth.curve(kernel)
-        if curve:
-            values += [p.bytes_per_s for p in curve if 4 * p.size_bytes >= curve[-1].size_bytes]
-    return float(statistics.median(values)) if values else None
-
-
 def local_overrides(bandwidth: Bandwidth, cpu: CpuSpec) -> dict:
     """Keyword arguments for system.local_chip from a bandwidth measurement on `cpu`.
 
@@ -290,7 +296,7 @@ def local_overrides(bandwidth: Bandwidth, cpu: CpuSpec) -> dict:
     knees = [k for k in bandwidth.knee_bytes.values() if k]
     l2s = cpu.cores * cpu.l2_bytes_per_core
     knee = max(knees) if knees else None
-    return {"memory_bandwidth_bytes_per_s": max(bandwidth.sustained_bytes_per_s.values(), default=None),
+    return {"memory_bandwidth_bytes_per_s": bandwidth.memory_bytes_per_s,
             "llc_bytes": (knee - l2s if knee > l2s else knee) if knee else None,
             "measured_by": "bandwidth probe" + (", cached" if bandwidth.from_cache else "")}
 

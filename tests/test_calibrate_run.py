@@ -91,7 +91,8 @@ def fake_machine(request, monkeypatch, tmp_path):
         pts = tuple(bandwidth_mod.BandwidthPoint("triad", s, 3 * s, 3 * s, _m(3 * s / TRUE_BW, rng), TRUE_BW)
                     for s in (2**24, 2**26, 2**28))
         return bandwidth_mod.Bandwidth(device=device, fingerprint_slug="synthetic", points=pts,
-                              knee_bytes={"triad": None}, sustained_bytes_per_s={"triad": TRUE_BW})
+                              knee_bytes={"triad": None}, sustained_bytes_per_s={"triad": TRUE_BW},
+                              memory_bytes_per_s=TRUE_BW)
 
     def time_round(self, max_time_s, min_samples, progress=None):
         timings = {}

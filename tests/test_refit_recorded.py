@@ -4,27 +4,24 @@ on a second machine)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
 from recorded import MACHINES, machine_tree
 
 from chipcal.calibrate.document import CalibrationDocument
-from chipcal.calibrate.refit import refit
+from chipcal.calibrate.refit import recorded_bandwidth, refit
 from chipcal.measure import system
-from chipcal.model.local import chip_from_cpu
+from chipcal.measure.bandwidth import local_overrides
 
 
 def recorded_chip(tmp_path, name: str, doc: CalibrationDocument):
-    """The recorded CPU as the calibration modelled it: its cores, SIMD and clock from the recorded
-    cpuinfo, its DRAM bandwidth and last-level cache as that run measured them."""
+    """The recorded CPU as a calibration models it: its cores, SIMD and clock from the recorded
+    cpuinfo, its DRAM bandwidth and last-level cache from the run's recorded bandwidth probe as
+    today's code reads it (calibrate.run does the same with a fresh probe)."""
     proc, sys_ = machine_tree(tmp_path, name)
     spec = system.detect_cpu(proc, sys_, arch="x86_64")
-    spec = dataclasses.replace(spec, memory_bandwidth_bytes_per_s=doc.chip.memory_bandwidth_bytes_per_s,
-                               memory_bandwidth_source="measured: the recorded run's bandwidth probe",
-                               l3_bytes=doc.chip.l3_bytes or spec.l3_bytes)
-    return chip_from_cpu(spec)
+    return system.local_chip(**local_overrides(recorded_bandwidth(doc), spec), cpu=spec)
 
 
 # (machine, document, held-out runs, calibrated median |error| of the run's own day, median and p90
@@ -33,8 +30,10 @@ RECORDED = [
     # AVX2-only EPYC, quiet host, --quick: 6 models x batch 1, 8; that day 18.6 % (defaults 36.2 %)
     ("amd-epyc-avx2-2vcpu", "calibration-quick.json", 12, 0.186, 0.16, 0.35, 2.0),
     # Xeon with AMX, the checked-in reference run: 7 models x batch 1, 8; that day 11.8 % (defaults 34.2 %).
-    # Since the GEMM-informed prior 17.4 % / 22.0 % (was 15.2 % / 24.1 %; mean |error| 14.6 %, was 15.1 %)
-    ("intel-xeon-spr-2vcpu", "calibration-full.json", 14, 0.118, 0.19, 0.35, 1.9),
+    # Since the GEMM-informed prior 17.4 % / 22.0 % (was 15.2 % / 24.1 %; mean |error| 14.6 %, was 15.1 %).
+    # Since the DRAM figure is read beyond the cache (25.6 GB/s, not the 39.9 that the 51 GB/s of
+    # its 32-48 MiB sizes lifted): 18.3 % / 24.0 %, and the defaults on that figure 24.2 % (gain 1.3)
+    ("intel-xeon-spr-2vcpu", "calibration-full.json", 14, 0.118, 0.19, 0.35, 1.25),
     # Zen 4 EPYC (AVX-512, bf16, VNNI), full run of 2026-11-24 with the cross-validation self-check:
     # 19.4 % / 39.6 % (defaults 31.4 % / 46.0 %); refit 17.3 % / 39.1 %; mobile networks at batch 8
     # are 35-52 % too fast
@@ -44,8 +43,9 @@ RECORDED = [
     ("amd-epyc-zen4-2vcpu", "calibration-quick-pinned.json", 12, 0.085, 0.10, 0.25, 2.5),
     # the same VM, --quick with the fourth chain (mobile blocks at batch 8) that separates the
     # in-network memory factor from the switch cost (results/.../20261124T231213Z): 9 models x
-    # batch 1, 8; that day 9.93 % / 16.2 % (defaults 26.1 % / 38.7 %), factor 3.79; since the factor
-    # scales the on-chip stream only, 7.1 % / 15.7 %, factor 1.0. The median's bound is 10.5 %: at
+    # batch 1, 8; that day 9.93 % / 16.2 % (defaults 26.1 % / 38.7 %), factor 3.79, with a DRAM
+    # figure of 98 GB/s read in the cache; since the factor scales the on-chip stream only and the
+    # DRAM figure is read beyond the cache (31.1 GB/s), 8.6 % / 13.9 %, factor 1.0. The median's bound is 10.5 %: at
     # 10 % the least-squares tolerance on another machine's BLAS could decide the test
     ("amd-epyc-zen4-2vcpu", "calibration-quick-chains.json", 18, 0.099, 0.105, 0.25, 2.5),
 ]
@@ -59,17 +59,18 @@ def test_refit_of_a_recorded_run_predicts_its_models(tmp_path, name, document, r
     whole-model timings (never used in the fit) better than the defaults, by `gain`.
 
     The issue's target is a median |error| <= 10 % and p90 <= 25 %. The Zen 4 quick runs with the
-    allocator pinned and batch-8 micro-layers meet it (8.5 % / 22.3 %; with the fourth chain and
-    the memory factor fitted from it 7.1 % / 15.7 %) and are held to it. The
+    allocator pinned and batch-8 micro-layers meet it (today 8.3 % / 22.7 %; with the fourth chain
+    and the memory factor fitted from it 8.6 % / 13.9 %) and are held to it. The
     older documents were timed under glibc's default allocator with batch-1 micro-layers only;
-    today's fit reaches 11.1 % / 32.8 % on the AVX2 EPYC, 17.4 % / 22.0 % on the Xeon and
-    17.3 % / 39.1 % on the Zen 4 EPYC there, so their bounds guard against regressions."""
+    today's fit reaches 12.6 % / 31.7 % on the AVX2 EPYC, 18.3 % / 24.0 % on the Xeon and
+    14.3 % / 37.5 % on the Zen 4 EPYC there, so their bounds guard against regressions. The last
+    check allows 7 points over the run's own day (the Xeon's 11.8 % was with older code)."""
     doc = CalibrationDocument.from_dict(json.loads((MACHINES / name / document).read_text()))
     result = refit(doc, recorded_chip(tmp_path, name, doc))
     assert len(result.models) == runs
     assert result.median_abs_error < median_bound and result.p90_abs_error < p90_bound
     assert result.median_abs_error < result.default_median_abs_error / gain
-    assert result.median_abs_error < that_day + 0.06
+    assert result.median_abs_error < that_day + 0.07
 
 
 @pytest.mark.slow
