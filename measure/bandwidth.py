@@ -149,14 +149,15 @@ def _free_bytes(device: str) -> int:
 
 
 def bandwidth_from_points(device: str, slug: str, points: list[BandwidthPoint], from_cache: bool,
-                           notes: list[str], llc_bytes: int | None, other_cpus: float | None) -> Bandwidth:
+                          notes: list[str], llc_bytes: int | None, other_cpus: float | None) -> Bandwidth:
     knees, sustained, dram = {}, {}, []
     for kernel in KERNELS:
         curve = sorted((p for p in points if p.kernel == kernel), key=lambda p: p.size_bytes)
         if not curve:
             continue
-        dram += out_of_cache(curve)
-        sustained[kernel] = float(statistics.median(out_of_cache(curve)))
+        window = out_of_cache(curve)
+        dram += window
+        sustained[kernel] = float(statistics.median(window))
         stable = [p for p in curve if not p.measurement.unstable]
         if len(stable) >= max(2, len(curve) // 2):
             curve = stable
@@ -196,7 +197,7 @@ def measure_bandwidth(device: str = "cpu", sizes: Sequence[int] | None = None, *
         try:
             points = [_bw_point_from_dict(d) for d in entry["points"]]
             return bandwidth_from_points(device, fp.slug, points, True, notes + list(entry.get("notes", [])), llc,
-                                          entry.get("other_cpus"))
+                                         entry.get("other_cpus"))
         except (KeyError, TypeError, ValueError) as exc:
             cache.warn(f"ignoring corrupt bandwidth entry in measurement cache {path}: {exc!r}", notes)
     points: list[BandwidthPoint] = []
@@ -230,7 +231,7 @@ def bandwidth_to_dict(bw: Bandwidth) -> dict:
 
 def bandwidth_from_dict(d: dict, llc_bytes: int | None) -> Bandwidth:
     return bandwidth_from_points(d["device"], d["fingerprint_slug"], [_bw_point_from_dict(p) for p in d["points"]],
-                                  True, list(d["warnings"]), llc_bytes, d["other_cpus"])
+                                 True, list(d["warnings"]), llc_bytes, d["other_cpus"])
 
 
 def _measure_bandwidth_point(kernel: str, size: int, device: str, max_time_s: float, min_samples: int,
@@ -276,7 +277,7 @@ def cached_cpu_bandwidth(spec: CpuSpec) -> Bandwidth | None:
             continue
         if points:
             return bandwidth_from_points("cpu", path.stem.removeprefix(prefix), points, True, [],
-                                          spec.l3_bytes, None)
+                                         spec.l3_bytes, None)
     return None
 
 

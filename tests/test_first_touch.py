@@ -1,5 +1,5 @@
-"""First touch of freshly mapped output buffers and the memory term: the roofline terms by hand, the probe's arithmetic,
-the parameter's round trip."""
+"""First touch of freshly mapped output buffers and the memory term: the roofline terms by hand,
+the probe's arithmetic, the parameter's round trip."""
 
 from __future__ import annotations
 
