@@ -177,9 +177,9 @@ def fit_network_costs(chains: Sequence, chip, precision: str, params):
         t(chain) = Σ_kernels [overhead + max(compute, DRAM time, network_memory_factor × on-chip time)]
                    + switch_overhead_s × kernels
 
-    Starts from `params` (the isolated-layer fit) with the kernels as if alone (switch 0, factor 1). The memory factor is why
-    memory-bound kernels slow down in a network (their data no longer hot, mapping.params); the
-    switch cost what every kernel pays. A log-normal prior (PRIOR_SIGMA) centred on 1 holds the
+    Starts from `params` (the isolated-layer fit) with the kernels as if alone (`FamilyParams.alone`).
+    The memory factor is why kernels fed from the cache slow down in a network (their data no
+    longer hot, mapping.params); the switch cost what every kernel pays. A log-normal prior (PRIOR_SIGMA) centred on 1 holds the
     factor there where the chains cannot separate it from the switch cost (FitResult.unconstrained);
     the switch cost has no prior, as before the factor was fitted beside it.
     Returns (params with both fitted, FitResult).

@@ -131,7 +131,7 @@ def render_markdown(doc: CalibrationDocument) -> str:
         "",
         "Hand-built small networks, timed whole; the gap to their kernels predicted as if timed alone is "
         "the extra cost of running different kernels back to back: a cost per kernel and a factor on "
-        "memory time.",
+        "the time of data the cache serves.",
         "",
         _table(["chain", "kernels", "FLOP", "measured", "IQR", "n", "predicted (calibrated)"],
                [[r.case, str(r.kernels), _si(r.flop, "FLOP"), _si(r.median_s, "s"), _si(r.iqr_s, "s"),

@@ -99,7 +99,7 @@ def fake_machine(request, monkeypatch, tmp_path):
         for case, w, _, _ in self.built:
             # layers are timed alone (no switch cost, data hot); chains run kernels back to back
             alone = case.op_class != layers.CHAIN_CLASS
-            p = dataclasses.replace(truth, switch_overhead_s=0.0, network_memory_factor=1.0) if alone else truth
+            p = truth.alone() if alone else truth
             timings[case.label] = _m(predict(w, chip, "fp32", params=p).latency_s, rng).to_dict()
             if progress:
                 progress(case.label)
