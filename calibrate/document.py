@@ -65,6 +65,7 @@ class PeakRow(Record):
     cv: float | None
     note: str | None = field(default=None, metadata=OMIT_NONE)          # why emulated
     unsupported: str | None = field(default=None, metadata=OMIT_NONE)   # why not measured
+    cached: bool | None = field(default=None, metadata=OMIT_NONE)       # True: read from the measurement cache
 
 
 @record

@@ -16,6 +16,7 @@ from chipcal.model.tdp import VERDICT_UNSUSTAINABLE, ChipTdpComparison
 
 MEASURED_VS_SPEC_MIN = 0.80      # measured peak below 80% of the datasheet's dense peak
 MEASURED_VS_PHYSICS_MIN = 0.70   # measured peak below 70% of the local physics peak
+MEASURED_VS_PHYSICS_MAX = 1.05   # measured peak above the local physics peak, beyond timing noise
 SAG_MIN_FRACTION = 0.05          # clock or power falling >5% from the first to the last quarter
 
 
@@ -72,6 +73,27 @@ def measured_below_physics(precision: str, measured_flop_per_s: float, physics_f
     its nominal clock, fewer FMA pipes than assumed, or a BLAS that misses the fast path."""
     return _measured_below("measured_below_physics_peak", "the physics peak derived for this chip,", precision,
                            measured_flop_per_s, physics_flop_per_s, minimum)
+
+
+def measured_above_physics(precision: str, measured_flop_per_s: float, physics_flop_per_s: float | None,
+                           clock_hz: float | None, maximum: float = MEASURED_VS_PHYSICS_MAX) -> Flag | None:
+    """The measured GEMM peak beats the physics peak derived for this chip: the cores ran faster
+    than the clock the derivation takes. Under a hypervisor /proc/cpuinfo's 'cpu MHz' is the TSC
+    rate, not the running clock, so the derived peak is too low and the fitted efficiencies
+    (relative to it) come out above 1. The measured peak implies a clock of at least
+    clock × measured / physics (the derivation's units and MACs per clock being right)."""
+    if not physics_flop_per_s or not clock_hz:
+        return None
+    fraction = measured_flop_per_s / physics_flop_per_s
+    if fraction <= maximum:
+        return None
+    return Flag("measured_above_physics_peak", "warning",
+                f"{precision}: measured GEMM peak {measured_flop_per_s / 1e12:.3g} TFLOP/s is {fraction:.0%} of "
+                f"the physics peak derived for this chip, {physics_flop_per_s / 1e12:.3g} TFLOP/s at "
+                f"{clock_hz / 1e9:.2f} GHz: the cores ran at {clock_hz * fraction / 1e9:.2f} GHz or more, "
+                f"so that peak and the efficiencies fitted against it are off by that ratio",
+                {"measured_flop_per_s": measured_flop_per_s, "physics_flop_per_s": physics_flop_per_s,
+                 "fraction": fraction, "clock_hz": clock_hz, "implied_clock_hz": clock_hz * fraction})
 
 
 def energy_exceeds_tdp(j_per_flop: float, spec_flop_per_s: float | None, tdp_w: float | None,

@@ -13,6 +13,7 @@ import numpy as np
 from chipcal.calibrate.document import CalibrationDocument, FitRecord
 from chipcal.calibrate.fits import saturating
 from chipcal.calibrate.selfcheck import REVERT_MARGIN, REVERT_MIN_LAYERS, CrossValSection
+from chipcal.measure.bandwidth import DRAM_WINDOW
 
 PLOTS = {
     "gemm_efficiency.png": "GEMM efficiency vs problem size with the fitted saturating curve",
@@ -74,6 +75,9 @@ def render_markdown(doc: CalibrationDocument) -> str:
                       "of spec", "samples", "CV"], peak_rows), ""]
     lines += [f"- {p.precision}: {p.note}" for p in doc.peaks if p.note]
     lines += [f"- {p.precision}: {p.unsupported}" for p in doc.peaks if p.unsupported]
+    if cached := [p.precision for p in doc.peaks if p.cached]:
+        lines += [f"- {', '.join(cached)}: read from the measurement cache of this machine's fingerprint "
+                  "(timed by an earlier run; `--remeasure` times them again)"]
     lines += [f"- skipped {s.precision} GEMM {'x'.join(map(str, s.shape))}: one call predicted at "
               f"{s.predicted_call_s:.3g} s, over the {s.limit_s:.3g} s bound" for s in doc.skipped.gemm_shapes]
     lines += [f"- skipped validation model {s.model} batch {s.batch}: one forward pass predicted at "
@@ -83,7 +87,8 @@ def render_markdown(doc: CalibrationDocument) -> str:
     lines += [""]
     bw = doc.bandwidth
     lines += [
-        f"Memory bandwidth (best of copy/triad beyond the last-level cache): "
+        f"Memory bandwidth (median of copy and triad over the working sets within {DRAM_WINDOW}x of "
+        f"the largest, beyond the last-level cache): "
         f"**{_si(bw.measured_bytes_per_s, 'B/s')}** vs {_si(bw.spec_bytes_per_s, 'B/s')} in the chip "
         f"model ({_pct(bw.fraction)}; {bw.spec_source}). Last-level cache plateau: "
         f"{_si(bw.onchip_bytes_per_s, 'B/s')} (sets onchip_bandwidth_ratio).",

@@ -174,7 +174,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                                 fraction_of_physics=best.flop_per_s / physics if physics else None,
                                 spec_flop_per_s=spec, fraction_of_spec=best.flop_per_s / spec if spec else None,
                                 best_shape=(best.m, best.n, best.k), n=best.measurement.n,
-                                cv=best.measurement.cv, note=emulated or None))
+                                cv=best.measurement.cv, note=emulated or None,
+                                cached=(p in gemm.cached) or None))
         gemm_rows += [cd.GemmRow(precision=p, m=pt.m, k=pt.k, flop=pt.flop, flop_per_s=pt.flop_per_s,
                                  **cd.timing(pt.measurement)) for pt in gemm.curve(p)]
         if gemm.throttle.get(p):
@@ -183,8 +184,10 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                                   {"reasons": float(len(gemm.throttle[p]))}))
         if emulated:
             continue
+        clock = chip.engine_for(p).clock_hz if physics else None
         flags += [f for f in (gap.measured_below_spec(p, best.flop_per_s, spec),
                               gap.measured_below_physics(p, best.flop_per_s, physics),
+                              gap.measured_above_physics(p, best.flop_per_s, physics, clock),
                               gap.sag(f"{p} GEMM clock", best.measurement.clocks_hz, "Hz"),
                               gap.unstable_timing(f"{p} GEMM peak", best.measurement.cv, UNSTABLE_CV)) if f]
     for p, reason in gemm.unsupported.items():

@@ -84,6 +84,7 @@ class GemmPeak(Sweep):
     skipped: tuple[SkippedShape, ...] = ()
     throttle: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # precision -> throttling seen
     throttle_note: str = ""      # why throttling cannot be observed here, when it cannot
+    cached: tuple[str, ...] = ()   # precisions read from the measurement cache, not timed by this call
 
     def curve(self, precision: str) -> tuple[GemmPoint, ...]:
         return tuple(p for p in self.points if p.precision == precision)
@@ -391,7 +392,7 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
     unsupported: dict[str, str] = {}
     skipped: list[SkippedShape] = []
     others: list[float] = []
-    all_cached = True
+    cached: list[str] = []
     probe = clock_probe_for(device)
     events = clock_events_probe_for(device)
     timing = {"max_time_s": max_time_s, "min_samples": min_samples, "clock_probe": probe}
@@ -418,10 +419,10 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
                         others.append(float(entry["other_cpus"]))
                 for _ in shapes:
                     advance(precision)
+                cached.append(precision)
                 continue
             except (KeyError, TypeError, ValueError) as exc:
                 cache.warn(f"ignoring corrupt {precision} entry in measurement cache {path}: {exc!r}", notes)
-        all_cached = False
         t = trial(precision, device)
         if t.reason:
             unsupported[precision] = t.reason
@@ -453,8 +454,9 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
         if use_cache:
             cache.update(path, key, {precision: gemm_doc[precision]})
     return GemmPeak(device=device, fingerprint_slug=fp.slug, points=tuple(points), unsupported=unsupported,
-                    from_cache=all_cached, warnings=tuple(notes), other_cpus=max(others, default=None),
-                    emulated=emulated, skipped=tuple(skipped), throttle=throttle, throttle_note=throttle_note)
+                    from_cache=len(cached) == len(precisions), warnings=tuple(notes),
+                    other_cpus=max(others, default=None), emulated=emulated, skipped=tuple(skipped),
+                    throttle=throttle, throttle_note=throttle_note, cached=tuple(cached))
 
 
 def gemm_peak_to_dict(g: GemmPeak) -> dict:
@@ -462,7 +464,8 @@ def gemm_peak_to_dict(g: GemmPeak) -> dict:
     return {**g.envelope_dict(), "unsupported": dict(g.unsupported), "emulated": dict(g.emulated),
             "points": [{"precision": p.precision, **_point_to_dict(p)} for p in g.points],
             "skipped": [dataclasses.asdict(s) for s in g.skipped],
-            "throttle": {k: list(v) for k, v in g.throttle.items()}, "throttle_note": g.throttle_note}
+            "throttle": {k: list(v) for k, v in g.throttle.items()}, "throttle_note": g.throttle_note,
+            "cached": list(g.cached)}
 
 
 def gemm_peak_from_dict(d: dict) -> GemmPeak:
@@ -471,7 +474,8 @@ def gemm_peak_from_dict(d: dict) -> GemmPeak:
                     unsupported=d["unsupported"], from_cache=True, warnings=tuple(d["warnings"]),
                     other_cpus=d["other_cpus"], emulated=d["emulated"],
                     skipped=tuple(SkippedShape(**s) for s in d["skipped"]),
-                    throttle={k: tuple(v) for k, v in d["throttle"].items()}, throttle_note=d["throttle_note"])
+                    throttle={k: tuple(v) for k, v in d["throttle"].items()}, throttle_note=d["throttle_note"],
+                    cached=tuple(d.get("cached", ())))
 
 
 def cached_peak_flop_per_s(device: str, precision: str, fp: Fingerprint) -> float | None:

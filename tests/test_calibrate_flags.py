@@ -25,6 +25,10 @@ def test_over_spec_chip_trips_every_flag():
     s = flags.sag("SM clock", [1980e6] * 10 + [1600e6] * 10, "Hz")
     assert s is not None and s.values["drop_fraction"] == pytest.approx((1980 - 1600) / 1980)
     assert flags.measured_below_physics("fp32", 1e11, 3e11).values["fraction"] == pytest.approx(1 / 3)
+    # the Zen 4 VM's fp32 GEMM: 199.5 GFLOP/s against 2 cores x 32 FLOP/clock x 2.6 GHz (the TSC
+    # rate) = 166.4 GFLOP/s: the cores ran at >= 2.6 x 199.5 / 166.4 = 3.117 GHz
+    above = flags.measured_above_physics("fp32", 199.5e9, 2 * 32 * 2.6e9, 2.6e9)
+    assert above.values["implied_clock_hz"] == pytest.approx(3.117e9, rel=1e-3) and "3.12 GHz" in above.message
 
 
 def test_consistent_chip_stays_quiet():
@@ -37,6 +41,8 @@ def test_consistent_chip_stays_quiet():
     assert flags.sag("SM clock", [1980e6] * 20, "Hz") is None
     assert flags.sag("SM clock", [1980e6] * 3, "Hz") is None                  # too few samples
     assert flags.measured_below_physics("fp32", 2.5e11, 3e11) is None
+    assert flags.measured_above_physics("fp32", 3.1e11, 3e11, 2.6e9) is None   # 3% over: timing noise
+    assert flags.measured_above_physics("fp32", 4e11, None, 2.6e9) is None     # no derived peak
     assert flags.unstable_timing("gemm", 0.02, 0.1) is None
 
 

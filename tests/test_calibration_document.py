@@ -192,3 +192,19 @@ def test_reading_a_calibration_loads_no_fitting_code():
             "assert not [m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')], 'scipy imported'\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_the_report_says_which_peaks_came_from_the_measurement_cache():
+    """A calibration reuses the GEMM sweep cached for this machine's fingerprint; its peaks are then
+    an earlier run's, and the report must say so (two runs printing identical peaks otherwise look
+    like two measurements)."""
+    import dataclasses
+
+    from chipcal.calibrate.report import render_markdown
+
+    doc = CalibrationDocument.from_dict(reference_document())
+    assert "measurement cache" not in render_markdown(doc)
+    peaks = tuple(dataclasses.replace(p, cached=True) if p.precision in ("fp32", "int8") else p for p in doc.peaks)
+    cached = CalibrationDocument.from_dict(dataclasses.replace(doc, peaks=peaks).to_dict())
+    assert [p.precision for p in cached.peaks if p.cached] == ["fp32", "int8"]
+    assert "- fp32, int8: read from the measurement cache" in render_markdown(cached)

@@ -82,7 +82,11 @@ def test_cache_round_trip_in_user_dir(user_cache, fp, stable_points):
     assert again.peak_flop_per_s("fp32") == first.peak_flop_per_s("fp32")
     assert peak.cached_peak_flop_per_s("cpu", "fp32", fp) == first.peak_flop_per_s("fp32")
     fresh = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, remeasure=True, **quick())
-    assert not fresh.from_cache
+    assert not fresh.from_cache and fresh.cached == ()
+    # a precision added to a cached sweep is timed; the cached one is named as cached
+    mixed = measure_gemm_peak("cpu", ["fp32", "fp64"], TINY, fp=fp, **quick())
+    assert not mixed.from_cache and mixed.cached == ("fp32",)
+    assert peak.gemm_peak_from_dict(peak.gemm_peak_to_dict(mixed)).cached == ("fp32",)
 
 
 def test_other_shapes_are_not_served_from_cache(user_cache, fp, stable_points):
