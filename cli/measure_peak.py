@@ -46,7 +46,7 @@ def gemm_record(peak, precision: str, ref) -> dict:
     spec, physics = ref.spec(precision), ref.physics(precision)
     row = dict.fromkeys(FIELDS)
     row.update(device=peak.device, kind="gemm", precision=precision, spec_peak_flop_per_s=spec,
-               physics_peak_flop_per_s=physics, chip=ref.chip, from_cache=peak.from_cache,
+               physics_peak_flop_per_s=physics, chip=ref.chip, from_cache=precision in peak.cached,
                fingerprint=peak.fingerprint_slug, other_cpus=peak.other_cpus)
     if best is None:
         row.update(support="unsupported", note=peak.unsupported.get(precision, "not measured"))

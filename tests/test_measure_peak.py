@@ -9,10 +9,12 @@ import math
 import pytest
 import torch
 
+from chipcal.cli.measure_peak import gemm_record
 from chipcal.measure import cache, peak
 from chipcal.measure.bandwidth import cache_knee, measure_bandwidth, memory_figure
 from chipcal.measure.cpu import detect_cpu
 from chipcal.measure.peak import measure_gemm_peak
+from chipcal.measure.reference import ReferencePeaks
 from chipcal.measure.system import fingerprint
 
 TINY = [(64, 32, 16), (96, 64, 32)]
@@ -87,6 +89,8 @@ def test_cache_round_trip_in_user_dir(user_cache, fp, stable_points):
     mixed = measure_gemm_peak("cpu", ["fp32", "fp64"], TINY, fp=fp, **quick())
     assert not mixed.from_cache and mixed.cached == ("fp32",)
     assert peak.gemm_peak_from_dict(peak.gemm_peak_to_dict(mixed)).cached == ("fp32",)
+    ref = ReferencePeaks(device="cpu", chip=None)
+    assert [gemm_record(mixed, p, ref)["from_cache"] for p in ("fp32", "fp64")] == [True, False]
 
 
 def test_other_shapes_are_not_served_from_cache(user_cache, fp, stable_points):
