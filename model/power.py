@@ -29,6 +29,7 @@ knee and a cubic above it, so the root is closed-form (numpy.roots), no iterativ
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -153,11 +154,13 @@ def mac_breakdown(process_nm: float, circuit: str, precision: str, memory_type: 
                         dram_bytes_per_mac(onchip_bytes, precision), pj_bit * 8 * PJ)
 
 
+@functools.lru_cache(maxsize=1024)
 def core_energy_per_mac_j(process_nm: float, circuit: str, precision: str,
                           mma_shape: tuple[int, int, int] | None = None, k: Constants = NOMINAL) -> float:
     """All-in core energy per MAC at the boost voltage without the last-level SRAM and network
     traffic, which a whole-model prediction charges per byte it actually moves
-    (onchip_energy_per_byte_j): (1 + c_clk)(E_arith (1 + issue) + RF + L1)."""
+    (onchip_energy_per_byte_j): (1 + c_clk)(E_arith (1 + issue) + RF + L1).
+    Memoized: a pure function of a few scalars, and a calibration fit evaluates it ~10⁶ times."""
     m = mac_breakdown(process_nm, circuit, precision, "hbm2", float("inf"), k, mma_shape)
     return (1 + k.clock_control_fraction) * (m.arithmetic_j + m.issue_j + m.register_file_j + m.l1_j)
 
