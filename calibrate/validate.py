@@ -258,11 +258,13 @@ class Summary:
     overall: ErrorStats
     by_runtime: tuple[ErrorStats, ...]
     by_chip: tuple[ErrorStats, ...]
+    by_model: tuple[ErrorStats, ...]
     unsupported: int        # rows the model could not predict (no engine for the precision)
 
 
 def summarize(comparisons: Sequence[Comparison]) -> Summary:
-    """Median and p90 |error| overall and per published runtime; the signed bias per chip.
+    """Median and p90 |error| overall and per published runtime; the signed bias per chip and
+    per model (a model's kernels can cost differently on every chip: docs/validation.md).
     p90 is numpy's linear-interpolation percentile."""
     def grouped(key) -> tuple[ErrorStats, ...]:
         groups: dict[str, list[Comparison]] = {}
@@ -271,7 +273,7 @@ def summarize(comparisons: Sequence[Comparison]) -> Summary:
         return tuple(_stats(k, v) for k, v in sorted(groups.items()))
 
     return Summary(overall=_stats("all", comparisons), by_runtime=grouped(lambda c: c.runtime),
-                   by_chip=grouped(lambda c: c.chip),
+                   by_chip=grouped(lambda c: c.chip), by_model=grouped(lambda c: c.model),
                    unsupported=sum(1 for c in comparisons if not math.isfinite(c.error)))
 
 

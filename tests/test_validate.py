@@ -150,8 +150,8 @@ def test_eager_rows_carry_the_host_cost(tmp_path):
     assert c.model_runtime == "eager" and c.predicted_latency_s > fused and c.bottleneck == "host"
 
 
-def _c(chip, runtime, error):
-    return SimpleNamespace(chip=chip, runtime=runtime, error=error, abs_error=abs(error))
+def _c(chip, runtime, error, model="m"):
+    return SimpleNamespace(chip=chip, runtime=runtime, model=model, error=error, abs_error=abs(error))
 
 
 def test_summary_median_p90_and_bias_by_hand():
@@ -166,6 +166,16 @@ def test_summary_median_p90_and_bias_by_hand():
     by_chip = {x.group: x for x in s.by_chip}
     assert by_chip["a"].median_error == pytest.approx(-0.05) and by_chip["b"].n == 3
     assert {x.group for x in s.by_runtime} == {"x", "y"}
+
+
+def test_summary_groups_by_model_by_hand():
+    cs = [_c("a", "x", 0.6, "small"), _c("b", "x", 0.5, "small"), _c("a", "x", 0.1, "large"),
+          _c("b", "y", -0.1, "large"), _c("b", "y", 0.2, "large")]
+    by_model = {x.group: x for x in summarize(cs).by_model}
+    assert by_model["small"].n == 2 and by_model["small"].median_error == pytest.approx(0.55)
+    # large: signed -0.1 0.1 0.2 -> bias 0.1; |errors| 0.1 0.1 0.2 -> p90 = 0.1 + 0.8 x 0.1 = 0.18
+    assert by_model["large"].median_error == pytest.approx(0.1)
+    assert by_model["large"].p90_abs_error == pytest.approx(0.18)
 
 
 # --- the CLI -------------------------------------------------------------------------------------
@@ -225,7 +235,7 @@ def test_validate_reproduces_the_documented_figures(cli):
     for split in ("fit", "test"):
         rc, out, err = cli(validate_main, ["--split", split, "--json"])
         assert rc == 0, err
-        s = summarize([SimpleNamespace(chip=r["chip"], runtime=r["runtime"], error=r["error"],
-                                       abs_error=abs(r["error"])) for r in json.loads(out)])
+        s = summarize([SimpleNamespace(chip=r["chip"], runtime=r["runtime"], model=r["model"],
+                                       error=r["error"], abs_error=abs(r["error"])) for r in json.loads(out)])
         assert (f"{s.overall.median_abs_error * 100:.0f}%", f"{s.overall.p90_abs_error * 100:.0f}%") \
             == _documented(split)
