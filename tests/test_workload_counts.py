@@ -195,6 +195,23 @@ def test_non_mac_conventions(module, shape, flop):
     assert op.flop == flop
 
 
+def test_reductions_run_a_thread_per_element_read():
+    """A global pool's kernel splits the reduced axis across threads (tree reduction): its
+    parallelism is the 32 x 112 x 112 = 401,408 elements it reads, not its 32 outputs. A windowed
+    pool keeps one thread per output: 32 x 56 x 56 = 100,352."""
+    w, gap = only_op(nn.AdaptiveAvgPool2d(1), torch.randn(1, 32, 112, 112))
+    assert gap.op_class == "reduce" and gap.parallelism.output_elements == 32
+    assert gap.threads == 401_408 and w.subgraphs[0].threads == 401_408
+    class SpatialMean(nn.Module):
+        def forward(self, x):
+            return x.mean(dim=(2, 3))
+
+    _, mean = only_op(SpatialMean(), torch.randn(2, 8, 5, 5))
+    assert mean.op_class == "reduce" and mean.threads == 2 * 8 * 25
+    _, pool = only_op(nn.MaxPool2d(2), torch.randn(1, 32, 112, 112))
+    assert pool.op_class == "pool" and pool.threads == 100_352
+
+
 def test_broadcast_footprint_and_views():
     class BiasAdd(nn.Module):
         def __init__(self):

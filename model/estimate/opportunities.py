@@ -109,7 +109,7 @@ def unfused(workload):
             weight_bytes=sum(t.nbytes for t in op.weights), output_bytes=sum(t.nbytes for t in op.outputs),
             bytes_saved_by_fusion=0, parallelism=op.parallelism, gemm=op.gemm,
             depends_on=(i - 1,) if has_producer and i > 0 else (), stage=i,
-            threads=op.parallelism.output_elements))
+            threads=op.threads))
     return dataclasses.replace(workload, subgraphs=tuple(subs), stages=tuple((i,) for i in range(len(subs))),
                                critical_path=tuple(range(len(subs))))
 

@@ -8,6 +8,7 @@ memory a tensor spans (a broadcast view of a bias counts the bias, not the broad
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 OP_KINDS: tuple[str, ...] = ("conv", "linear", "matmul", "attention", "norm", "pool", "elementwise",
@@ -105,6 +106,16 @@ class Op:
     def arithmetic_intensity(self) -> float:
         return _intensity(self.flop, self.bytes_read + self.bytes_written)
 
+    @property
+    def threads(self) -> int:
+        """Independent threads of work a kernel for this op can use: one per output element, and
+        for a reduction one per element read. Reduction kernels split the reduced axis across the
+        threads of a block and combine partial results in a tree (CUB BlockReduce, PyTorch's
+        Reduce.cuh), so a global average pool over 32 x 112 x 112 runs 401,408 threads, not 32."""
+        if self.op_class == "reduce":
+            return max(self.parallelism.output_elements, sum(math.prod(t.shape) for t in self.inputs))
+        return self.parallelism.output_elements
+
 
 @dataclass(frozen=True)
 class Subgraph:
@@ -125,7 +136,7 @@ class Subgraph:
     gemm: GemmShape | None       # of the dominant op
     depends_on: tuple[int, ...]  # subgraph indices whose outputs it reads
     stage: int                   # execution stage (longest dependency chain before it)
-    threads: int                 # thread-level parallelism (= independent output elements)
+    threads: int                 # thread-level parallelism of its dominant op (Op.threads)
 
     @property
     def bytes_read(self) -> int:
