@@ -231,7 +231,7 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
     fitted = np.asarray(predict(dict(zip(names, values, strict=True))), dtype=float)
     width_text = (f"{prior_sigma:g}" if np.isscalar(prior_sigma) else
                   ", ".join(f"{n} {w:g}" for n, w, p in zip(names, widths, has_prior, strict=True) if p))
-    model_text = f"{model}; log-normal prior sigma={width_text} around the defaults" if has_prior.any() else model
+    model_text = f"{model}; log-normal prior sigma={width_text} around the starting values" if has_prior.any() else model
     if robust:
         model_text += "; soft-L1 loss (f_scale 2 sigma)"
     return FitResult(

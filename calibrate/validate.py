@@ -279,14 +279,22 @@ def summarize(comparisons: Sequence[Comparison]) -> Summary:
 
 # --- fit of the defaults the `fit` split constrains ----------------------------------------------
 
-FIT_START = {"host_server_s": 20e-6, "gpu_mac_efficiency_scale": 1.0, "gpu_kernel_cycles": 5e3}
-FIT_BOUNDS = {"host_server_s": (1e-7, 1e-3), "gpu_mac_efficiency_scale": (0.2, 1.4), "gpu_kernel_cycles": (1.0, 1e6)}
+# The K-loop latency starts at, and is held near, its published-latency prior: one L2 round trip
+# (~200 cycles on V100, A100 and H100) per 64 bytes of K (CUTLASS's Ampere int8 tile), 3.1 cycles
+# per byte, within a factor 2. The fit split cannot separate it from the per-kernel cycles: its
+# TensorRT rows are all one network at int8 (docs/validation.md, "The fit").
+FIT_START = {"host_server_s": 20e-6, "gpu_mac_efficiency_scale": 1.0, "gpu_kernel_cycles": 5e3,
+             "gpu_k_loop_cycles_per_byte": 200 / 64}
+FIT_PRIOR_SIGMA = {"gpu_k_loop_cycles_per_byte": math.log(2.0)}
+FIT_BOUNDS = {"host_server_s": (1e-7, 1e-3), "gpu_mac_efficiency_scale": (0.2, 1.4), "gpu_kernel_cycles": (1.0, 1e6),
+              "gpu_k_loop_cycles_per_byte": (1e-3, 1e3)}
 
 
 def trial_params(values: dict[str, float]) -> Callable[[object], FamilyParams]:
     """Family defaults with the fitted quantities replaced: the server host's per-op issue cost
-    (eager runtimes), one scale on the GPU efficiency of every MAC class, and the GPU's fixed
-    per-kernel cost in clock cycles (its per-kernel cost in seconds set to 0)."""
+    (eager runtimes), one scale on the GPU efficiency of every MAC class, the GPU's fixed
+    per-kernel cost in clock cycles (its per-kernel cost in seconds set to 0) and the GPU's
+    K-loop cycles per byte."""
     from chipcal.model.estimate.host import host_class
     from chipcal.model.mapping.params import default_params
 
@@ -302,14 +310,16 @@ def trial_params(values: dict[str, float]) -> Callable[[object], FamilyParams]:
             changes["efficiency"] = {c: v * s if c in MAC_CLASSES else v for c, v in base.efficiency.items()}
             changes["overhead_s"] = {c: 0.0 for c in base.overhead_s}
             changes["overhead_cycles"] = values["gpu_kernel_cycles"]
+            changes["k_loop_cycles_per_byte"] = values["gpu_k_loop_cycles_per_byte"]
         return dataclasses.replace(base, **changes)
 
     return params
 
 
 def fit_defaults(rows: Sequence[Measurement], workload: Callable[[str, int, bool], object], registry):
-    """Fit the server host's per-op cost, the GPU MAC-efficiency scale and the GPU per-kernel
-    cycles to `rows` (the `fit` split) by least squares on log(predicted/published latency) (calibrate.fits.fit_log_latency),
+    """Fit the server host's per-op cost, the GPU MAC-efficiency scale, the GPU per-kernel cycles
+    and the GPU K-loop cycles per byte (held near its prior, FIT_PRIOR_SIGMA) to `rows` (the `fit`
+    split) by least squares on log(predicted/published latency) (calibrate.fits.fit_log_latency),
     with standard errors from the Jacobian."""
     import numpy as np
 
@@ -323,5 +333,6 @@ def fit_defaults(rows: Sequence[Measurement], workload: Callable[[str, int, bool
     return fit_log_latency(names, [FIT_START[n] for n in names], predicted, [m.latency_s for m in rows],
                            name="validation_defaults",
                            model="latency = predict(workload, chip; host per-op cost, GPU MAC efficiency x scale, "
-                                 "GPU per-kernel cycles / clock)",
-                           lower=[FIT_BOUNDS[n][0] for n in names], upper=[FIT_BOUNDS[n][1] for n in names])
+                                 "GPU per-kernel cycles / clock, GPU K-loop cycles per byte)",
+                           lower=[FIT_BOUNDS[n][0] for n in names], upper=[FIT_BOUNDS[n][1] for n in names],
+                           prior_sigma=[FIT_PRIOR_SIGMA.get(n) for n in names])

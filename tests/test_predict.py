@@ -25,7 +25,7 @@ from chipcal.model.estimate.opportunities import opportunities, top_consumers, u
 from chipcal.model.estimate.prediction import predict
 from chipcal.model.estimate.roofline import estimate_subgraph
 from chipcal.model.estimate.schedule import stage_time
-from chipcal.model.mapping import default_params
+from chipcal.model.mapping import default_params, map_subgraph
 from chipcal.model.workload.types import GemmShape, Op, Parallelism, Subgraph, TensorSpec
 
 # H100 SXM5 (registry): CUDA cores 16,896 × 1 fp32 MAC/clk × 1.98 GHz; tensor cores 528 × 512 fp16
@@ -368,15 +368,36 @@ def test_eager_prediction_is_host_bound_when_issue_dominates():
 
 
 def test_gpu_kernel_overhead_is_cycles_of_the_engine_clock():
-    # the same fc kernel (fp16: tensor cores) pays 11.5k cycles: 8.16 us at A100's 1.41 GHz,
-    # 5.64 us at L4's 2.04 GHz (clocks from the datasheets)
+    # the same fc kernel (fp16: tensor cores) pays 10.5k cycles: 7.45 us at A100's 1.41 GHz,
+    # 5.15 us at L4's 2.04 GHz (clocks from the datasheets)
     params = default_params("gpu")
-    assert params.overhead_cycles == 11.5e3 and all(v == 0.0 for v in params.overhead_s.values())
+    assert params.overhead_cycles == 10.5e3 and all(v == 0.0 for v in params.overhead_s.values())
     fc = mlp(1).subgraphs[0]
-    assert estimate_subgraph(fc, chip("a100-sxm4-80gb"), "fp16", params).overhead_s == pytest.approx(8.156e-6, rel=1e-3)
-    assert estimate_subgraph(fc, chip("l4"), "fp16", params).overhead_s == pytest.approx(5.637e-6, rel=1e-3)
+    assert estimate_subgraph(fc, chip("a100-sxm4-80gb"), "fp16", params).overhead_s == pytest.approx(7.447e-6, rel=1e-3)
+    assert estimate_subgraph(fc, chip("l4"), "fp16", params).overhead_s == pytest.approx(5.147e-6, rel=1e-3)
     again = type(params).from_dict(params.to_dict())
-    assert again.overhead_cycles == 11.5e3
+    assert again.overhead_cycles == 10.5e3 and again.k_loop_cycles_per_byte == 3.1
+
+
+def test_gemm_k_loop_bounds_a_batch_1_gemm_and_not_a_large_one():
+    """A CTA walks its K bytes tile by tile: a GEMM takes at least K x bytes x 3.1 cycles."""
+    params = default_params("gpu")
+    assert params.k_loop_cycles_per_byte == 3.1
+    a100 = chip("a100-sxm4-80gb")
+    fc = mlp(1).subgraphs[0]                  # 1 x 1024 @ 1024 x 1024
+    # fp16: K 1024 x 2 B = 2048 B x 3.1 = 6348.8 cycles at 1.41 GHz = 4.503 us; int8 (1 B): half
+    assert estimate_subgraph(fc, a100, "fp16", params).compute_time_s == pytest.approx(6348.8 / 1.41e9)
+    assert estimate_subgraph(fc, a100, "int8", params).compute_time_s == pytest.approx(3174.4 / 1.41e9)
+    # the same GEMM at M = 8192 is throughput-bound: 17.2 GFLOP take > 50 us even at A100's dense
+    # fp16 peak (312 TFLOP/s), ten times the K loop, which changes nothing there
+    big = gemm_subgraph(0, 8192, 1024, 1024)
+    with_loop = estimate_subgraph(big, a100, "fp16", params).compute_time_s
+    without = estimate_subgraph(big, a100, "fp16", dataclasses.replace(params, k_loop_cycles_per_byte=0.0))
+    assert with_loop > 2 * 8192 * 1024 * 1024 / 312e12 > 10 * 6348.8 / 1.41e9
+    assert with_loop == without.compute_time_s
+    # a depthwise convolution runs a thread per output on CUDA cores: no K loop is charged
+    dw = gemm_subgraph(0, 56 * 56, 1, 9, op_class="depthwise", count=144)
+    assert map_subgraph(dw, a100, "fp16", 1.0).serial_k_bytes == 0
 
 
 def test_autocast_issues_one_weight_cast_before_each_op_with_weights():
@@ -389,8 +410,8 @@ def test_autocast_issues_one_weight_cast_before_each_op_with_weights():
     assert plain.latency_s == pytest.approx(3e-3 + last) and amp.latency_s == pytest.approx(5e-3 + last)
     assert amp.autocast and amp.host_s == pytest.approx(5e-3) and amp.bottleneck == "host"
     # no host cost: the device runs the casts too; each reads fp32 and writes fp16 weights
-    # (6 B each) at 85 % of V100's 900 GB/s, plus 11.5k cycles at 1.53 GHz
-    cast = 1024 * 1025 * 6 / (900e9 * 0.85) + 11.5e3 / 1.53e9
+    # (6 B each) at 85 % of V100's 900 GB/s, plus 10.5k cycles at 1.53 GHz
+    cast = 1024 * 1025 * 6 / (900e9 * 0.85) + 10.5e3 / 1.53e9
     free = predict(w, v100, "fp16", runtime="eager", host_overhead_s=0.0)
     free_amp = predict(w, v100, "fp16", runtime="eager", host_overhead_s=0.0, autocast=True)
     assert free_amp.latency_s - free.latency_s == pytest.approx(2 * cast)

@@ -5,7 +5,11 @@
                    W = FLOP / lane_fill: the work the busy lanes execute, padding included;
                    u = utilization: the ramp is each busy unit's own (prologue, pipeline fill,
                    epilogue) and the units ramp in parallel, so it costs h / (peak × efficiency)
-                   seconds whether one SM or all of them run the kernel
+                   seconds whether one SM or all of them run the kernel;
+                   for a tiled GPU GEMM at least serial_k_bytes × k_loop_cycles_per_byte / clock
+                   (the mapper's waves × K bytes per CTA: each CTA streams its reduction operand K
+                   tile by K tile, and with one CTA per SM every tile waits for its load, so a
+                   batch-1 convolution with a deep K is latency-bound, not throughput-bound)
     memory_time  = max(DRAM bytes / (spec bandwidth × bandwidth_efficiency),
                        network_memory_factor × on-chip bytes / (spec bandwidth × onchip_bandwidth_ratio))
                    (network_memory_factor and switch_overhead_s: a kernel inside a network, not
@@ -205,9 +209,11 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
         eff *= params.size_factor(flop / alloc.lane_fill / max(alloc.utilization, 1e-12))  # W / u
     available = alloc.available_flop_per_s * eff
     compute = flop / available if flop > 0 else 0.0
+    engine = next(e for e in chip.engines if e.name == alloc.engine)
+    k_loop = alloc.serial_k_bytes * params.k_loop_cycles_per_byte / engine.clock_hz
+    compute = max(compute, k_loop)
     memory = memory_time_s(alloc.dram_bytes, alloc.onchip_bytes, ctx.bandwidth_bytes_per_s, params)
     kernel = flop > 0 or alloc.onchip_bytes > 0
-    engine = next(e for e in chip.engines if e.name == alloc.engine)
     overhead = (params.overhead_s[subgraph.op_class] + params.switch_overhead_s
                 + params.overhead_cycles / engine.clock_hz) if kernel else 0.0
     memory += first_touch_s(subgraph.output_bytes * scale, params) if kernel else 0.0

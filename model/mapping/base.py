@@ -64,6 +64,9 @@ class Allocation:
     onchip_bytes: float
     activations_on_chip: bool
     detail: str
+    # bytes of operand each busy unit streams one after another through its reduction loop, summed
+    # over waves (tiled GPU GEMMs: waves x K x bytes per element); 0 where no such loop is modelled
+    serial_k_bytes: float = 0.0
 
     @property
     def available_flop_per_s(self) -> float:
@@ -93,7 +96,7 @@ def wave_schedule(items: int, units: int, items_per_unit: int = 1) -> tuple[int,
 
 def allocation(family: str, unit_name: str, units: int, engine: Engine, precision: str,
                schedule: tuple[int, int, float], fill: float, moved: Traffic, detail: str,
-               occupancy: float | None = None) -> Allocation:
+               occupancy: float | None = None, serial_k_bytes: float = 0.0) -> Allocation:
     """The Allocation of work scheduled over `units` (`schedule` = wave_schedule's answer) on
     `engine` at `precision`: every mapper's answer is built here."""
     waves, busy, util = schedule
@@ -101,7 +104,7 @@ def allocation(family: str, unit_name: str, units: int, engine: Engine, precisio
         family=family, engine=engine.name, circuit=engine.circuit, compute_precision=precision,
         peak_flop_per_s=engine_peak_flop_per_s(engine, precision), unit_name=unit_name, units_total=units,
         units_allocated=busy, waves=waves, utilization=util, lane_fill=fill, occupancy=occupancy,
-        **moved._asdict(), detail=detail)
+        **moved._asdict(), detail=detail, serial_k_bytes=serial_k_bytes)
 
 
 def spread(family: str, unit_name: str, units: int, engine: Engine, precision: str, items: int, fill: float,

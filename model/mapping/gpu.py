@@ -65,16 +65,20 @@ def _tiled(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic,
     schedule = waves, busy, _ = wave_schedule(blocks, sms, 1)
     fill = (g.m * g.n) / (tiles_m * tile_m * tiles_n * tile_n)
     k_note = ""
+    k_step = 1
     if tensor:
         k_step = max(1, int(MMA_K_BYTES / bytes_per_element(precision)))
         fill *= g.k / round_up(g.k, k_step)
         k_note = f", K {g.k} padded to {round_up(g.k, k_step)}"
     feed = smem_factor(chip, engine, precision, tile_m, tile_n)
     occupancy = BLOCK_THREADS / int(chip.microarch["max_threads_per_sm"])
+    k_bytes = round_up(g.k, k_step) * bytes_per_element(precision)
     detail = (f"{blocks} CTAs of {tile_m}x{tile_n} tiles on {engine.name} ({precision}) → "
               f"{waves} wave(s) over {sms} SMs, {busy} SMs busy; tile fill {fill:.0%}{k_note}"
-              + (f", shared-memory feed {feed:.0%}" if feed < 1 else ""))
-    return allocation("gpu", "SM", sms, engine, precision, schedule, fill * feed, moved, detail, occupancy)
+              + (f", shared-memory feed {feed:.0%}" if feed < 1 else "")
+              + f"; K loop {k_bytes:.0f} B per CTA")
+    return allocation("gpu", "SM", sms, engine, precision, schedule, fill * feed, moved, detail, occupancy,
+                      serial_k_bytes=k_bytes)
 
 
 def _threaded(subgraph, chip: Chip, engine: Engine, precision: str, moved: Traffic) -> Allocation:

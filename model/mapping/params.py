@@ -9,6 +9,11 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
     overhead_cycles        fixed per-kernel cost in clock cycles of the engine the kernel runs on, added
                            to overhead_s: the device-side part of a kernel (CTA launch, prologue,
                            pipeline fill and drain) runs at the chip's clock; 0 where not used
+    k_loop_cycles_per_byte latency of a GEMM kernel's reduction loop: a CTA streams its K operand
+                           bytes one K tile after another, and when few CTAs share an SM (small batch)
+                           each tile waits for its load, so a tiled GEMM takes at least
+                           waves x K bytes x this / clock (roofline.py); 0: not charged (GPU: fitted
+                           on the validation corpus's fit split)
     half_efficiency_flop   size curve for MAC work: eff(W) = efficiency[op_class] × W / (W + h),
                            W = the subgraph's FLOP ÷ lane fill (work executed, padding included)
     bandwidth_efficiency   achievable fraction of the spec DRAM bandwidth
@@ -114,6 +119,7 @@ class FamilyParams:
     fresh_allocation_bytes: float = FRESH_ALLOCATION_BYTES
     layout_passes: float = 0.0
     network_memory_factor: float = 1.0
+    k_loop_cycles_per_byte: float = 0.0
 
     def __post_init__(self) -> None:
         # Fractions may exceed 1 after calibration: a locally built chip's peak and bandwidth are
@@ -144,6 +150,8 @@ class FamilyParams:
         object.__setattr__(self, "layout_passes", _number("layout_passes", self.layout_passes, allow_zero=True))
         object.__setattr__(self, "network_memory_factor",
                            _number("network_memory_factor", self.network_memory_factor, allow_zero=False))
+        object.__setattr__(self, "k_loop_cycles_per_byte",
+                           _number("k_loop_cycles_per_byte", self.k_loop_cycles_per_byte, allow_zero=True))
 
     def alone(self) -> FamilyParams:
         """These parameters for a kernel timed alone, call after call (a micro-layer): no switch
@@ -173,6 +181,8 @@ class FamilyParams:
             **({"layout_passes": self.layout_passes} if self.layout_passes else {}),   # absent: 0
             **({"network_memory_factor": self.network_memory_factor}                   # absent: 1
                if self.network_memory_factor != 1.0 else {}),
+            **({"k_loop_cycles_per_byte": self.k_loop_cycles_per_byte}                 # absent: 0
+               if self.k_loop_cycles_per_byte else {}),
         }
 
     @classmethod
@@ -186,7 +196,7 @@ class FamilyParams:
             raise CalibrationError(f"family_params is missing {', '.join(missing)}")
         optional = {k: d[k] for k in ("switch_overhead_s", "host_overhead_s", "overhead_cycles",
                                       "first_touch_bytes_per_s", "fresh_allocation_bytes", "layout_passes",
-                                      "network_memory_factor")
+                                      "network_memory_factor", "k_loop_cycles_per_byte")
                     if k in d}
         return cls(**{k: d[k] for k in keys}, **optional)
 
@@ -209,11 +219,14 @@ _DEFAULTS: dict[str, FamilyParams] = {
         half_efficiency_flop=1e7,
         bandwidth_efficiency=0.85,
         onchip_bandwidth_ratio=3.0,
-        overhead_cycles=11.5e3,
+        overhead_cycles=10.5e3,
+        k_loop_cycles_per_byte=3.1,
         source=("default: L2 at ~3x HBM bandwidth (order of published GPU microbenchmarks, assumed); "
                 "cuBLAS/cuDNN large-GEMM and conv fractions of dense peak, FlashAttention-2 "
-                "fraction, 11.5k +- 1.6k GPU clock cycles per kernel (fitted on the validation corpus's "
-                "fit split, docs/validation.md), HBM/GDDR copy kernels at ~85% of spec (docs/prediction.md)"),
+                "fraction, 10.5k +- 1.7k GPU clock cycles per kernel and a GEMM K loop of 3.1 +- 0.5 "
+                "cycles per byte (one ~200-cycle L2 round trip per 64-byte K tile, held near that "
+                "prior) fitted on the validation corpus's fit split (docs/validation.md), HBM/GDDR "
+                "copy kernels at ~85% of spec (docs/prediction.md)"),
     ),
     "cpu": FamilyParams(
         family="cpu",
