@@ -208,10 +208,12 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     if is_mac_work(subgraph) and alloc.lane_fill > 0:
         eff *= params.size_factor(flop / alloc.lane_fill / max(alloc.utilization, 1e-12))  # W / u
     available = alloc.available_flop_per_s * eff
-    compute = flop / available if flop > 0 else 0.0
+    throughput = flop / available if flop > 0 else 0.0
     engine = next(e for e in chip.engines if e.name == alloc.engine)
     k_loop = alloc.serial_k_bytes * params.k_loop_cycles_per_byte / engine.clock_hz
-    compute = max(compute, k_loop)
+    compute = max(throughput, k_loop)
+    k_note = (f"; compute set by the K loop ({alloc.serial_k_bytes:.0f} B x {params.k_loop_cycles_per_byte:g} "
+              f"cycles/B; {_us(throughput)} at throughput)" if k_loop > throughput else "")
     memory = memory_time_s(alloc.dram_bytes, alloc.onchip_bytes, ctx.bandwidth_bytes_per_s, params)
     kernel = flop > 0 or alloc.onchip_bytes > 0
     overhead = (params.overhead_s[subgraph.op_class] + params.switch_overhead_s
@@ -254,5 +256,5 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
         arithmetic_intensity=flop / alloc.dram_bytes if alloc.dram_bytes > 0 else float("inf"),
         compute_energy_j=compute_j, dram_energy_j=dram_j, onchip_energy_j=onchip_j,
         static_energy_j=static_j, wasted_energy_j=wasted_j, mapping=alloc.detail,
-        explanation=_explain(subgraph, alloc, compute, memory, overhead, bottleneck, attained, eff),
+        explanation=_explain(subgraph, alloc, compute, memory, overhead, bottleneck, attained, eff) + k_note,
     )
