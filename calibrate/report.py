@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from chipcal.calibrate.document import CalibrationDocument, FitRecord
-from chipcal.calibrate.fits import saturating
+from chipcal.calibrate.fits import UNCONSTRAINED_SE_LOG, saturating
 from chipcal.calibrate.selfcheck import REVERT_MARGIN, REVERT_MIN_LAYERS, CrossValSection
 from chipcal.measure.bandwidth import DRAM_WINDOW
 
@@ -39,6 +39,18 @@ def _pct(value: float | None) -> str:
 
 def _r2(fit: FitRecord) -> str:
     return "-" if fit.r2 is None else f"{fit.r2:.3f}"
+
+
+def _status(fit: FitRecord, name: str) -> str:
+    """How far a fitted value can be trusted: the fit's reason where it kept a prior, and a warning
+    where a parameter without a prior came out with a 1-sigma at least its value (beyond a factor e
+    in log space, the fits' UNCONSTRAINED_SE_LOG): the data allow it anywhere from ~0 to twice it."""
+    if name in fit.unconstrained:
+        return f"unconstrained: {fit.unconstrained[name]}"
+    value, sigma = fit.parameters[name], fit.stderr.get(name)
+    if sigma is not None and value > 0 and sigma / value >= UNCONSTRAINED_SE_LOG:
+        return "fitted, barely constrained: 1σ is at least the value (consistent with 0)"
+    return "fitted"
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -102,8 +114,7 @@ def render_markdown(doc: CalibrationDocument) -> str:
     for fit in doc.fits.values():
         if fit is None:
             continue
-        rows = [[k, f"{v:.4g}", "-" if fit.stderr.get(k) is None else f"{fit.stderr[k]:.2g}",
-                 f"unconstrained: {fit.unconstrained[k]}" if k in fit.unconstrained else "fitted"]
+        rows = [[k, f"{v:.4g}", "-" if fit.stderr.get(k) is None else f"{fit.stderr[k]:.2g}", _status(fit, k)]
                 for k, v in fit.parameters.items()]
         lines += [f"**{fit.name}**: `{fit.model}` — n = {fit.n}, R² = {_r2(fit)} "
                   f"(residuals in {fit.residual_space})", "",

@@ -208,3 +208,23 @@ def test_the_report_says_which_peaks_came_from_the_measurement_cache():
     cached = CalibrationDocument.from_dict(dataclasses.replace(doc, peaks=peaks).to_dict())
     assert [p.precision for p in cached.peaks if p.cached] == ["fp32", "int8"]
     assert "- fp32, int8: read from the measurement cache" in render_markdown(cached)
+
+
+def test_the_report_warns_of_a_fitted_value_its_uncertainty_swallows():
+    """A switch cost of 1.95 us +- 5.2 us (a Zen 4 quick run) is consistent with 0: the report must
+    not call it simply "fitted"; 0.67 on 3.55 (19%) is. A parameter the fit held at its prior keeps
+    the fit's reason."""
+    import dataclasses
+
+    from chipcal.calibrate.document import FitRecord
+    from chipcal.calibrate.report import render_markdown
+
+    doc = CalibrationDocument.from_dict(reference_document())
+    fit = FitRecord(name="switch_overhead", model="t(chain) = ...", parameters={
+        "switch_overhead_s": 1.95e-6, "network_memory_factor": 3.55, "held": 2.0},
+        stderr={"switch_overhead_s": 5.2e-6, "network_memory_factor": 0.67, "held": None},
+        residuals=(0.0,), residual_space="log", r2=0.99, n=4, unconstrained={"held": "the prior 2 is kept"})
+    text = render_markdown(dataclasses.replace(doc, fits={**doc.fits, "switch_overhead": fit}))
+    assert "| switch_overhead_s | 1.95e-06 | 5.2e-06 | fitted, barely constrained: 1σ is at least the value" in text
+    assert "| network_memory_factor | 3.55 | 0.67 | fitted |" in text
+    assert "| held | 2 | - | unconstrained: the prior 2 is kept |" in text
