@@ -131,7 +131,10 @@ def render_markdown(doc: CalibrationDocument) -> str:
         f"bandwidth_efficiency = {params.bandwidth_efficiency:.3f}, "
         f"onchip_bandwidth_ratio = {params.onchip_bandwidth_ratio:.2f}, "
         f"switch_overhead_s = {_si(params.switch_overhead_s, 's')} per kernel, "
-        f"network_memory_factor = {params.network_memory_factor:.2f}.",
+        f"network_memory_factor = {params.network_memory_factor:.2f}"
+        + (f", overhead_cycles = {params.overhead_cycles:.3g} per kernel" if params.overhead_cycles else "")
+        + (f", k_loop_cycles_per_byte = {params.k_loop_cycles_per_byte:g} (family default, not fitted)"
+           if params.k_loop_cycles_per_byte else "") + ".",
         "",
         "## Micro-layers (fit data)",
         "",
