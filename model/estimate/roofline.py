@@ -7,9 +7,10 @@
                    epilogue) and the units ramp in parallel, so it costs h / (peak × efficiency)
                    seconds whether one SM or all of them run the kernel;
                    for a tiled GPU GEMM at least serial_k_bytes × k_loop_cycles_per_byte / clock
-                   (the mapper's waves × K bytes per CTA: each CTA streams its reduction operand K
+                   (one CTA's K bytes, from the mapper: each CTA streams its reduction operand K
                    tile by K tile, and with one CTA per SM every tile waits for its load, so a
-                   batch-1 convolution with a deep K is latency-bound, not throughput-bound)
+                   batch-1 convolution with a deep K is latency-bound, not throughput-bound; with
+                   many waves other CTAs hide the latency, so it is charged once per kernel)
     memory_time  = max(DRAM bytes / (spec bandwidth × bandwidth_efficiency),
                        network_memory_factor × on-chip bytes / (spec bandwidth × onchip_bandwidth_ratio))
                    (network_memory_factor and switch_overhead_s: a kernel inside a network, not

@@ -64,8 +64,8 @@ class Allocation:
     onchip_bytes: float
     activations_on_chip: bool
     detail: str
-    # bytes of operand each busy unit streams one after another through its reduction loop, summed
-    # over waves (tiled GPU GEMMs: waves x K x bytes per element); 0 where no such loop is modelled
+    # bytes of its reduction a unit's work item walks one tile after another (tiled GPU GEMMs: one
+    # CTA's K, padded to the MMA depth, x bytes per element); 0 where no such loop is modelled
     serial_k_bytes: float = 0.0
 
     @property

@@ -12,8 +12,8 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
     k_loop_cycles_per_byte latency of a GEMM kernel's reduction loop: a CTA streams its K operand
                            bytes one K tile after another, and when few CTAs share an SM (small batch)
                            each tile waits for its load, so a tiled GEMM takes at least
-                           waves x K bytes x this / clock (roofline.py); 0: not charged (GPU: fitted
-                           on the validation corpus's fit split)
+                           one CTA's K bytes x this / clock (roofline.py); 0: not charged (GPU: held
+                           near its published-latency prior by the validation fit, docs/validation.md)
     half_efficiency_flop   size curve for MAC work: eff(W) = efficiency[op_class] × W / (W + h),
                            W = the subgraph's FLOP ÷ lane fill (work executed, padding included)
     bandwidth_efficiency   achievable fraction of the spec DRAM bandwidth
