@@ -111,7 +111,8 @@ class Op:
         """Independent threads of work a kernel for this op can use: one per output element, and
         for a reduction one per element read. Reduction kernels split the reduced axis across the
         threads of a block and combine partial results in a tree (CUB BlockReduce, PyTorch's
-        Reduce.cuh), so a global average pool over 32 x 112 x 112 runs 401,408 threads, not 32."""
+        Reduce.cuh), so a global average pool over 32 x 112 x 112 runs 401,408 threads, not 32; a
+        CPU mapping splits those elements by ATen's grain (mapping/cpu.py)."""
         if self.op_class == "reduce":
             return max(self.parallelism.output_elements, sum(math.prod(t.shape) for t in self.inputs))
         return self.parallelism.output_elements
