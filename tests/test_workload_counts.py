@@ -6,7 +6,9 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from test_mapping import chip
 
+from chipcal.model.mapping import map_subgraph
 from chipcal.model.precision import macs_to_flop
 from chipcal.model.workload import GemmShape, characterize, characterize_model
 
@@ -216,10 +218,6 @@ def test_a_global_pool_is_split_over_cpu_cores_by_the_elements_it_reads():
     """On a CPU the 32,768-element grain splits the elements read: a global pool over 2048 x 7 x 7
     (100,352 elements) is 4 chunks, so Orin's 12 Arm cores run 4 of them, not 1 (its 2048 outputs
     are under one grain); ATen splits a pool's channels over every thread."""
-    from test_mapping import chip
-
-    from chipcal.model.mapping import map_subgraph
-
     w, _ = only_op(nn.AdaptiveAvgPool2d(1), torch.randn(1, 2048, 7, 7))
     a = map_subgraph(w.subgraphs[0], chip("jetson-agx-orin-64gb-cpu"), "fp32", 1.0)
     assert a.units_allocated == 4

@@ -159,7 +159,7 @@ def _us(t: float) -> str:
 
 
 def _explain(sg, alloc: Allocation, compute: float, memory: float, overhead: float,
-             bottleneck: str, attained: float, eff: float) -> str:
+             bottleneck: str, attained: float, eff: float, throughput: float, k_cycles_per_byte: float) -> str:
     if bottleneck == "none":
         return f"{sg.name}: no data movement and no arithmetic (a view): no kernel"
     why = {
@@ -167,9 +167,11 @@ def _explain(sg, alloc: Allocation, compute: float, memory: float, overhead: flo
         "memory": f"memory-bound: {_us(memory)} memory vs {_us(compute)} compute",
         "overhead": f"overhead-bound: {_us(overhead)} fixed cost vs {_us(max(compute, memory))} work",
     }[bottleneck]
+    k_loop = (f"; compute set by the K loop ({alloc.serial_k_bytes:.0f} B x {k_cycles_per_byte:g} cycles/B; "
+              f"{_us(throughput)} at throughput)" if compute > throughput else "")
     return (f"{sg.name} ({sg.op_class}): {alloc.detail}; utilization {alloc.utilization:.0%}, "
             f"lane fill {alloc.lane_fill:.0%}, class efficiency {eff:.0%}; {why}"
-            f" (+{_us(overhead)} overhead); attains {attained / 1e12:.3g} TFLOP/s")
+            f" (+{_us(overhead)} overhead); attains {attained / 1e12:.3g} TFLOP/s{k_loop}")
 
 
 def memory_time_s(dram_bytes: float, onchip_bytes: float, bandwidth_bytes_per_s: float,
@@ -213,8 +215,6 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     engine = next(e for e in chip.engines if e.name == alloc.engine)
     k_loop = alloc.serial_k_bytes * params.k_loop_cycles_per_byte / engine.clock_hz
     compute = max(throughput, k_loop)
-    k_note = (f"; compute set by the K loop ({alloc.serial_k_bytes:.0f} B x {params.k_loop_cycles_per_byte:g} "
-              f"cycles/B; {_us(throughput)} at throughput)" if k_loop > throughput else "")
     memory = memory_time_s(alloc.dram_bytes, alloc.onchip_bytes, ctx.bandwidth_bytes_per_s, params)
     kernel = flop > 0 or alloc.onchip_bytes > 0
     overhead = (params.overhead_s[subgraph.op_class] + params.switch_overhead_s
@@ -257,5 +257,6 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
         arithmetic_intensity=flop / alloc.dram_bytes if alloc.dram_bytes > 0 else float("inf"),
         compute_energy_j=compute_j, dram_energy_j=dram_j, onchip_energy_j=onchip_j,
         static_energy_j=static_j, wasted_energy_j=wasted_j, mapping=alloc.detail,
-        explanation=_explain(subgraph, alloc, compute, memory, overhead, bottleneck, attained, eff) + k_note,
+        explanation=_explain(subgraph, alloc, compute, memory, overhead, bottleneck, attained, eff,
+                             throughput, params.k_loop_cycles_per_byte),
     )
