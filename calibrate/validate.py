@@ -186,6 +186,7 @@ class Comparison:
     error: float                # predicted / published − 1
     bottleneck: str
     host_wait_s: float
+    clock_fraction: float       # engine clocks ÷ listed: < 1 where the TDP limits them (bottleneck "power")
     status: str
     reason: str = ""
 
@@ -215,7 +216,8 @@ def compare(rows: Sequence[Measurement], workload: Callable[[str, int, bool], ob
                               runtime=m.runtime, model_runtime=rt, split=m.split, source=m.source,
                               published_latency_s=published, predicted_latency_s=pred,
                               error=pred / published - 1.0, bottleneck=p.bottleneck,
-                              host_wait_s=p.host_wait_s, status=p.status, reason=p.reason))
+                              host_wait_s=p.host_wait_s, clock_fraction=p.clock_fraction, status=p.status,
+                              reason=p.reason))
     return tuple(out)
 
 

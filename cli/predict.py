@@ -202,9 +202,14 @@ def _summary_table(preds: Sequence[Prediction]) -> None:
             notes.append(f"host-bound: {p.chip} at batch {p.batch} {p.precision} ({p.runtime}) idles "
                          f"{p.host_wait_s * 1e3:.3g} of {p.latency_s * 1e3:.3g} ms waiting for the host to issue "
                          f"its ops ({p.host_per_op_s * 1e6:.3g} us per op); a compiled or fused runtime removes it")
-        if p.supported and p.exceeds_tdp:
+        if p.supported and p.power_limited:
+            notes.append(f"power-limited: {p.chip} at batch {p.batch} {p.precision} would average "
+                         f"{p.listed_clock_power_w:.3g} W at its listed clocks > its {p.tdp_w:g} W TDP: predicted "
+                         f"at {p.clock_fraction:.0%} of them, {p.latency_s * 1e3:.4g} ms "
+                         f"({p.listed_clock_latency_s * 1e3:.4g} ms at the listed clocks)")
+        elif p.supported and p.exceeds_tdp:
             notes.append(f"note: {p.chip} at batch {p.batch} {p.precision} averages {p.avg_power_w:.3g} W > "
-                         f"its {p.tdp_w:g} W TDP: it would throttle")
+                         f"its {p.tdp_w:g} W TDP (an assumed share: its clock is the measured one)")
     for line in dict.fromkeys(notes):
         print(line)
 

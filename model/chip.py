@@ -113,6 +113,9 @@ class Chip:
     boost_clock_hz: float | None = None
     clock_source: str = ""
     measured: tuple[Measured, ...] = ()
+    # the chip's power governor holds its average power to tdp_w by lowering the engine clocks
+    # (every datasheet part); False where tdp_w is an assumed share (a VM's slice of a CPU)
+    tdp_limits_clock: bool = True
 
     def measured_for(self, precision: str) -> Measured | None:
         """The published sustained-GEMM measurement at `precision` (None if there is none)."""
@@ -149,13 +152,8 @@ class Chip:
         """This chip in power mode `name`: TDP, engine clocks and units, memory bandwidth replaced."""
         for m in self.power_modes:
             if m.name.lower() == name.lower():
-                engines = tuple(
-                    # a mode lowers the clock, not the voltage-frequency curve: the boost stays
-                    dataclasses.replace(e, clock_hz=m.clock_hz.get(e.name, e.clock_hz),
-                                        units=m.units.get(e.name, e.units),
-                                        boost_clock_hz=e.boost_clock_hz or e.clock_hz)
-                    for e in self.engines
-                )
+                engines = tuple(_lowered(e, m.clock_hz.get(e.name, e.clock_hz), m.units.get(e.name, e.units))
+                                for e in self.engines)
                 memory = self.memory
                 if m.memory_bandwidth_bytes_per_s is not None:
                     memory = dataclasses.replace(memory, bandwidth_bytes_per_s=m.memory_bandwidth_bytes_per_s)
@@ -163,3 +161,18 @@ class Chip:
                                            active_mode=m.name)
         valid = ", ".join(m.name for m in self.power_modes) or "none"
         raise KeyError(f"{self.name} has no power mode {name!r}; valid: {valid}")
+
+    def at_clock_fraction(self, fraction: float) -> Chip:
+        """This chip with every engine clock at `fraction` of its listed clock (0 < fraction <= 1),
+        on the same voltage-frequency curve: what its power governor does under a TDP."""
+        if not 0 < fraction <= 1:
+            raise ValueError(f"clock fraction must be in (0, 1], got {fraction!r}")
+        return dataclasses.replace(self, engines=tuple(_lowered(e, e.clock_hz * fraction, e.units)
+                                                       for e in self.engines))
+
+
+def _lowered(engine: Engine, clock_hz: float, units: int) -> Engine:
+    """`engine` at `clock_hz` with `units`: a lower clock moves down the voltage-frequency curve,
+    whose top (the boost clock) stays where it was."""
+    return dataclasses.replace(engine, clock_hz=clock_hz, units=units,
+                               boost_clock_hz=engine.boost_clock_hz or engine.clock_hz)

@@ -212,6 +212,9 @@ def chip_from_cpu(spec: CpuSpec) -> Chip:
             "source": (f"assumed: per-core share of the {cls.reference_part} TDP "
                        f"({cls.reference_tdp_w:g} W × {spec.cores}/{cls.reference_cores}); "
                        "a VM or core slice has no TDP of its own"),
+            # the engine clock is the one measured here, already what the host's governor allows;
+            # an assumed share of a TDP cannot lower it further
+            "limits_clock": False,
         },
         "memory": {
             "type": cls.memory_type,

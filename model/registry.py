@@ -100,6 +100,9 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
     idle_w = power.get("idle_w")
     if idle_w is not None:
         idle_w = _positive(file, "power.idle_w", idle_w)
+    limits_clock = power.get("limits_clock", True)
+    if not isinstance(limits_clock, bool):
+        raise RegistryError(file, "power.limits_clock", "must be true or false")
 
     mem = data.get("memory")
     if not isinstance(mem, dict):
@@ -208,6 +211,7 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
         sources=tuple(sources),
         tdp_w=tdp_w,
         power_source=_source(file, "power.", power),
+        tdp_limits_clock=limits_clock,
         memory=memory,
         engines=tuple(engines),
         microarch=dict(micro),

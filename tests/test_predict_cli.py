@@ -208,6 +208,18 @@ def test_eager_batch_1_on_a_gpu_says_host_bound(cli, hand_mlp):
     assert json.loads(out)[0]["bottleneck"] != "host" and json.loads(out)[0]["latency_s"] < 1e-3
 
 
+def test_a_run_over_the_tdp_is_predicted_at_the_power_limited_clock(cli, hand_mlp):
+    # The 1024-wide MLP at batch 16,384 keeps a T4's 2560 FP32 lanes busy: over 70 W at 1590 MHz
+    argv = ["--model", "mlp1024", "--hardware", "t4", "--batch", "16384"]
+    rc, out, _ = cli(predict_main, argv + ["--json"])
+    row = json.loads(out)[0]
+    assert rc == 0 and row["bottleneck"] == "power" and row["exceeds_tdp"]
+    assert row["listed_clock_power_w"] > 70 and row["avg_power_w"] == pytest.approx(70, rel=1e-3)
+    assert 0 < row["clock_fraction"] < 1 and row["latency_s"] > row["listed_clock_latency_s"]
+    rc, out, _ = cli(predict_main, argv)
+    assert rc == 0 and "power-limited: t4 at batch 16384 fp32" in out
+
+
 def test_autocast_adds_a_host_issued_cast_per_op_with_weights(cli, hand_mlp):
     # fc1 and fc2 carry weights: under autocast at fp16 the host issues 5 ops, not 3, 1 ms each;
     # at fp32 there is nothing to cast

@@ -1,7 +1,8 @@
 """Estimators: per-subgraph roofline, concurrency-aware totals, energy, memory liveness, opportunities.
 
     estimate_subgraph(subgraph, chip, precision, params) -> SubgraphEstimate   (roofline.py)
-    predict(workload, chip, precision, params=None, calibration=None) -> Prediction   (prediction.py)
+    predict(workload, chip, precision, params=None, calibration=None) -> Prediction   (prediction.py;
+        at the power-limited clock when the listed clocks would exceed the TDP: throttle.py)
     opportunities(prediction, workload, chip, params, workload_at=None) -> tuple[Opportunity, ...]
 """
 

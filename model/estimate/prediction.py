@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from chipcal.model.chip import Chip
 from chipcal.model.estimate.host import host_cost, run_queue
 from chipcal.model.estimate.memory import MemoryProfile, memory_profile
 from chipcal.model.estimate.roofline import SubgraphEstimate, chip_context, estimate_subgraph
 from chipcal.model.estimate.schedule import StageEstimate, schedule
+from chipcal.model.estimate.throttle import power_limited_fraction
 from chipcal.model.mapping import onchip_capacity
 from chipcal.model.mapping.base import CONV_CLASSES, UnsupportedPrecision, is_mac_work
 from chipcal.model.mapping.params import CalibrationParams, FamilyParams, params_for
@@ -103,6 +104,9 @@ class Prediction:
     host_wait_s: float = 0.0        # device idle waiting for the host
     host_source: str = ""
     autocast: bool = False          # weights cast from fp32 at every call (eager: one more host op each)
+    clock_fraction: float = 1.0     # engine clocks ÷ listed clocks: < 1 when the TDP limits them (throttle.py)
+    listed_clock_latency_s: float = NAN   # latency at the listed clocks, whatever the power
+    listed_clock_power_w: float = NAN     # average power at the listed clocks
     params_source: str = ""
     subgraphs: tuple[SubgraphEstimate, ...] = field(default=(), repr=False)
     stages: tuple[StageEstimate, ...] = field(default=(), repr=False)
@@ -118,7 +122,13 @@ class Prediction:
 
     @property
     def exceeds_tdp(self) -> bool:
-        return self.supported and self.avg_power_w > self.tdp_w
+        """At its listed clocks the run would draw more than the TDP (throttled, or a chip whose
+        TDP does not limit its clock)."""
+        return self.supported and max(self.avg_power_w, self.listed_clock_power_w) > self.tdp_w
+
+    @property
+    def power_limited(self) -> bool:
+        return self.clock_fraction < 1.0
 
     def record(self) -> dict:
         """Flat record (no per-subgraph detail) for tables, JSON and CSV."""
@@ -192,10 +202,27 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
     else the family defaults (mapping.params.params_for). `host_overhead_s` overrides the per-op
     host cost of an eager runtime (estimate/host.py). The workload should be partitioned for the
     runtime (mapping.params.runtime_fuses). `autocast`: weights cast from fp32 at every call
-    (module docstring).
+    (module docstring). A run whose average power at the listed clocks exceeds the TDP is
+    predicted at the power-limited clock (throttle.py; bottleneck "power").
     """
     if params is None:
         params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
+
+    def at(c: Chip) -> Prediction:
+        return _predict_at_clock(workload, c, precision, params, runtime, host_overhead_s, autocast)
+
+    listed = at(chip)
+    if not (listed.supported and chip.tdp_limits_clock and listed.avg_power_w > chip.tdp_w):
+        return listed
+    fraction = power_limited_fraction(
+        lambda s: listed.avg_power_w if s == 1.0 else at(chip.at_clock_fraction(s)).avg_power_w, chip.tdp_w)
+    return replace(at(chip.at_clock_fraction(fraction)), clock_fraction=fraction, bottleneck="power",
+                   listed_clock_latency_s=listed.latency_s, listed_clock_power_w=listed.avg_power_w)
+
+
+def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams, runtime: str,
+                      host_overhead_s: float | None, autocast: bool) -> Prediction:
+    """`predict` with `chip`'s engines at their listed clocks, whatever the power."""
     if not chip.supports(precision):
         return unsupported(workload, chip, precision,
                            f"{chip_label(chip)} has no engine for {precision}; it runs {', '.join(chip.precisions)}",
@@ -256,5 +283,7 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
         static_energy_j=static_j, wasted_energy_j=ctx.static_w * latency * (1.0 - utilization),
         weights_on_chip=resident, host_per_op_s=host.per_op_s if host else 0.0,
         host_s=queue.host_s if queue else 0.0, host_wait_s=queue.host_wait_s if queue else 0.0,
-        host_source=host.source if host else "", autocast=autocast, params_source=params.source, subgraphs=estimates, stages=sched.stages, memory=mem,
+        host_source=host.source if host else "", autocast=autocast, params_source=params.source,
+        listed_clock_latency_s=latency, listed_clock_power_w=energy / latency if latency > 0 else NAN,
+        subgraphs=estimates, stages=sched.stages, memory=mem,
     )

@@ -48,7 +48,8 @@ that moves no bytes and does no arithmetic (a view) launches no kernel and costs
     (all-in energies of model/power.py at the boost voltage, × V(engine clock)² for the
     engine's voltage: E_core = datapath, issue, register file, L1 and clock/control; E_onchip =
     last-level SRAM + on-chip network + clock/control; P_static = idle_w or the nominal static
-    fraction of TDP)
+    fraction of TDP, × V(clock of the engine that runs the precision): leakage scales with the
+    supply voltage, as in power.GemmPower)
     wasted = P_static × (overhead + (latency − overhead) × (1 − utilization))      (idle units)
 
 `estimate_subgraph` is what calibration fits against: change `params`, call it again.
@@ -92,11 +93,18 @@ def chip_context(chip: Chip, precision: str) -> ChipContext:
         chip=chip, precision=precision,
         peak_flop_per_s=chip.peak_flop_per_s(precision) or 0.0,
         bandwidth_bytes_per_s=chip.memory.bandwidth_bytes_per_s,
-        static_w=tdp.static_power_w(chip),
+        static_w=tdp.static_power_w(chip) * _static_voltage(chip, precision),
         dram_j_per_byte=technology.dram_energy_per_byte_j(chip.memory.type),
         onchip_j_per_byte=power.onchip_energy_per_byte_j(chip.process_nm, ONCHIP_LEVEL[chip.kind]),
         vector_j_per_flop=vec_j,
     )
+
+
+def _static_voltage(chip: Chip, precision: str) -> float:
+    """Static power scales with the supply voltage (leakage current ~ constant, model/power.py):
+    the voltage of the engine that runs `precision`, relative to boost (1 at the boost clock)."""
+    engine = chip.engine_for(precision)
+    return power.engine_voltage(chip, engine) if engine is not None else 1.0
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,141 @@
+"""Power-limited clocks: a run whose average power at the listed clocks exceeds the TDP is
+predicted at the clock where it meets it (model/estimate/throttle.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+
+import pytest
+from recorded import machine_tree
+from test_mapping import (
+    REGISTRY,
+    chip,
+    custom_params,
+    elementwise_subgraph,
+    gemm_subgraph,
+    workload,
+)
+
+from chipcal.calibrate.validate import compare, load_corpus
+from chipcal.measure import system, workloads
+from chipcal.model import power
+from chipcal.model.estimate.prediction import predict
+from chipcal.model.estimate.throttle import S_MIN, power_limited_fraction
+from chipcal.model.registry import RegistryError, chip_from_dict
+
+RAW_T4 = tomllib.loads((Path(power.__file__).parent / "hardware" / "t4.toml").read_text())
+
+
+def test_the_clock_fraction_solves_a_hand_worked_power_curve():
+    # P(s) = 20 + 80 s^3 W: at 60 W, s^3 = 40 / 80, s = 0.5^(1/3) = 0.7937
+    curve = lambda s: 20 + 80 * s ** 3  # noqa: E731
+    assert power_limited_fraction(curve, 60.0) == pytest.approx(0.5 ** (1 / 3), abs=1e-4)
+    assert power_limited_fraction(curve, 100.0) == 1.0     # 100 W at the listed clocks fits
+    assert power_limited_fraction(curve, 15.0) == S_MIN    # static 20 W alone is over 15 W
+
+
+def test_a_lower_clock_keeps_the_voltage_curve_and_a_power_mode_still_applies():
+    t4 = chip("t4")   # 1590 MHz on CUDA and tensor cores, boost 1590 MHz
+    half = t4.at_clock_fraction(0.5)
+    assert [e.clock_hz for e in half.engines] == [795e6, 795e6]
+    # V(795 MHz) on the nominal curve: knee 0.5 x 1590 = 795 MHz, so the 0.70 floor
+    assert power.engine_voltage(half, half.engines[0]) == pytest.approx(0.70)
+    assert power.engine_voltage(t4, t4.engines[0]) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        t4.at_clock_fraction(1.5)
+    orin = chip("jetson-agx-orin-64gb").mode("15W")
+    assert orin.at_clock_fraction(0.5).engines[0].clock_hz == pytest.approx(orin.engines[0].clock_hz / 2)
+
+
+def _h100(tdp_w: float):
+    """The H100 SXM5 with another TDP and its static power held at 100 W (not a share of the TDP)."""
+    return dataclasses.replace(chip("h100-sxm5"), tdp_w=tdp_w, idle_w=100.0)
+
+
+def _power_at(listed, s: float, v_listed: float, v_of) -> float:
+    """Hand scaling of a compute-bound run to clock fraction s: time / s; core and on-chip energy
+    x (V(s f) / V(f))^2; DRAM energy unchanged; static power x V(s f) / V(f)."""
+    r = v_of(s) / v_listed
+    e = listed.subgraphs[0]
+    dynamic = (e.compute_energy_j + e.onchip_energy_j) * r * r + e.dram_energy_j
+    return dynamic / (listed.latency_s / s) + e.static_energy_j / e.latency_s * r
+
+
+def test_a_compute_bound_gemm_over_the_tdp_runs_where_its_power_meets_it():
+    # One fp16 GEMM (M 16,896, N 1024, K 4096) on H100 tensor cores at 80%, no per-kernel cost:
+    # compute 179 us > DRAM 54 us, so its time is 1/s at clock fraction s. With the TDP at 60% of
+    # its listed-clock power, solve P(s) = TDP by bisection on the hand scaling (_power_at).
+    params = custom_params("gpu", efficiency=0.8, overhead_s=0.0, half=0.0, bw=1.0)
+    w = workload([gemm_subgraph(0, 16_896, 1024, 4096)])
+    unlimited = dataclasses.replace(_h100(700.0), tdp_limits_clock=False)
+    listed = predict(w, unlimited, "fp16", params)
+    assert listed.subgraphs[0].bottleneck == "compute" and not listed.power_limited
+    tdp_w = 0.6 * listed.avg_power_w
+    h100 = _h100(tdp_w)
+    tc = next(e for e in h100.engines if e.name == "tensor_cores")
+    fb = power.boost_clock_hz(h100, tc)                  # 1.98 GHz; tensor cores listed at 1.83
+    v_of = lambda s: power.voltage(s * tc.clock_hz, fb, power.NOMINAL)  # noqa: E731
+    lo, hi = S_MIN, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _power_at(listed, mid, v_of(1.0), v_of) < tdp_w else (lo, mid)
+    p = predict(w, h100, "fp16", params)
+    assert p.power_limited and p.bottleneck == "power"
+    assert p.clock_fraction == pytest.approx(lo, abs=2e-4)
+    assert p.avg_power_w == pytest.approx(tdp_w, rel=1e-3)
+    assert p.latency_s == pytest.approx(listed.latency_s / lo, rel=1e-3)
+    assert p.listed_clock_latency_s == pytest.approx(listed.latency_s)
+    assert p.listed_clock_power_w == pytest.approx(tdp_w / 0.6) and p.exceeds_tdp
+
+
+def test_a_dram_bound_kernel_over_the_tdp_loses_no_time():
+    # c = a + b over 2^26 fp32 elements on an H100: 240 us of DRAM, 2 us of compute. A TDP 5% under
+    # its listed-clock power is met by lowering the core voltage (dynamic and static power) long
+    # before compute could become the bound: the clock drops, the latency does not move.
+    params = custom_params("gpu", efficiency=0.5, overhead_s=0.0, bw=1.0)
+    w = workload([elementwise_subgraph(0, 2**26, inputs=2)])
+    listed = predict(w, _h100(700.0), "fp32", params)
+    assert not listed.power_limited and listed.subgraphs[0].bottleneck == "memory"
+    p = predict(w, _h100(0.95 * listed.avg_power_w), "fp32", params)
+    assert p.power_limited and p.clock_fraction < 1
+    assert p.latency_s == pytest.approx(listed.latency_s, rel=1e-9)
+
+
+def test_an_assumed_tdp_share_does_not_lower_the_local_clock(tmp_path):
+    # The local CPU's clock is the one measured here; its TDP is an assumed share of a reference
+    # part's. The same run on a chip whose TDP does govern its clock is slowed.
+    proc, sys_ = machine_tree(tmp_path, "amd-epyc-zen4-2vcpu")
+    local = system.local_chip(cpu=system.detect_cpu(proc, sys_, arch="x86_64"))
+    assert not local.tdp_limits_clock
+    params = custom_params("cpu", efficiency=0.8, overhead_s=0.0)
+    w = workload([gemm_subgraph(0, 4096, 4096, 4096)])
+    starved = dataclasses.replace(local, tdp_w=1.0)
+    p = predict(w, starved, "fp32", params)
+    assert p.avg_power_w > 1.0 and p.exceeds_tdp and p.clock_fraction == 1.0 and not p.power_limited
+    governed = predict(w, dataclasses.replace(starved, tdp_limits_clock=True), "fp32", params)
+    assert governed.power_limited and governed.latency_s > p.latency_s
+
+
+def test_the_registry_reads_whether_the_tdp_limits_the_clock():
+    assert chip("t4").tdp_limits_clock
+    with pytest.raises(RegistryError, match="limits_clock"):
+        chip_from_dict({**RAW_T4, "power": {"tdp_w": 70, "source": "t", "limits_clock": "no"}})
+
+
+def test_t4_fp32_resnet50_at_large_batch_runs_at_the_power_limited_clock_as_published(tmp_path, monkeypatch):
+    # NVIDIA's DeepLearningExamples ResNet-50 README (corpus rows, PyTorch eager FP32 on a T4):
+    # 149.5 ms at batch 64, 616.9 ms at batch 256. At its listed 1590 MHz the model draws 77 W at
+    # batch 256, over the T4's 70 W: it is predicted at the clock that holds 70 W, and closer to
+    # the published time than at the listed clock (-6%).
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path / "cache"))
+    rows = [m for m in load_corpus() if (m.chip, m.precision, m.runtime) == ("t4", "fp32", "pytorch-eager")
+            and m.batch >= 64]
+    assert sorted((m.batch, round(m.latency_s * 1e3, 1)) for m in rows) == [(64, 149.5), (256, 616.9)]
+    source = workloads.WorkloadSource()
+    t4 = chip("t4")
+    for m, c in zip(rows, compare(rows, lambda model, b, fuse: source.get(model, b, fuse), REGISTRY), strict=True):
+        listed = predict(source.get(m.model, m.batch, False), t4, "fp32", runtime="eager").listed_clock_latency_s
+        assert c.bottleneck == "power" and 0.85 < c.clock_fraction < 1
+        assert abs(c.error) < 0.05 and abs(c.error) < abs(listed / m.latency_s - 1)
