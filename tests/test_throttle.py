@@ -15,6 +15,7 @@ from test_mapping import (
     custom_params,
     elementwise_subgraph,
     gemm_subgraph,
+    mlp,
     workload,
 )
 
@@ -139,3 +140,13 @@ def test_t4_fp32_resnet50_at_large_batch_runs_at_the_power_limited_clock_as_publ
         listed = predict(source.get(m.model, m.batch, False), t4, "fp32", runtime="eager").listed_clock_latency_s
         assert c.bottleneck == "power" and 0.85 < c.clock_fraction < 1
         assert abs(c.error) < 0.05 and abs(c.error) < abs(listed / m.latency_s - 1)
+
+
+def test_efficiency_of_a_power_limited_run_is_against_the_listed_peak():
+    # 1024-wide MLP at batch 16,384 on a T4 (over 70 W at 1590 MHz): attained FLOP/s over the
+    # datasheet's 2560 x 2 x 1.59e9 = 8.14 TFLOP/s, not over the lowered clock's peak
+    p = predict(mlp(16_384), chip("t4"), "fp32")
+    assert p.power_limited and p.peak_flop_per_s == pytest.approx(2560 * 2 * 1.59e9)
+    assert p.compute_efficiency == pytest.approx(p.flop / p.latency_s / (2560 * 2 * 1.59e9))
+    for e in p.subgraphs:
+        assert e.compute_efficiency == pytest.approx(e.attained_flop_per_s / (2560 * 2 * 1.59e9))

@@ -216,8 +216,14 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
         return listed
     fraction = power_limited_fraction(
         lambda s: listed.avg_power_w if s == 1.0 else at(chip.at_clock_fraction(s)).avg_power_w, chip.tdp_w)
-    return replace(at(chip.at_clock_fraction(fraction)), clock_fraction=fraction, bottleneck="power",
-                   listed_clock_latency_s=listed.latency_s, listed_clock_power_w=listed.avg_power_w)
+    limited = at(chip.at_clock_fraction(fraction))
+    # efficiencies stay against the listed peak (every engine's peak scales by the fraction)
+    return replace(limited, clock_fraction=fraction, bottleneck="power",
+                   listed_clock_latency_s=listed.latency_s, listed_clock_power_w=listed.avg_power_w,
+                   peak_flop_per_s=listed.peak_flop_per_s,
+                   compute_efficiency=limited.compute_efficiency * fraction,
+                   subgraphs=tuple(replace(e, compute_efficiency=e.compute_efficiency * fraction)
+                                   for e in limited.subgraphs))
 
 
 def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams, runtime: str,
