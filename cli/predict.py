@@ -37,6 +37,7 @@ from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.chip import Chip
 from chipcal.model.estimate.opportunities import Opportunity, opportunities, top_consumers
 from chipcal.model.estimate.prediction import Prediction, predict
+from chipcal.model.estimate.throttle import with_power_limit
 from chipcal.model.mapping.params import (
     HOST_RUNTIMES,
     RUNTIMES,
@@ -85,6 +86,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--autocast", action="store_true",
                    help="eager runtime: weights kept in fp32 and cast to the precision at every call "
                         "(torch.autocast / AMP): one more host-issued op before every op with weights")
+    p.add_argument("--power-limit-w", type=positive_float, metavar="W",
+                   help="board power limit every chip is held to (nvidia-smi --power-limit) in place of "
+                        "its TDP: a run over it is predicted at the clock that meets it")
     p.add_argument("--by-layer", action="store_true", help="per-subgraph roofline table")
     p.add_argument("--explain", action="store_true",
                    help="energy breakdown, memory timeline and quantified opportunities per row "
@@ -171,7 +175,7 @@ def layer_record(p: Prediction, e) -> dict:
             "explanation": e.explanation}
 
 
-def _summary_table(preds: Sequence[Prediction]) -> None:
+def _summary_table(preds: Sequence[Prediction], limit: str = "TDP") -> None:
     import pandas as pd
 
     rows = []
@@ -204,9 +208,11 @@ def _summary_table(preds: Sequence[Prediction]) -> None:
                          f"its ops ({p.host_per_op_s * 1e6:.3g} us per op); a compiled or fused runtime removes it")
         if p.supported and p.power_limited:
             notes.append(f"power-limited: {p.chip} at batch {p.batch} {p.precision} would average "
-                         f"{p.listed_clock_power_w:.3g} W at its listed clocks > its {p.tdp_w:g} W TDP: predicted "
-                         f"at {p.clock_fraction:.0%} of them, {p.latency_s * 1e3:.4g} ms "
-                         f"({p.listed_clock_latency_s * 1e3:.4g} ms at the listed clocks)")
+                         f"{p.listed_clock_power_w:.3g} W at its listed clocks > its {p.tdp_w:g} W {limit}: "
+                         f"predicted at {p.clock_fraction:.0%} of them, {p.latency_s * 1e3:.4g} ms "
+                         f"({p.listed_clock_latency_s * 1e3:.4g} ms at the listed clocks)"
+                         + (f"; it still draws {p.avg_power_w:.3g} W there (static and DRAM power alone "
+                            f"exceed the {limit})" if p.avg_power_w > p.tdp_w * 1.001 else ""))
         elif p.supported and p.exceeds_tdp:
             notes.append(f"note: {p.chip} at batch {p.batch} {p.precision} averages {p.avg_power_w:.3g} W > "
                          f"its {p.tdp_w:g} W TDP (an assumed share: its clock is the measured one)")
@@ -360,6 +366,8 @@ def predict_all(models: Sequence[str], chips: Sequence[Chip], batches: Sequence[
 def _body(args: argparse.Namespace) -> int:
     calibration = _calibration(args.calibration)
     chips = _chips(args.hardware, args.calibration)
+    if args.power_limit_w is not None:
+        chips = [with_power_limit(c, args.power_limit_w) for c in chips]
     if calibration is not None and not any(calibration.applies_to(c.name, c.active_mode) for c in chips):
         sys.stderr.write(f"warning: calibration is for {calibration.chip}, which is not among the chips "
                          "predicted; every chip keeps its family defaults\n")
@@ -393,7 +401,7 @@ def _body(args: argparse.Namespace) -> int:
     if args.json:
         print_json(records)
         return 0
-    _summary_table(preds)
+    _summary_table(preds, "TDP" if args.power_limit_w is None else "power limit")
     lines = recommendations(preds)
     if lines:
         print("\nrecommendations:")

@@ -47,6 +47,7 @@ def hand_mlp(monkeypatch):
     (["--model", "mlp1024", "--hardware", "h100-sxm5", "--runtime", "eager", "--host-overhead-s", "-1"],
      "must be a number >= 0"),
     (["--model", "mlp1024", "--hardware", "h100-sxm5", "--runtime", "jit"], "compiled"),
+    (["--model", "mlp1024", "--hardware", "h100-sxm5", "--power-limit-w", "0"], "must be a positive number"),
 ])
 def test_usage_errors_exit_2_with_one_line(cli, hand_mlp, argv, says):
     rc, out, err = cli(predict_main, argv)
@@ -218,6 +219,13 @@ def test_a_run_over_the_tdp_is_predicted_at_the_power_limited_clock(cli, hand_ml
     assert 0 < row["clock_fraction"] < 1 and row["latency_s"] > row["listed_clock_latency_s"]
     rc, out, _ = cli(predict_main, argv)
     assert rc == 0 and "power-limited: t4 at batch 16384 fp32" in out
+    # held to 40 W instead of its 70 W TDP (--power-limit-w): the clock falls further
+    rc, out, _ = cli(predict_main, argv + ["--power-limit-w", "40", "--json"])
+    capped = json.loads(out)[0]
+    assert rc == 0 and capped["tdp_w"] == 40 and capped["avg_power_w"] == pytest.approx(40, rel=1e-3)
+    assert capped["clock_fraction"] < row["clock_fraction"]
+    rc, out, _ = cli(predict_main, argv + ["--power-limit-w", "40"])
+    assert rc == 0 and "> its 40 W power limit" in out
 
 
 def test_autocast_adds_a_host_issued_cast_per_op_with_weights(cli, hand_mlp):

@@ -23,7 +23,7 @@ from chipcal.calibrate.validate import compare, load_corpus
 from chipcal.measure import system, workloads
 from chipcal.model import power
 from chipcal.model.estimate.prediction import predict
-from chipcal.model.estimate.throttle import S_MIN, power_limited_fraction
+from chipcal.model.estimate.throttle import S_MIN, power_limited_fraction, with_power_limit
 from chipcal.model.registry import RegistryError, chip_from_dict
 
 RAW_T4 = tomllib.loads((Path(power.__file__).parent / "hardware" / "t4.toml").read_text())
@@ -150,3 +150,18 @@ def test_efficiency_of_a_power_limited_run_is_against_the_listed_peak():
     assert p.compute_efficiency == pytest.approx(p.flop / p.latency_s / (2560 * 2 * 1.59e9))
     for e in p.subgraphs:
         assert e.compute_efficiency == pytest.approx(e.attained_flop_per_s / (2560 * 2 * 1.59e9))
+
+
+def test_a_power_limit_replaces_the_tdp_and_keeps_the_static_power():
+    # A100 SXM4 80GB: 400 W TDP, no sourced idle power, so static = 15% x 400 = 60 W. Limited to
+    # 250 W (nvidia-smi -pl 250), the governor holds 250 W and leakage stays 60 W.
+    a100 = chip("a100-sxm4-80gb")
+    capped = with_power_limit(a100, 250.0)
+    assert (capped.tdp_w, capped.idle_w, capped.tdp_limits_clock) == (250.0, pytest.approx(60.0), True)
+    w = mlp(65_536, features=4096)
+    full, limited = predict(w, a100, "fp16"), predict(w, capped, "fp16")
+    assert not full.power_limited and full.avg_power_w > 250
+    assert limited.power_limited and limited.avg_power_w == pytest.approx(250, rel=1e-3)
+    assert limited.latency_s > full.latency_s
+    with pytest.raises(ValueError, match="> 0 W"):
+        with_power_limit(a100, 0.0)

@@ -13,13 +13,18 @@ average power P(s) = energy(s) / latency(s) falls as s falls, and the run holds
 so a memory-bound run that exceeds the TDP slows only by its clock-bound share. When even S_MIN
 exceeds the TDP (static power alone above it), s* = S_MIN and the caller says so. Power modes
 (Jetson nvpmodel) are different: they fix the clock, and a prediction in a mode starts from it.
+A user's power limit (`with_power_limit`) takes the TDP's place.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from scipy.optimize import brentq
+
+from chipcal.model import power
+from chipcal.model.chip import Chip
 
 S_MIN = 0.05        # lowest clock fraction searched (a GPU's idle clock is ~5-20% of boost)
 S_XTOL = 1e-4       # the clock fraction to a hundredth of a percent
@@ -33,3 +38,12 @@ def power_limited_fraction(power_at: Callable[[float], float], tdp_w: float) -> 
     if power_at(S_MIN) >= tdp_w:
         return S_MIN
     return float(brentq(lambda s: power_at(s) - tdp_w, S_MIN, 1.0, xtol=S_XTOL))
+
+
+def with_power_limit(chip: Chip, watts: float) -> Chip:
+    """`chip` under a board power limit of `watts` (nvidia-smi --power-limit): the limit replaces
+    the TDP the governor holds, and governs the clock; the static power stays what it is at the
+    rated TDP (leakage does not follow a limit set by the user)."""
+    if not watts > 0:
+        raise ValueError(f"power limit must be > 0 W, got {watts!r}")
+    return dataclasses.replace(chip, tdp_w=watts, idle_w=power.static_w(chip), tdp_limits_clock=True)
