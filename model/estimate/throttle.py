@@ -21,8 +21,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from scipy.optimize import brentq
-
 from chipcal.model import power
 from chipcal.model.chip import Chip
 
@@ -35,6 +33,8 @@ def power_limited_fraction(power_at: Callable[[float], float], tdp_w: float) -> 
     every engine clock at s x its listed clock) meets `tdp_w`; 1 if the listed clocks fit."""
     if power_at(1.0) <= tdp_w:
         return 1.0
+    from scipy.optimize import brentq   # here: most runs fit their TDP, and scipy costs 0.3 s to import
+
     if power_at(S_MIN) >= tdp_w:
         return S_MIN
     return float(brentq(lambda s: power_at(s) - tdp_w, S_MIN, 1.0, xtol=S_XTOL))
