@@ -33,7 +33,8 @@ def power_limited_fraction(power_at: Callable[[float], float], tdp_w: float) -> 
     every engine clock at s x its listed clock) meets `tdp_w`; 1 if the listed clocks fit."""
     if power_at(1.0) <= tdp_w:
         return 1.0
-    from scipy.optimize import brentq   # here: most runs fit their TDP, and scipy costs 0.3 s to import
+    # imported here: most runs fit their TDP, and scipy takes 0.3 s to import
+    from scipy.optimize import brentq
 
     if power_at(S_MIN) >= tdp_w:
         return S_MIN

@@ -1,0 +1,49 @@
+"""The power `chipcal predict` prints, against NVML board power measured on the lent H100 SXM5
+(`chipcal calibrate --device cuda`, 2026-11-24, tests/machines/nvidia-h100-sxm5): a dense fp32
+GEMM and a STREAM triad, each run for 2 s with power and SM clock sampled (measure/power.py).
+docs/physics.md, "Known limits", gives the figures."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+from recorded import MACHINES
+from test_mapping import chip, elementwise_subgraph, gemm_subgraph, workload
+
+from chipcal.model.estimate.prediction import predict
+
+RUN = json.loads((MACHINES / "nvidia-h100-sxm5" / "calibration-full.json").read_text())
+
+
+def _measured(kind: str):
+    """(median board power W, FLOP/s, bytes/s, median SM clock Hz) of the power probe's `kind` runs."""
+    rows = [r for r in RUN["observations"]["power"] if r["kind"] == kind]
+    assert rows, kind
+    clocks = [c for r in rows for c in r.get("sm_clock_hz") or ()]
+    return (statistics.median(r["avg_power_w"] for r in rows), rows[0]["flop_per_s"], rows[0]["bytes_per_s"],
+            statistics.median(clocks) if clocks else None)
+
+
+def test_fp32_gemm_power_on_h100_within_15_percent_of_nvml():
+    # 8192^3 fp32 SGEMM, 8 sustained 2 s windows: 686-723 W at 51.8 TFLOP/s, SM clock 1.98 GHz
+    # (boost) throughout. The model at the listed clock draws 763 W (+11%) and so lowers the
+    # clock to 96% to hold 700 W; its throughput, 51.2 TFLOP/s, is within 2% of the measured.
+    watts, flop_per_s, _, clock = _measured("sustained")
+    assert clock == 1.98e9 and watts < 700
+    p = predict(workload([gemm_subgraph(0, 8192, 8192, 8192)]), chip("h100-sxm5"), "fp32")
+    assert p.listed_clock_power_w == pytest.approx(watts, rel=0.15)
+    assert p.flop / p.latency_s == pytest.approx(flop_per_s, rel=0.05)
+
+
+def test_memory_bound_power_on_h100_is_half_the_nvml_reading():
+    # STREAM triad a = b + s*c, fp32: 509 W at 3.04 TB/s on the H100 (idle 129 W). The model has
+    # 253 W at its 2.83 TB/s: DRAM and L2 energy per byte plus static power, but nothing for the
+    # clocks, schedulers and load/store path of 132 busy SMs that wait on memory. The gap is
+    # known (docs/physics.md); this test holds the documented figure.
+    watts, _, bytes_per_s, _ = _measured("bandwidth")
+    n = 2**28
+    p = predict(workload([elementwise_subgraph(0, n, inputs=2, flop_per_element=2)]), chip("h100-sxm5"), "fp32")
+    assert p.dram_bytes == 12 * n and p.dram_bytes / p.latency_s == pytest.approx(bytes_per_s, rel=0.1)
+    assert 0.4 < p.avg_power_w / watts < 0.6
