@@ -165,6 +165,23 @@ def core_energy_per_mac_j(process_nm: float, circuit: str, precision: str,
     return (1 + k.clock_control_fraction) * (m.arithmetic_j + m.issue_j + m.register_file_j + m.l1_j)
 
 
+def clock_power_w(chip: Chip, engine: Engine, precision: str, k: Constants = NOMINAL) -> float:
+    """Clock and control power of all of `engine`'s units, busy, at the engine's clock and voltage:
+    the c_clk share of the core energy per MAC at the engine's full MAC rate at `precision`,
+
+        P_clk = c_clk / (1 + c_clk) x E_core(precision) x units x MACs/unit/clock x f x V(f)^2
+
+    A clock tree toggles every cycle a unit is busy, whether its datapath does work or waits on
+    memory; at the full MAC rate this equals the c_clk share the per-MAC model charges (so a
+    GEMM at peak costs the same either way). 0 if the engine does not run `precision`."""
+    rate = engine.macs_per_unit_per_clock.get(precision)
+    if rate is None:
+        return 0.0
+    core = core_energy_per_mac_j(chip.process_nm, engine.circuit, precision, engine.mma_shape, k)
+    share = k.clock_control_fraction / (1 + k.clock_control_fraction)
+    return share * core * engine.units * rate * engine.clock_hz * engine_voltage(chip, engine, k) ** 2
+
+
 def onchip_energy_per_byte_j(process_nm: float, level: str, k: Constants = NOMINAL) -> float:
     """Energy per byte through an on-chip SRAM level and across the chip to the compute units:
     (1 + c_clk)(s E_sram(level) + 8 e_wire d)."""

@@ -161,8 +161,15 @@ def test_subgraph_energy_terms():
     # n FLOP on CUDA cores at half an all-in fp32 FMA each (4 nm, nominal constants, by hand):
     #   datapath 4.6 x (4/45)^0.5383 x 0.95 = 1.1880 pJ; issue x 70/32/4.6 = 0.5650;
     #   register file 3 reads + 1 write x 4 B x 7.5 x (4/7)^0.1539 / 8 = 13.7568 pJ;
-    #   L1 (1/8 + 1/8) x 4 B x 8.5 x (4/7)^0.4592 / 8 = 0.8214 pJ; clock/control x 1.5 -> 24.497 pJ/MAC
-    assert e.compute_energy_j == pytest.approx(2**26 * 24.497e-12 / 2, rel=1e-4)
+    #   L1 (1/8 + 1/8) x 4 B x 8.5 x (4/7)^0.4592 / 8 = 0.8214 pJ; clock/control x 1.5 -> 24.497 pJ/MAC.
+    # Per FLOP the share without clock/control: 24.497 / 1.5 / 2 pJ. The clock/control share is
+    # charged per busy second instead: 24.497 / 3 pJ x 16,896 lanes x 1.98 GHz (V = 1 at boost)
+    # = 273.2 W on every SM (utilization 1) over the kernel's DRAM time, 805,306,368 B at
+    # 3.35 TB/s x 0.85
+    dram_s = 805_306_368 / (3.35e12 * 0.85)
+    assert e.utilization == 1.0 and e.memory_time_s == pytest.approx(dram_s)
+    clock_w = 24.497e-12 / 3 * 16_896 * 1.98e9
+    assert e.compute_energy_j == pytest.approx(2**26 * 24.497e-12 / 1.5 / 2 + clock_w * dram_s, rel=1e-4)
     # 805,306,368 B through HBM3 and the L2 level (+ 10 mm of 0.1 pJ/bit/mm wire, x 1.5 clock/control)
     assert e.dram_energy_j == pytest.approx(805_306_368 * technology.dram_energy_per_byte_j("hbm3"))
     l2 = technology.sram_energy_per_byte_j(4, "l2")
