@@ -318,11 +318,13 @@ def trial_params(values: dict[str, float]) -> Callable[[object], FamilyParams]:
     return params
 
 
-def fit_defaults(rows: Sequence[Measurement], workload: Callable[[str, int, bool], object], registry):
+def fit_defaults(rows: Sequence[Measurement], workload: Callable[[str, int, bool], object], registry,
+                 on_evaluation: Callable[[], object] | None = None):
     """Fit the server host's per-op cost, the GPU MAC-efficiency scale, the GPU per-kernel cycles
     and the GPU K-loop cycles per byte (held near its prior, FIT_PRIOR_SIGMA) to `rows` (the `fit`
     split) by least squares on log(predicted/published latency) (calibrate.fits.fit_log_latency),
-    with standard errors from the Jacobian."""
+    with standard errors from the Jacobian. `on_evaluation` is called after each prediction of
+    the rows (a progress bar: the solver decides how many)."""
     import numpy as np
 
     from chipcal.calibrate.fits import fit_log_latency
@@ -330,7 +332,10 @@ def fit_defaults(rows: Sequence[Measurement], workload: Callable[[str, int, bool
     names = list(FIT_START)
 
     def predicted(values: dict[str, float]):
-        return np.array([c.predicted_latency_s for c in compare(rows, workload, registry, trial_params(values))])
+        out = np.array([c.predicted_latency_s for c in compare(rows, workload, registry, trial_params(values))])
+        if on_evaluation is not None:
+            on_evaluation()
+        return out
 
     return fit_log_latency(names, [FIT_START[n] for n in names], predicted, [m.latency_s for m in rows],
                            name="validation_defaults",

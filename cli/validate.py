@@ -140,7 +140,12 @@ def _body(args: argparse.Namespace) -> int:
     everything = compare(rows if args.markdown else chosen, source.get, registry)
     comparisons = tuple(c for c in everything if args.split == "all" or c.split == args.split)
     summary = summarize(comparisons)
-    fit = fit_defaults(select(rows, "fit"), source.get, registry) if args.fit else None
+    fit = None
+    if args.fit:
+        from tqdm import tqdm
+
+        with tqdm(desc="fitting the defaults", unit="evaluation", file=sys.stderr, leave=False) as bar:
+            fit = fit_defaults(select(rows, "fit"), source.get, registry, on_evaluation=bar.update)
     if args.markdown:
         by_split = {}
         for split in ("fit", "test"):
