@@ -10,7 +10,8 @@
     arithmetic_intensity   FLOP ÷ DRAM bytes on this chip (operational intensity, Williams et al. 2009)
     wasted_energy_j      P_static × latency × (1 − compute_utilization)   (static power of idle units)
     units_allocated      busy-time-weighted mean of the units each subgraph keeps busy
-    bottleneck           "host" when the device idles waiting for the host longer than it works
+    bottleneck           "power" when the TDP lowers the clocks (throttle.py; clock_fraction < 1),
+                         "host" when the device idles waiting for the host longer than it works
                          (eager), else the label (compute/memory/overhead) carrying the most
                          subgraph latency
 
