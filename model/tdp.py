@@ -137,7 +137,7 @@ def static_power_w(chip: Chip) -> float:
     return power.static_w(chip, power.NOMINAL)
 
 
-def engine_precision(engine: Engine, precision: str) -> str:
+def assessed_precision(engine: Engine, precision: str) -> str:
     """The precision an engine is assessed at: `precision` if it runs it, else its widest
     float it runs at full listed rate in canonical order (fp32 for CUDA cores)."""
     if precision in engine.macs_per_unit_per_clock:
@@ -295,7 +295,7 @@ def compare_chip(chip: Chip, precision: str | None = None,
         raise ValueError(f"{chip.name} does not support {precision}; it runs {', '.join(chip.precisions)}")
     engines = []
     for engine in chip.engines:
-        p = engine_precision(engine, precision)
+        p = assessed_precision(engine, precision)
         g = power.gemm_power(chip, p, constants, engine)
         c = g.components_w(g.spec_clock_hz)
         engines.append(EngineTdp(engine.name, engine.hardware, engine.circuit, p, g.mac.dynamic_j / PJ,
