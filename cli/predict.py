@@ -170,7 +170,8 @@ def layer_record(p: Prediction, e) -> dict:
             "bottleneck": e.bottleneck, "dram_bytes": e.dram_bytes, "onchip_bytes": e.onchip_bytes,
             "attained_flop_per_s": e.attained_flop_per_s, "compute_efficiency": e.compute_efficiency,
             "bandwidth_utilization": e.bandwidth_utilization, "arithmetic_intensity": e.arithmetic_intensity,
-            "energy_j": e.energy_j, "compute_energy_j": e.compute_energy_j, "memory_energy_j": e.memory_energy_j,
+            "energy_j": e.energy_j, "compute_energy_j": e.compute_energy_j, "clock_energy_j": e.clock_energy_j,
+            "memory_energy_j": e.memory_energy_j,
             "static_energy_j": e.static_energy_j, "wasted_energy_j": e.wasted_energy_j,
             "explanation": e.explanation}
 
@@ -273,7 +274,8 @@ def _layer_table(p: Prediction) -> None:
 def _explain(p: Prediction, found: Sequence[Opportunity]) -> None:
     print(f"\n{p.model} on {p.chip}, batch {p.batch}, {p.precision}")
     total = p.energy_j
-    print(f"  energy {total * 1e3:.4g} mJ: compute {p.compute_energy_j / total:.0%}, memory "
+    print(f"  energy {total * 1e3:.4g} mJ: compute {p.compute_energy_j / total:.0%} (of which the clocks of "
+          f"busy units {p.clock_energy_j / total:.0%}), memory "
           f"{p.memory_energy_j / total:.0%}, static {p.static_energy_j / total:.0%}; idle units waste "
           f"{p.wasted_energy_j * 1e3:.4g} mJ ({p.wasted_energy_j / total:.0%})")
     print("  top energy: " + "; ".join(f"{e.name} {e.energy_j * 1e3:.3g} mJ" for e in top_consumers(p)))

@@ -148,6 +148,8 @@ def test_prediction_totals_energy_and_determinism():
     # stages (s1, s2) run concurrently, so the total is below the serial sum
     assert p.latency_s <= p.serial_latency_s
     assert p.energy_j == pytest.approx(p.compute_energy_j + p.memory_energy_j + p.static_energy_j)
+    assert p.clock_energy_j == pytest.approx(sum(e.clock_energy_j for e in p.subgraphs))
+    assert 0 < p.clock_energy_j < p.compute_energy_j
     assert p.static_energy_j == pytest.approx(tdp.static_power_w(h100) * p.latency_s)
     assert 0 <= p.wasted_energy_j <= p.static_energy_j
     assert p.avg_power_w == pytest.approx(p.energy_j / p.latency_s)
@@ -170,6 +172,7 @@ def test_subgraph_energy_terms():
     assert e.utilization == 1.0 and e.memory_time_s == pytest.approx(dram_s)
     clock_w = 24.497e-12 / 3 * 16_896 * 1.98e9
     assert e.compute_energy_j == pytest.approx(2**26 * 24.497e-12 / 1.5 / 2 + clock_w * dram_s, rel=1e-4)
+    assert e.clock_energy_j == pytest.approx(clock_w * dram_s, rel=1e-4)
     # 805,306,368 B through HBM3 and the L2 level (+ 10 mm of 0.1 pJ/bit/mm wire, x 1.5 clock/control)
     assert e.dram_energy_j == pytest.approx(805_306_368 * technology.dram_energy_per_byte_j("hbm3"))
     l2 = technology.sram_energy_per_byte_j(4, "l2")

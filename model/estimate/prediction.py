@@ -96,6 +96,7 @@ class Prediction:
     unit_name: str = ""
     bottleneck: str = ""
     compute_energy_j: float = NAN
+    clock_energy_j: float = NAN     # the part of compute_energy_j that is busy units' clock/control
     memory_energy_j: float = NAN
     static_energy_j: float = NAN
     wasted_energy_j: float = NAN
@@ -286,7 +287,7 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
         units_allocated=units, units_total=estimates[0].units_total if estimates else 0,
         unit_name=estimates[0].unit_name if estimates else "",
         bottleneck="host" if queue is not None and queue.host_bound else _bottleneck(estimates),
-        compute_energy_j=compute_j, memory_energy_j=memory_j,
+        compute_energy_j=compute_j, clock_energy_j=sum(e.clock_energy_j for e in estimates), memory_energy_j=memory_j,
         static_energy_j=static_j, wasted_energy_j=ctx.static_w * latency * (1.0 - utilization),
         weights_on_chip=resident, host_per_op_s=host.per_op_s if host else 0.0,
         host_s=queue.host_s if queue else 0.0, host_wait_s=queue.host_wait_s if queue else 0.0,

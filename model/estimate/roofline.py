@@ -150,6 +150,7 @@ class SubgraphEstimate:
     bandwidth_utilization: float  # DRAM bytes / latency ÷ spec bandwidth
     arithmetic_intensity: float   # FLOP per DRAM byte (inf when no DRAM traffic)
     compute_energy_j: float
+    clock_energy_j: float       # the part of compute_energy_j that is busy units' clock/control
     dram_energy_j: float
     onchip_energy_j: float
     static_energy_j: float
@@ -274,7 +275,7 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
         compute_efficiency=attained / ctx.peak_flop_per_s if ctx.peak_flop_per_s else 0.0,
         bandwidth_utilization=(alloc.dram_bytes / latency / ctx.bandwidth_bytes_per_s) if latency > 0 else 0.0,
         arithmetic_intensity=flop / alloc.dram_bytes if alloc.dram_bytes > 0 else float("inf"),
-        compute_energy_j=compute_j, dram_energy_j=dram_j, onchip_energy_j=onchip_j,
+        compute_energy_j=compute_j, clock_energy_j=clock_j, dram_energy_j=dram_j, onchip_energy_j=onchip_j,
         static_energy_j=static_j, wasted_energy_j=wasted_j, mapping=alloc.detail,
         explanation=_explain(subgraph, alloc, compute, memory, overhead, bottleneck, attained, eff,
                              throughput, params.k_loop_cycles_per_byte),
