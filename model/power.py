@@ -155,31 +155,31 @@ def mac_breakdown(process_nm: float, circuit: str, precision: str, memory_type: 
 
 
 @functools.lru_cache(maxsize=1024)
-def core_energy_per_mac_j(process_nm: float, circuit: str, precision: str,
-                          mma_shape: tuple[int, int, int] | None = None, k: Constants = NOMINAL) -> float:
-    """All-in core energy per MAC at the boost voltage without the last-level SRAM and network
-    traffic, which a whole-model prediction charges per byte it actually moves
-    (onchip_energy_per_byte_j): (1 + c_clk)(E_arith (1 + issue) + RF + L1).
+def op_energy_per_mac_j(process_nm: float, circuit: str, precision: str,
+                        mma_shape: tuple[int, int, int] | None = None, k: Constants = NOMINAL) -> float:
+    """Core energy per MAC at the boost voltage that each operation spends: E_arith (1 + issue)
+    + RF + L1. Without the last-level SRAM and network traffic, which a whole-model prediction
+    charges per byte it actually moves (onchip_energy_per_byte_j), and without the clock/control
+    share, which it charges per busy unit-second (clock_power_w).
     Memoized: a pure function of a few scalars, and a calibration fit evaluates it ~10⁶ times."""
     m = mac_breakdown(process_nm, circuit, precision, "hbm2", float("inf"), k, mma_shape)
-    return (1 + k.clock_control_fraction) * (m.arithmetic_j + m.issue_j + m.register_file_j + m.l1_j)
+    return m.arithmetic_j + m.issue_j + m.register_file_j + m.l1_j
 
 
 def clock_power_w(chip: Chip, engine: Engine, precision: str, k: Constants = NOMINAL) -> float:
     """Clock and control power of all of `engine`'s units, busy, at the engine's clock and voltage:
-    the c_clk share of the core energy per MAC at the engine's full MAC rate at `precision`,
+    the c_clk share on the per-op energy at the engine's full MAC rate at `precision`,
 
-        P_clk = c_clk / (1 + c_clk) x E_core(precision) x units x MACs/unit/clock x f x V(f)^2
+        P_clk = c_clk x E_op(precision) x units x MACs/unit/clock x f x V(f)^2
 
     A clock tree toggles every cycle a unit is busy, whether its datapath does work or waits on
-    memory; at the full MAC rate this equals the c_clk share the per-MAC model charges (so a
+    memory; at the full MAC rate this equals the c_clk share the per-MAC GEMM model charges (so a
     GEMM at peak costs the same either way). 0 if the engine does not run `precision`."""
     rate = engine.macs_per_unit_per_clock.get(precision)
     if rate is None:
         return 0.0
-    core = core_energy_per_mac_j(chip.process_nm, engine.circuit, precision, engine.mma_shape, k)
-    share = k.clock_control_fraction / (1 + k.clock_control_fraction)
-    return share * core * engine.units * rate * engine.clock_hz * engine_voltage(chip, engine, k) ** 2
+    op = op_energy_per_mac_j(chip.process_nm, engine.circuit, precision, engine.mma_shape, k)
+    return k.clock_control_fraction * op * engine.units * rate * engine.clock_hz * engine_voltage(chip, engine, k) ** 2
 
 
 def onchip_energy_per_byte_j(process_nm: float, level: str, k: Constants = NOMINAL) -> float:

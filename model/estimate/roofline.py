@@ -41,15 +41,15 @@ elementwise kernel on a slow vector path h / rate would dwarf its real cost — 
 overhead_s's job. A subgraph
 that moves no bytes and does no arithmetic (a view) launches no kernel and costs nothing.
 
-    energy = MACs × E_core(node, engine circuit, precision, MMA shape) / (1 + c_clk)   (compute:
-           + non-MAC FLOP × E_core(node, vector circuit, precision) / FLOP_PER_MAC / (1 + c_clk)  per op)
+    energy = MACs × E_op(node, engine circuit, precision, MMA shape)                (compute:
+           + non-MAC FLOP × E_op(node, vector circuit, precision) / FLOP_PER_MAC      per op)
            + P_clk(engine, precision) × utilization × (latency − overhead)          (compute: clock)
            + DRAM bytes × E_DRAM(memory type) + on-chip bytes × E_onchip(node, level) (memory)
            + P_static × latency                                                    (static)
     (all-in energies of model/power.py at the boost voltage, × V(engine clock)² for the
-    engine's voltage: E_core = (1 + c_clk)(datapath, issue, register file, L1); its clock/control
-    share is charged per busy unit-second, P_clk = power.clock_power_w (the share at the engine's
-    full MAC rate): a unit's clock tree toggles every cycle it is busy, computing or waiting on
+    engine's voltage: E_op = datapath, issue, register file, L1 (power.op_energy_per_mac_j); the
+    clock/control share c_clk of it is charged per busy unit-second, P_clk = power.clock_power_w
+    (c_clk × E_op at the engine's full MAC rate): a unit's clock tree toggles every cycle it is busy, computing or waiting on
     memory, so a DRAM-bound kernel on every SM pays it too (a STREAM triad on the H100: 523 W
     predicted, 509 W measured by NVML; charged per op it was 253 W); E_onchip =
     last-level SRAM + on-chip network + clock/control; P_static = idle_w or the nominal static
@@ -70,10 +70,6 @@ from chipcal.model.mapping import map_subgraph
 from chipcal.model.mapping.base import Allocation, is_mac_work, vector_engine
 from chipcal.model.mapping.params import FamilyParams
 from chipcal.model.precision import BYTES_PER_ELEMENT, FLOP_PER_MAC
-
-# Per-op core energies are all-in (1 + c_clk) x ...; the clock/control share is charged per busy
-# unit-second instead (power.clock_power_w), so per op only the rest: ÷ (1 + c_clk)
-CLOCKED = 1 + power.NOMINAL.clock_control_fraction
 
 # On-chip level whose access energy on-chip traffic is charged at: the last-level SRAM a subgraph's
 # operands pass through (a CPU's multi-MB L3; a GPU's L2; a TPU's/KPU's MB-class SRAM).
@@ -96,7 +92,7 @@ class ChipContext:
 
 def chip_context(chip: Chip, precision: str) -> ChipContext:
     vec = vector_engine(chip, precision)
-    vec_j = (power.core_energy_per_mac_j(chip.process_nm, vec[0].circuit, vec[1], vec[0].mma_shape)
+    vec_j = (power.op_energy_per_mac_j(chip.process_nm, vec[0].circuit, vec[1], vec[0].mma_shape)
              * power.engine_voltage(chip, vec[0]) ** 2 / FLOP_PER_MAC if vec is not None else None)
     return ChipContext(
         chip=chip, precision=precision,
@@ -250,10 +246,10 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
 
     macs = float(subgraph.macs)
     v2 = power.engine_voltage(chip, engine) ** 2      # dynamic energy at the engine's clock
-    mac_j = power.core_energy_per_mac_j(chip.process_nm, alloc.circuit, alloc.compute_precision,
-                                        engine.mma_shape) * v2 / CLOCKED
+    mac_j = power.op_energy_per_mac_j(chip.process_nm, alloc.circuit, alloc.compute_precision,
+                                      engine.mma_shape) * v2
     other_flop = max(0.0, flop - FLOP_PER_MAC * macs)
-    vec_j = ctx.vector_j_per_flop / CLOCKED if ctx.vector_j_per_flop is not None else mac_j / FLOP_PER_MAC
+    vec_j = ctx.vector_j_per_flop if ctx.vector_j_per_flop is not None else mac_j / FLOP_PER_MAC
     clock_j = (power.clock_power_w(chip, engine, alloc.compute_precision) * alloc.utilization * work
                if kernel else 0.0)
     compute_j = macs * mac_j + other_flop * vec_j + clock_j
