@@ -201,7 +201,7 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
 
     free = np.ones(len(names), dtype=bool)
     unconstrained: dict[str, str] = {}
-    for _ in range(2):     # once, then again with the unconstrained parameters held at their priors
+    while True:     # again with each round's unconstrained parameters held at their priors, until none is new
         sol = solve(free)
         x = held.copy()
         x[free] = sol.x

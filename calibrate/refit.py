@@ -17,7 +17,7 @@ from chipcal.calibrate.accuracy import Checked, CheckedSet
 from chipcal.calibrate.crossval import CrossValidation, folds
 from chipcal.calibrate.document import CalibrationDocument, LayerRow
 from chipcal.calibrate.layer_fits import as_timed, gemm_informed, host_in_overheads
-from chipcal.calibrate.micro import fit_micro
+from chipcal.calibrate.micro import MicroFit, fit_micro
 from chipcal.measure.device import device_kind
 from chipcal.measure.timing import Measurement
 
@@ -33,9 +33,17 @@ class ModelCheck(Checked):
 
 @dataclass(frozen=True)
 class Refit(CheckedSet):
-    params: object                   # FamilyParams
+    fit: MicroFit                    # the layer fit, its self-check and the switch fit
     models: tuple[ModelCheck, ...]
-    crossval: CrossValidation
+
+    @property
+    def params(self):
+        """The fitted FamilyParams."""
+        return self.fit.params
+
+    @property
+    def crossval(self) -> CrossValidation:
+        return self.fit.crossval
 
     @property
     def checks(self) -> tuple[ModelCheck, ...]:
@@ -109,4 +117,4 @@ def refit(doc: CalibrationDocument, chip) -> Refit:
         checks.append(ModelCheck(row.model, row.batch, row.median_s,
                                  as_timed(workload, chip, precision, fit.params).latency_s,
                                  as_timed(workload, chip, precision, defaults).latency_s))
-    return Refit(fit.params, tuple(checks), fit.crossval)
+    return Refit(fit, tuple(checks))
