@@ -6,7 +6,7 @@ calibrate.records). Prediction needs only `ParametersDocument`, the part a hand-
 may hold alone (`{"schema", "parameters", "chip"?}`); it hands the model a CalibrationParams.
 
 Schema: every file written so far says SCHEMA. Sections added to it later (`skipped`,
-`dispatch`, `first_touch`, `layout`, `throttle_note`, `crossval`, the chains, a peak's `support`, a fit's
+`dispatch`, `first_touch`, `layout`, `throttle_note`, `crossval`, `rerun`, the chains, a peak's `support`, a fit's
 `unconstrained`, the validation's noise and model count) have defaults, so older files still
 load. A change that old files cannot meet by a default gets a new tag and a migration function
 from the old one.
@@ -234,6 +234,18 @@ class ValidationSection(Record):
 
 
 @record
+class RerunSection(Record):
+    """The held-out models' timings against the previous run on this machine (calibrate.rerun)."""
+
+    previous_run: str              # the previous run's created_utc
+    previous_command: str
+    n: int                         # (model, batch) cases timed in both runs
+    median_abs_change: float       # median over the cases of |this run's median / the previous one's - 1|
+    max_abs_change: float
+    same_software: bool            # torch version and allocator setting as in this run
+
+
+@record
 class SustainSection(Record):
     """calibrate.sustain's fit: the clock the chip holds under sustained load (GPU)."""
 
@@ -410,6 +422,7 @@ class CalibrationDocument(Record):
     layout: LayoutSection | None = field(default=None, metadata=OMIT_NONE)
     throttle_note: str | None = None
     crossval: CrossValSection | None = field(default=None, metadata=OMIT_NONE)
+    rerun: RerunSection | None = field(default=None, metadata=OMIT_NONE)
     plots: tuple[str, ...] = ()          # the plot files written beside it (calibrate.report)
     non_finite_values: NonFiniteValues | None = field(default=None, metadata=OMIT_NONE)
 

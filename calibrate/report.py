@@ -176,6 +176,7 @@ def render_markdown(doc: CalibrationDocument) -> str:
         "the accuracy that this host's noise alone permits."
         + (f" Cross-validated error on the held-out micro-benchmarks: median {_pct(val.crossval_median_abs_error)}, "
            f"p90 {_pct(val.crossval_p90_abs_error)}." if val.crossval_median_abs_error is not None else ""),
+        *([_rerun_line(doc.rerun)] if doc.rerun else []),
         *([f"Host dispatch cost per eager op (measure.dispatch): {doc.dispatch.per_op_s * 1e6:.1f} µs "
            f"(IQR {doc.dispatch.iqr_s * 1e6:.1f} µs, n = {doc.dispatch.n})."] if doc.dispatch else []),
         *([f"Layout passes charged around each convolution (measure.layout): {doc.layout.passes:g}; "
@@ -328,3 +329,11 @@ def plot_writers(doc: CalibrationDocument) -> dict:
     if doc.observations.power:
         writers["power.png"] = lambda p: plot_power(doc, p)
     return writers
+
+
+def _rerun_line(r) -> str:
+    """The held-out models against the previous run on this machine (calibrate.rerun)."""
+    return (f"Against the previous run on this machine ({r.previous_run}, `{r.previous_command}`): the same "
+            f"{r.n} model × batch cases moved by median {_pct(r.median_abs_change)}, max {_pct(r.max_abs_change)}, "
+            "the drift between runs that the rounds of one run do not see"
+            + ("." if r.same_software else " (torch or the allocator setting differ between the two runs)."))

@@ -87,7 +87,7 @@ def _check_models(names: list[str]) -> None:
 def _body(args: argparse.Namespace) -> int:
     check_device(args.device)
 
-    from chipcal.calibrate import store
+    from chipcal.calibrate import rerun, store
     from chipcal.calibrate.journal import Journal
     from chipcal.calibrate.report import plot_writers, render_markdown
     from chipcal.calibrate.run import QUICK_MODELS, CalibrationConfig, run_calibration
@@ -111,7 +111,7 @@ def _body(args: argparse.Namespace) -> int:
         journal = Journal.create(Path(args.out), config)
     bars = PhaseBars()
     try:
-        doc = run_calibration(config, progress=bars, journal=journal)
+        doc = rerun.with_rerun(run_calibration(config, progress=bars, journal=journal), Path(args.out))
         bars.phase("writing report", 1)
         doc = doc.with_plots(plot_writers(doc))
         writers = {store.CALIBRATION_FILE: store.json_writer(doc.to_dict()),
@@ -143,6 +143,9 @@ def _body(args: argparse.Namespace) -> int:
                   f"(defaults: {val.default_median_abs_error:.1%}, {val.default_p90_abs_error:.1%})")
         else:
             print("  held-out models: none could be run within the time bound (see report.md)")
+        if doc.rerun:
+            print(f"  since the previous run here ({doc.rerun.previous_run}): the same {doc.rerun.n} cases moved "
+                  f"by median {doc.rerun.median_abs_change:.1%}, max {doc.rerun.max_abs_change:.1%}")
         for f in doc.flags:
             print(f"  flag {f.code}: {f.message}")
     return 0

@@ -297,7 +297,8 @@ def summary_record(doc, path: Path) -> dict:
     val = doc.validation
     row.update({"bandwidth_bytes_per_s": doc.bandwidth.measured_bytes_per_s, "models_validated": val.n,
                 "median_abs_error": val.median_abs_error, "p90_abs_error": val.p90_abs_error,
-                "max_abs_error": val.max_abs_error,
+                "max_abs_error": val.max_abs_error, "noise_between_rounds": val.noise_rel,
+                "rerun_median_abs_change": doc.rerun.median_abs_change if doc.rerun else None,
                 "power_source": doc.power.source if doc.power.available else None,
                 "flags": ", ".join(dict.fromkeys(f.code for f in doc.flags)) or None,
                 "path": str(path)})

@@ -71,3 +71,25 @@ def test_resume_from_a_directory_that_is_not_a_journal(cli, tmp_path):
     for target in (tmp_path / "missing", tmp_path / "junk"):
         rc, out, err = cli(calibrate_cli.main, ["--out", str(tmp_path / "out"), "--resume", str(target)])
         assert rc == 2 and len(err.strip().splitlines()) == 1 and "not a calibration journal" in err
+
+
+def test_calibrate_compares_its_models_with_the_previous_run_of_the_machine(cli, tmp_path, monkeypatch):
+    """The run's held-out model timings against the last run stored for the machine in --out
+    (calibrate.rerun): the summary line, the record's field, and the report's sentence."""
+    import dataclasses
+
+    from recorded import MACHINES
+
+    from chipcal.calibrate import run as run_module
+    from chipcal.calibrate.document import CalibrationDocument
+
+    recorded = CalibrationDocument.from_dict(
+        json.loads((MACHINES / "amd-epyc-zen5-2vcpu" / "calibration-quick-3.json").read_text()))
+    earlier = dataclasses.replace(recorded, created_utc="2026-11-25T09:00:00Z")
+    store.write_run(tmp_path, earlier.machine_slug, "20261125T090000Z",
+                    {store.CALIBRATION_FILE: store.json_writer(earlier.to_dict())})
+    monkeypatch.setattr(run_module, "run_calibration", lambda *a, **k: recorded)     # the same timings again
+    rc, out, _ = cli(calibrate_cli.main, ["--quick", "--out", str(tmp_path)])
+    assert rc == 0 and "since the previous run here (2026-11-25T09:00:00Z): the same 18 cases moved by median 0.0%" in out
+    rc, out, _ = cli(calibrate_cli.main, ["--quick", "--out", str(tmp_path), "--json"])
+    assert rc == 0 and json.loads(out)[0]["rerun_median_abs_change"] == 0.0
