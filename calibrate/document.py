@@ -6,7 +6,7 @@ calibrate.records). Prediction needs only `ParametersDocument`, the part a hand-
 may hold alone (`{"schema", "parameters", "chip"?}`); it hands the model a CalibrationParams.
 
 Schema: every file written so far says SCHEMA. Sections added to it later (`skipped`,
-`dispatch`, `first_touch`, `layout`, `throttle_note`, `crossval`, `rerun`, the chains, a peak's `support`, a fit's
+`dispatch`, `first_touch`, `layout`, `throttle_note`, `crossval`, `rerun`, `threads`, the chains, a peak's `support`, a fit's
 `unconstrained`, the validation's noise and model count) have defaults, so older files still
 load. A change that old files cannot meet by a default gets a new tag and a migration function
 from the old one.
@@ -310,6 +310,17 @@ class DispatchSection(Record):
 
 
 @record
+class ThreadsSection(Record):
+    """How many cores' worth the torch threads gave during the run (measure.threads)."""
+
+    threads: int
+    speedup: float                 # time with 1 thread / time with `threads`; ideal = threads
+    one_thread_s: float
+    all_threads_s: float
+    method: str
+
+
+@record
 class LayoutSection(Record):
     """Layout passes around each CPU convolution, counted in oneDNN's trace (measure.layout)."""
 
@@ -423,6 +434,7 @@ class CalibrationDocument(Record):
     throttle_note: str | None = None
     crossval: CrossValSection | None = field(default=None, metadata=OMIT_NONE)
     rerun: RerunSection | None = field(default=None, metadata=OMIT_NONE)
+    threads: ThreadsSection | None = field(default=None, metadata=OMIT_NONE)
     plots: tuple[str, ...] = ()          # the plot files written beside it (calibrate.report)
     non_finite_values: NonFiniteValues | None = field(default=None, metadata=OMIT_NONE)
 

@@ -135,3 +135,18 @@ def unstable_timing(what: str, cv: float, threshold: float) -> Flag | None:
     return Flag("unstable_timing", "info",
                 f"{what}: coefficient of variation {cv:.0%} > {threshold:.0%}; the machine was noisy",
                 {"cv": cv, "threshold": threshold})
+
+
+THREAD_SCALING_MIN = 0.75   # of the ideal speedup (the thread count): below it the cores were shared
+
+
+def threads_not_scaling(threads: int, speedup: float, minimum: float = THREAD_SCALING_MIN) -> Flag | None:
+    """The torch threads gave fewer cores' worth than they number (measure.threads): the vCPUs
+    shared a core or the host time-shared them while the run timed. The physics peak counts every
+    core, so fractions of it and efficiencies fitted against it read low by that ratio."""
+    if speedup >= minimum * threads:
+        return None
+    return Flag("threads_not_scaling", "info",
+                f"{threads} torch threads ran a GEMM only {speedup:.2f}x as fast as one (ideal {threads}x): "
+                f"the run had about {speedup:.1f} cores' worth of {threads}",
+                {"threads": float(threads), "speedup": speedup, "minimum": minimum * threads})

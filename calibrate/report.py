@@ -86,6 +86,10 @@ def render_markdown(doc: CalibrationDocument) -> str:
     lines += [_table(["precision", "unit", "measured GEMM peak", "physics peak", "of physics", "spec peak",
                       "of spec", "samples", "CV"], peak_rows), ""]
     lines += [f"- {p.precision}: {p.note}" for p in doc.peaks if p.note]
+    if t := doc.threads:
+        lines += [f"- threads (measure.threads): {t.threads} torch threads ran a GEMM {t.speedup:.2f}x as fast as "
+                  f"one ({_si(t.one_thread_s, 's')} → {_si(t.all_threads_s, 's')}; ideal {t.threads}x) when this run "
+                  "timed it"]
     lines += [f"- {p.precision}: {p.unsupported}" for p in doc.peaks if p.unsupported]
     if cached := [p.precision for p in doc.peaks if p.cached]:
         lines += [f"- {', '.join(cached)}: read from the measurement cache of this machine's fingerprint "

@@ -35,6 +35,7 @@ from chipcal.calibrate.layer_fits import (
 )
 from chipcal.calibrate.micro import fit_micro
 from chipcal.calibrate.power_fit import power_section
+from chipcal.calibrate.threads import thread_section
 from chipcal.measure.timing import Measurement
 
 # validation: the classic set, plus structures no micro-layer or chain was built from (grouped
@@ -266,6 +267,9 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         journal.put("dispatch", recorded)
     dispatch = cd.DispatchSection(**recorded)
     base, floor = host_in_overheads(base, config.device, dispatch.per_op_s)
+    threads = thread_section(journal) if device_kind(config.device) == "cpu" else None
+    if threads and (flag := gap.threads_not_scaling(threads.threads, threads.speedup)):
+        flags.append(flag)
 
     # 5. timing rounds: micro-layers, chains and the held-out models, interleaved so that a slow
     # minute of the shared host spoils one round of each, not a whole phase (fits come after)
@@ -440,6 +444,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         flags=tuple(flags),
         skipped=cd.Skipped(gemm_shapes=skipped_shapes, models=tuple(skipped_models)),
         dispatch=dispatch,
+        threads=threads,
         first_touch=first_touch,
         layout=layout,
         throttle_note=gemm.throttle_note,

@@ -57,6 +57,7 @@ def fake_machine(request, monkeypatch, tmp_path):
 
     from chipcal.measure import bandwidth as bandwidth_mod
     from chipcal.measure import layers, models, peak, power, system
+    from chipcal.measure import threads as threads_mod
     from chipcal.model.estimate.prediction import predict
 
     name, torch_says = MACHINES[request.param]
@@ -124,6 +125,9 @@ def fake_machine(request, monkeypatch, tmp_path):
                         lambda: bandwidth_mod.FirstTouch(64 * 2**20, steady, steady))
     monkeypatch.setattr(models, "measure_model", measure_model)
     monkeypatch.setattr(power, "open_power_source", lambda device: power.UnavailableSource("synthetic: none"))
+    one, two = Measurement.from_samples([0.020] * 5, threads=1), Measurement.from_samples([0.0196] * 5, threads=2)
+    monkeypatch.setattr(threads_mod, "probe_thread_scaling",    # 2 threads that do one core's work
+                        lambda: threads_mod.ThreadScaling(2, one, two, "synthetic"))
     return chip, truth
 
 
@@ -185,6 +189,9 @@ def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
     assert doc["validation"]["default_median_abs_error"] > 2 * doc["validation"]["median_abs_error"]
     assert doc["validation"]["n"] == len(MODELS)
     assert doc["power"]["available"] is False and "synthetic" in doc["power"]["reason"]
+    # the thread check: 20 ms with one thread, 19.6 ms with two, 1.02x of an ideal 2x
+    assert doc["threads"]["speedup"] == pytest.approx(0.020 / 0.0196)
+    assert "threads_not_scaling" in {f["code"] for f in doc["flags"]}
     assert progress.steps and [name for name, _ in progress.phases][:2] == ["GEMM peak sweep", "memory bandwidth"]
     # bf16: fitted and judged only where the CPU has a bf16 unit; else reported as emulated with its rate
     bf16 = next(p for p in doc["peaks"] if p["precision"] == "bf16")
