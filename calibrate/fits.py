@@ -146,7 +146,8 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
                     lower: Sequence[float] | None = None, upper: Sequence[float] | None = None,
                     prior_sigma: float | Sequence[float | None] | None = None,
                     data_sigma: float | Sequence[float] = 1.0, robust: bool = False,
-                    prior_centre: Sequence[float] | None = None) -> FitResult:
+                    prior_centre: Sequence[float] | None = None,
+                    ceiling: Sequence[bool] | None = None) -> FitResult:
     """Fit positive parameters so that predict(params) matches measured latencies.
 
     Parameters are optimised as logarithms (so they stay positive); residuals are
@@ -165,7 +166,9 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
     data's only.
     With a prior, a parameter that runs into a bound, or that the data leave unconstrained
     (1-sigma wider than a factor e), is held at its prior centre and the others are fitted again;
-    `FitResult.unconstrained` names each such parameter with the reason.
+    `FitResult.unconstrained` names each such parameter with the reason. A parameter marked in
+    `ceiling` whose upper bound is a physical limit is held at that bound instead when it runs
+    into it: the data want at least the limit, and the prior centre would be the far side.
     """
     measured = np.asarray(measured_s, dtype=float)
     if np.any(measured <= 0):
@@ -181,6 +184,7 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
     per_parameter = np.broadcast_to(np.asarray(prior_sigma, dtype=object), (len(names),))
     widths = np.array([np.inf if w is None else float(w) for w in per_parameter])
     has_prior = np.isfinite(widths)
+    at_ceiling = np.broadcast_to(np.asarray(False if ceiling is None else ceiling, dtype=bool), (len(names),))
 
     def residual(x: np.ndarray) -> np.ndarray:
         params = dict(zip(names, np.exp(x), strict=True))
@@ -201,7 +205,7 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
 
     free = np.ones(len(names), dtype=bool)
     unconstrained: dict[str, str] = {}
-    while True:     # again with each round's unconstrained parameters held at their priors, until none is new
+    while True:     # again with each round's unconstrained parameters held (prior or ceiling), until none is new
         sol = solve(free)
         x = held.copy()
         x[free] = sol.x
@@ -214,12 +218,15 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
             if not free[i]:
                 continue
             kept = f"; the prior {np.exp(held[i]):.3g} is kept" if has_prior[i] else ""
-            if x[i] - lo[i] < AT_BOUND_LOG or hi[i] - x[i] < AT_BOUND_LOG:
+            if at_ceiling[i] and hi[i] - x[i] < AT_BOUND_LOG:
+                held[i] = hi[i]
+                newly[nm] = f"ran into its upper bound ({np.exp(hi[i]):.3g}), a physical limit: held there"
+            elif x[i] - lo[i] < AT_BOUND_LOG or hi[i] - x[i] < AT_BOUND_LOG:
                 newly[nm] = f"ran into its bound ({np.exp(x[i]):.3g}){kept}"
             elif dead[i] or (has_prior[i] and not se_log[i] < UNCONSTRAINED_SE_LOG):
                 newly[nm] = f"the data cannot constrain it (1-sigma beyond a factor e){kept}"
         unconstrained |= newly
-        held_back = [nm for nm in newly if has_prior[names.index(nm)]]
+        held_back = [nm for nm in newly if has_prior[names.index(nm)] or held[names.index(nm)] == hi[names.index(nm)]]
         if not held_back:
             break
         free &= ~np.isin(names, held_back)

@@ -250,3 +250,22 @@ def test_gemm_sweep_rescales_every_mac_class_prior_and_nothing_else():
     loose = FitResult(name="gemm_efficiency_fp32", model="", parameters={"e_max": 1.2, "w_half_flop": 1e6},
                       stderr={}, residuals=(), residual_space="log", r2=1.0, n=8, unconstrained={"e_max": "at its bound"})
     assert gemm_informed(cpu, loose) == cpu
+
+
+def test_a_parameter_at_its_physical_ceiling_is_held_there_not_at_its_prior():
+    import numpy as np
+
+    from chipcal.calibrate.fits import fit_log_latency
+
+    work = np.array([1.0, 2.0, 3.0])
+    # the data want a = 2 (t = 2w); the ceiling is 1.5: held at 1.5 (the prior centre 1 is the far side).
+    # Without `ceiling` the same fit falls back to the prior (the test above).
+    fit = fit_log_latency(["a"], [1.0], lambda v: v["a"] * work, [2.0, 4.0, 6.0], name="t", model="t = a w",
+                          lower=[1e-3], upper=[1.5], prior_sigma=10.0, prior_centre=[1.0], ceiling=[True])
+    assert fit.parameters["a"] == pytest.approx(1.5)
+    assert "held there" in fit.unconstrained["a"]
+    # a ceiling the data do not reach changes nothing: t = 1.2 w fits to 1.2
+    fit = fit_log_latency(["a"], [1.0], lambda v: v["a"] * work, [1.2, 2.4, 3.6], name="t", model="t = a w",
+                          lower=[1e-3], upper=[1.5], prior_sigma=10.0, prior_centre=[1.0], ceiling=[True],
+                          data_sigma=0.01)
+    assert fit.parameters["a"] == pytest.approx(1.2, rel=1e-3) and "a" not in fit.unconstrained
