@@ -213,23 +213,27 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
         jac[:, free] = sol.jac
         se_log = np.sqrt(np.clip(np.diag(_covariance(jac, sol.fun)), 0, None))
         dead = np.all(np.abs(jac[:n_data]) < 1e-12, axis=0)
-        newly = {}
+        held_back = []      # indices newly held: at the prior centre, or at a ceiling
         for i, nm in enumerate(names):
             if not free[i]:
                 continue
             kept = f"; the prior {np.exp(held[i]):.3g} is kept" if has_prior[i] else ""
             if at_ceiling[i] and hi[i] - x[i] < AT_BOUND_LOG:
                 held[i] = hi[i]
-                newly[nm] = f"ran into its upper bound ({np.exp(hi[i]):.3g}), a physical limit: held there"
-            elif x[i] - lo[i] < AT_BOUND_LOG or hi[i] - x[i] < AT_BOUND_LOG:
-                newly[nm] = f"ran into its bound ({np.exp(x[i]):.3g}){kept}"
+                unconstrained[nm] = f"ran into its upper bound ({np.exp(hi[i]):.3g}), a physical limit: held there"
+                held_back.append(i)
+                continue
+            if x[i] - lo[i] < AT_BOUND_LOG or hi[i] - x[i] < AT_BOUND_LOG:
+                unconstrained[nm] = f"ran into its bound ({np.exp(x[i]):.3g}){kept}"
             elif dead[i] or (has_prior[i] and not se_log[i] < UNCONSTRAINED_SE_LOG):
-                newly[nm] = f"the data cannot constrain it (1-sigma beyond a factor e){kept}"
-        unconstrained |= newly
-        held_back = [nm for nm in newly if has_prior[names.index(nm)] or held[names.index(nm)] == hi[names.index(nm)]]
+                unconstrained[nm] = f"the data cannot constrain it (1-sigma beyond a factor e){kept}"
+            else:
+                continue
+            if has_prior[i]:
+                held_back.append(i)
         if not held_back:
             break
-        free &= ~np.isin(names, held_back)
+        free[held_back] = False
         if not free.any():
             x = held.copy()
             break

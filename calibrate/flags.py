@@ -150,3 +150,17 @@ def threads_not_scaling(threads: int, speedup: float, minimum: float = THREAD_SC
                 f"{threads} torch threads ran a GEMM only {speedup:.2f}x as fast as one (ideal {threads}x): "
                 f"the run had about {speedup:.1f} cores' worth of {threads}",
                 {"threads": float(threads), "speedup": speedup, "minimum": minimum * threads})
+
+
+def run_to_run_drift(median_abs_change: float, max_abs_change: float, n: int, previous_run: str,
+                     median_abs_error: float | None) -> Flag | None:
+    """The held-out models' timings moved more since the previous run on this machine
+    (calibrate.rerun) than the calibrated median error: that error is within the host's drift."""
+    if median_abs_error is None or median_abs_change <= median_abs_error:
+        return None
+    return Flag("run_to_run_drift", "info",
+                f"the held-out models' timings moved by median {median_abs_change:.1%} (max {max_abs_change:.1%}, "
+                f"{n} cases) since the previous run on this machine ({previous_run}): the calibrated median "
+                f"error {median_abs_error:.1%} is within the host's drift",
+                {"median_abs_change": median_abs_change, "max_abs_change": max_abs_change,
+                 "median_abs_error": median_abs_error})

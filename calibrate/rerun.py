@@ -17,7 +17,7 @@ from pathlib import Path
 
 from chipcal.calibrate import store
 from chipcal.calibrate.document import CalibrationDocument, RerunSection
-from chipcal.calibrate.flags import Flag
+from chipcal.calibrate.flags import run_to_run_drift
 from chipcal.model.mapping.params import CalibrationError
 
 
@@ -59,13 +59,7 @@ def with_rerun(current: CalibrationDocument, results_root: Path) -> CalibrationD
     section = compare(current, previous) if previous else None
     if section is None:
         return current
-    flags = current.flags
-    error = current.validation.median_abs_error
-    if error is not None and section.median_abs_change > error:
-        flags += (Flag("run_to_run_drift", "info",
-                       f"the held-out models' timings moved by median {section.median_abs_change:.1%} "
-                       f"(max {section.max_abs_change:.1%}, {section.n} cases) since the previous run on this machine "
-                       f"({section.previous_run}): the calibrated median error {error:.1%} is within the host's drift",
-                       {"median_abs_change": section.median_abs_change, "max_abs_change": section.max_abs_change,
-                        "median_abs_error": error}),)
+    flag = run_to_run_drift(section.median_abs_change, section.max_abs_change, section.n, section.previous_run,
+                            current.validation.median_abs_error)
+    flags = current.flags + ((flag,) if flag else ())
     return dataclasses.replace(current, rerun=section, flags=flags)
