@@ -21,7 +21,7 @@ from pathlib import Path
 from chipcal.calibrate.flags import Flag
 from chipcal.calibrate.records import LAST, OMIT_NONE, Record
 from chipcal.calibrate.selfcheck import CrossValSection
-from chipcal.measure.system import Fingerprint
+from chipcal.measure.system import Fingerprint, host_identity
 from chipcal.model.local import LOCAL_CHIP_NAME
 from chipcal.model.mapping.params import RUNTIMES, CalibrationError, CalibrationParams, FamilyParams
 
@@ -363,7 +363,7 @@ class NonFiniteValues(Record):
 
 
 def _calibration_params(parameters: ParametersSection, chip: ChipSection | ChipMemory | None,
-                        path: Path) -> CalibrationParams:
+                        path: Path, host: dict | None) -> CalibrationParams:
     """What prediction applies, checked: a local-cpu calibration must carry its DRAM bandwidth."""
     name = parameters.chip.strip().lower()
     if not name:
@@ -382,7 +382,7 @@ def _calibration_params(parameters: ParametersSection, chip: ChipSection | ChipM
         raise CalibrationError(f"{path}: a calibration of {LOCAL_CHIP_NAME} needs chip.memory_bandwidth_bytes_per_s "
                                "(the bandwidth its bandwidth_efficiency was fitted against)")
     return CalibrationParams(chip=name, params=parameters.family_params, path=path, runtime=parameters.runtime,
-                             memory_bandwidth_bytes_per_s=bandwidth, l3_bytes=l3)
+                             memory_bandwidth_bytes_per_s=bandwidth, l3_bytes=l3, host=host)
 
 
 @record
@@ -394,15 +394,34 @@ class ChipMemory(Record):
 
 
 @record
+class HostFingerprint(Record):
+    """The fingerprint's CPU identity as prediction reads it: which machine the run measured."""
+
+    cpu_model: str
+    physical_cores: int
+    logical_cores: int
+    memory_bytes: int
+    cpu_features: tuple[str, ...]
+
+    @property
+    def host_identity(self) -> dict:
+        return host_identity(self.cpu_model, self.physical_cores, self.logical_cores, self.memory_bytes,
+                             self.cpu_features)
+
+
+@record
 class ParametersDocument(Record):
-    """The part of a calibration document prediction needs (a hand-written file may hold only it)."""
+    """The part of a calibration document prediction needs (a hand-written file may hold only it;
+    without a fingerprint nothing says which machine a local-cpu calibration was measured on)."""
 
     schema: str
     parameters: ParametersSection
     chip: ChipMemory | None = None
+    fingerprint: HostFingerprint | None = None
 
     def calibration_params(self, path: Path) -> CalibrationParams:
-        return _calibration_params(self.parameters, self.chip, path)
+        host = self.fingerprint.host_identity if self.fingerprint else None
+        return _calibration_params(self.parameters, self.chip, path, host)
 
 
 @record
@@ -440,7 +459,7 @@ class CalibrationDocument(Record):
 
     def calibration_params(self, path: Path) -> CalibrationParams:
         """The fitted parameters for prediction (`predict --calibration`)."""
-        return _calibration_params(self.parameters, self.chip, path)
+        return _calibration_params(self.parameters, self.chip, path, self.fingerprint.host_identity)
 
     def with_plots(self, names) -> CalibrationDocument:
         return dataclasses.replace(self, plots=tuple(sorted(names)))

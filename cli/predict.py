@@ -38,6 +38,7 @@ from chipcal.model.chip import Chip
 from chipcal.model.estimate.opportunities import Opportunity, opportunities, top_consumers
 from chipcal.model.estimate.prediction import Prediction, predict
 from chipcal.model.estimate.throttle import with_power_limit
+from chipcal.model.local import LOCAL_CHIP_NAME, CpuSpec
 from chipcal.model.mapping.params import (
     HOST_RUNTIMES,
     RUNTIMES,
@@ -106,19 +107,31 @@ def _local_chip(calibration_dir: str | None) -> Chip:
     """This machine's CPU with its measured DRAM bandwidth and cache knee where known: from the
     calibration being applied (so its parameters meet the chip they were fitted on), else from
     the bandwidth probe's cache, else the documented assumptions."""
+    from chipcal.measure.cpu import detect_cpu
     from chipcal.measure.system import local_chip
-    from chipcal.model.local import LOCAL_CHIP_NAME
 
+    spec = detect_cpu()     # once: the machine check, the cache lookup and the chip need it
     if calibration_dir is not None:
         cal = load_calibration(calibration_dir)     # validated: a local-cpu calibration has its bandwidth
         if cal.chip == LOCAL_CHIP_NAME:
-            return local_chip(cal.memory_bandwidth_bytes_per_s, cal.l3_bytes, f"calibration {calibration_dir}")
+            _check_same_machine(cal, spec)
+            return local_chip(cal.memory_bandwidth_bytes_per_s, cal.l3_bytes, f"calibration {calibration_dir}", cpu=spec)
     from chipcal.measure.bandwidth import cached_cpu_bandwidth, local_overrides
-    from chipcal.measure.cpu import detect_cpu
 
-    spec = detect_cpu()     # once: the cache lookup and the chip both need it
     measured = cached_cpu_bandwidth(spec)
     return local_chip(**local_overrides(measured, spec), cpu=spec) if measured is not None else local_chip(cpu=spec)
+
+
+def _check_same_machine(cal: CalibrationParams, spec: CpuSpec) -> None:
+    """A local-cpu calibration describes the machine it was measured on: every machine's CPU is
+    'local-cpu', so another machine's run would otherwise be applied here without a word."""
+    from chipcal.measure.system import host_differences
+
+    differ = host_differences(cal.host, spec) if cal.host is not None else []
+    if differ:
+        raise UsageError(f"--calibration {cal.path.parent}: measured on another machine ({'; '.join(differ)}); a "
+                         f"{LOCAL_CHIP_NAME} calibration applies to the machine it was measured on: run "
+                         "`chipcal calibrate` here")
 
 
 def _chips(names: Sequence[str], calibration_dir: str | None = None) -> list[Chip]:

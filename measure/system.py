@@ -194,6 +194,14 @@ def local_host_identity(spec: CpuSpec) -> dict:
                          _cpu_features(_cpuinfo(Path("/proc"))))
 
 
+def host_differences(recorded: dict, spec: CpuSpec) -> list[str]:
+    """Where the CPU identity `recorded` (a `host_identity`) differs from this machine's (CPU
+    `spec` as detect_cpu read it), as 'field: recorded (here: this machine's)'; empty: the same
+    machine as far as the OS tells, without torch."""
+    here = local_host_identity(spec)
+    return [f"{k}: {recorded.get(k)!r} (here: {v!r})" for k, v in here.items() if recorded.get(k) != v]
+
+
 def matches_host_key(key: dict, device: str = "cpu") -> bool:
     """Whether a `Fingerprint.cache_key(device)` agrees with this process on what is known without
     importing torch: the device, the torch release (package metadata has no local build tag:

@@ -166,6 +166,21 @@ def test_local_chip_with_explain_json(cli, hand_mlp):
 REFERENCE_RUN = sorted((Path(__file__).parent.parent / "results").rglob("calibration.json"))[0]
 
 
+def reference_run_of(tmp_path, cpu_model: str | None = None) -> Path:
+    """The reference run as if measured on this machine (its fingerprint's CPU identity made this
+    host's, as `chipcal calibrate` here would record it), or on a machine with CPU `cpu_model`."""
+    from chipcal.measure.cpu import detect_cpu
+    from chipcal.measure.system import local_host_identity
+
+    doc = json.loads(REFERENCE_RUN.read_text())
+    here = local_host_identity(detect_cpu())
+    doc["fingerprint"].update(cpu_model=cpu_model or here["cpu_model"], physical_cores=here["physical_cores"],
+                              logical_cores=here["logical_cores"], memory_bytes=here["memory_gib"] * 2**30,
+                              cpu_features=here["cpu_features"])
+    (tmp_path / "calibration.json").write_text(json.dumps(doc))
+    return tmp_path
+
+
 @pytest.mark.parametrize("edit, says", [
     (lambda t: t.replace(f'"schema": "{CALIBRATION_SCHEMA}"', '"schema": "chipcal.calibration/0"'), "schema"),
     (lambda t: t.replace(f'"schema": "{CALIBRATION_SCHEMA}",', ""), "expected 'chipcal.calibration/1'"),
@@ -186,13 +201,37 @@ def test_old_or_foreign_calibration_is_refused_not_half_applied(cli, hand_mlp, t
     assert rc == 2 and says in err and len(err.strip().splitlines()) == 1 and "nan" not in out
 
 
-def test_reference_calibration_applies_its_measured_bandwidth(cli, hand_mlp):
+def test_reference_calibration_applies_its_measured_bandwidth(cli, hand_mlp, tmp_path):
     bandwidth = json.loads(REFERENCE_RUN.read_text())["chip"]["memory_bandwidth_bytes_per_s"]
     rc, out, _ = cli(predict_main, ["--model", "mlp1024", "--hardware", "local", "--calibration",
-                                    str(REFERENCE_RUN.parent), "--json"])
+                                    str(reference_run_of(tmp_path)), "--json"])
     (row,) = json.loads(out)
     assert rc == 0 and row["params_source"].startswith("calibration")
     assert row["bandwidth_bytes_per_s"] == pytest.approx(bandwidth)   # the chip model's DRAM figure
+
+
+def test_another_machines_local_calibration_is_refused(cli, hand_mlp, tmp_path):
+    """Every machine's CPU is 'local-cpu': a run measured elsewhere (a results/ folder copied from a
+    colleague) was once applied here without a word, its bandwidth and fitted costs on this CPU."""
+    argv = ["--model", "mlp1024", "--hardware", "local", "--calibration"]
+    rc, out, err = cli(predict_main, argv + [str(reference_run_of(tmp_path, cpu_model="Other CPU 9000"))])
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "measured on another machine" in err and "cpu_model: 'Other CPU 9000'" in err
+    # the same file for a registry chip: no machine to check, the local-cpu parameters just do not apply
+    rc, out, err = cli(predict_main, ["--model", "mlp1024", "--hardware", "h100-sxm5", "--calibration",
+                                      str(tmp_path), "--json"])
+    assert rc == 0 and json.loads(out)[0]["params_source"].startswith("default:")
+
+
+def test_a_hand_written_local_calibration_without_a_fingerprint_applies(cli, hand_mlp, tmp_path):
+    fitted = custom_params("cpu", efficiency=0.2, overhead_s=1e-4, source="calibration: by hand")
+    (tmp_path / "calibration.json").write_text(json.dumps(
+        {"schema": CALIBRATION_SCHEMA, "parameters": {"chip": "local-cpu", "family_params": fitted.to_dict()},
+         "chip": {"memory_bandwidth_bytes_per_s": 20e9}}))
+    rc, out, _ = cli(predict_main, ["--model", "mlp1024", "--hardware", "local", "--calibration", str(tmp_path),
+                                    "--json"])
+    (row,) = json.loads(out)
+    assert rc == 0 and row["params_source"] == "calibration: by hand" and row["bandwidth_bytes_per_s"] == 20e9
 
 
 def test_eager_batch_1_on_a_gpu_says_host_bound(cli, hand_mlp):

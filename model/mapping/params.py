@@ -295,6 +295,9 @@ class CalibrationParams:
     runtime: str = "fused"     # the runtime the parameters were fitted under (RUNTIMES)
     memory_bandwidth_bytes_per_s: float | None = None   # the chip model's DRAM bandwidth in the fit
     l3_bytes: int | None = None                          # its last-level cache, where recorded
+    # CPU identity of the machine a local-cpu calibration was measured on (measure.system.host_identity:
+    # model name, cores, threads, memory, ISA features), compared as a whole; None: not recorded
+    host: Mapping[str, object] | None = None
 
     def applies_to(self, chip_name: str, mode: str | None = None) -> bool:
         """True for the chip the calibration was fitted on (also as NAME@MODE for its power mode)."""
