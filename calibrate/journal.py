@@ -71,6 +71,20 @@ class Journal:
             self.directory.parent.rmdir()       # .incomplete/, when it is empty
 
 
+def same_machine(journal, slug: str, torch_version: str) -> None:
+    """Record which machine and torch a journal's timings come from, or, resuming, check that this
+    is the same: a resumed run pools its rounds with the journal's, and a journal on a shared
+    filesystem can be resumed from another machine (JournalError, one line)."""
+    here = {"slug": slug, "torch_version": torch_version}
+    recorded = journal.get("machine")
+    if recorded is None:
+        journal.put("machine", here)
+    elif recorded != here:
+        raise JournalError(f"--resume {journal.directory}: started on {recorded.get('slug')} with torch "
+                           f"{recorded.get('torch_version')}, this is {slug} with torch {torch_version}; its "
+                           "timings cannot be pooled with this machine's: start a new run")
+
+
 class NoJournal:
     """A run that keeps nothing (library use, tests)."""
 

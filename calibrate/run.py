@@ -25,7 +25,7 @@ from chipcal.calibrate import document as cd
 from chipcal.calibrate import flags as gap
 from chipcal.calibrate.accuracy import error_summary
 from chipcal.calibrate.crossval import folds
-from chipcal.calibrate.journal import NoJournal
+from chipcal.calibrate.journal import NoJournal, same_machine
 from chipcal.calibrate.layer_fits import (
     RUNTIME,
     as_timed,
@@ -147,6 +147,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     journal = journal or NoJournal()      # each step's observations are recorded as soon as measured
     step = progress.step
     fp = fingerprint()
+    same_machine(journal, fp.slug, fp.torch_version)
     allocator = pin_allocator()     # page faults of eager forward passes independent of the process's history
     identity = identify(fp, config.device)
     chip, origin = identity.chip, identity.origin

@@ -256,7 +256,7 @@ def test_interrupted_run_resumes_from_its_journal(fake_machine, small_suite, tmp
     with pytest.raises(KeyboardInterrupt):
         calrun.run_calibration(config, journal=journal)
     kept = {p.stem for p in journal.directory.glob("*.json")}
-    assert {"config", "gemm", "bandwidth", "power", "round-0"} <= kept and "round-1" not in kept
+    assert {"config", "machine", "gemm", "bandwidth", "power", "round-0"} <= kept and "round-1" not in kept
 
     # resume: nothing measured before the interruption is measured again
     again, fields = Journal.open(journal.directory)
@@ -267,3 +267,18 @@ def test_interrupted_run_resumes_from_its_journal(fake_machine, small_suite, tmp
     doc = calrun.run_calibration(config, journal=again).to_dict()
     assert len(remeasured) == 2          # quick: 2 rounds x 2 batches = 4 timings, 2 of them journaled
     assert doc["validation"]["n"] == 2
+
+
+def test_a_journal_resumes_on_its_own_machine_and_torch_only(tmp_path):
+    """A resumed run pools its rounds with the journal's; on a shared filesystem another machine
+    (or this one after a torch upgrade) could pick the journal up."""
+    from chipcal.calibrate.journal import Journal, JournalError, NoJournal, same_machine
+
+    journal = Journal.create(tmp_path, calrun.CalibrationConfig(quick=True))
+    same_machine(journal, "amd-epyc-2c-53ceb17a", "2.15.0")          # started: recorded
+    same_machine(Journal.open(journal.directory)[0], "amd-epyc-2c-53ceb17a", "2.15.0")   # resumed here: fine
+    for slug, torch_version in (("amd-epyc-2c-c90a32d0", "2.15.0"), ("amd-epyc-2c-53ceb17a", "2.14.1")):
+        with pytest.raises(JournalError, match="started on amd-epyc-2c-53ceb17a with torch 2.15.0") as err:
+            same_machine(journal, slug, torch_version)
+        assert "\n" not in str(err.value) and "start a new run" in str(err.value)
+    same_machine(NoJournal(), "any", "any")                          # nothing kept, nothing to check
