@@ -40,6 +40,7 @@ class ClassAblation:
     op_class: str
     error: float            # the fold's parameters
     reverted_error: float   # the same with op_class at its defaults
+    measured_s: float       # the layer's measured median: its weight in the verdict
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,9 @@ class CrossValidation(CheckedSet):
             by_class[a.op_class].append(a)
         own = {c: sum(1 for h in self.layers if h.op_class == c) for c in by_class}
         return tuple(ClassVerdict(c, len(abl), own[c], abs_quantile((a.error for a in abl), 50),
-                                  abs_quantile((a.reverted_error for a in abl), 50))
+                                  abs_quantile((a.reverted_error for a in abl), 50),
+                                  _time_weighted(abl, [a.error for a in abl]),
+                                  _time_weighted(abl, [a.reverted_error for a in abl]))
                      for c, abl in sorted(by_class.items()))
 
     @property
@@ -77,6 +80,13 @@ class CrossValidation(CheckedSet):
             default_median_abs_error=self.default_median_abs_error,
             default_p90_abs_error=self.default_p90_abs_error,
             classes_keeping_defaults=self.classes_keeping_defaults, classes=self.verdicts(), held_out=self.held_out)
+
+
+def _time_weighted(ablations: Sequence[ClassAblation], errors: Sequence[float]) -> float:
+    """Σ measured_s × |error| / Σ measured_s: the relative error of the layers' summed time if
+    no two errors cancelled (an upper bound on what a network of them would see)."""
+    weights = [a.measured_s for a in ablations]
+    return sum(w * abs(e) for w, e in zip(weights, errors, strict=True)) / sum(weights)
 
 
 def assign_folds(cases: Sequence[tuple[str, str]], k: int) -> list[int]:
@@ -123,7 +133,7 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
             held.append(HeldOut("layer", o.case, o.op_class, f, m, fitted, latency(o, defaults)))
             for c in sorted({sg.op_class for sg in o.workload.subgraphs if sg.flop > 0 or sg.bytes_written > 0}):
                 reverted = latency(o, keep_defaults(fold_params, prior or defaults, [c]))
-                ablations.append(ClassAblation(o.case, c, fitted / m - 1, reverted / m - 1))
+                ablations.append(ClassAblation(o.case, c, fitted / m - 1, reverted / m - 1, m))
         if on_fold:
             on_fold(f)
     chain_held: list[HeldOut] = []

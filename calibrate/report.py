@@ -220,13 +220,15 @@ def _crossval_lines(cv: CrossValSection | None) -> list[str]:
         f"{_pct(cv.default_p90_abs_error)}).",
         "",
         "Per op class, over the held-out layers that run it: the fold's fitted parameters against the same "
-        "parameters with this class's efficiency and overhead at their defaults (a class keeps its defaults "
-        f"where they are better by more than {100 * REVERT_MARGIN:.0f} points, if it has at least "
-        f"{REVERT_MIN_LAYERS} micro-layers of its own).",
+        "parameters with this class's efficiency and overhead at their defaults. A class keeps its defaults "
+        f"where they are better by more than {100 * REVERT_MARGIN:.0f} points in |error| weighted by each "
+        f"layer's measured time (a network's latency is the sum of its layers'), if it has at least "
+        f"{REVERT_MIN_LAYERS} micro-layers of its own.",
         "",
         _table(["op class", "own layers", "held-out layers running it", "median |error| fitted",
-                "with its defaults", "kept"],
+                "with its defaults", "time-weighted fitted", "with its defaults", "kept"],
                [[v.op_class, str(v.own_layers), str(v.n), _pct(v.median_abs_error), _pct(v.reverted_median_abs_error),
+                 _pct(v.weighted_abs_error), _pct(v.reverted_weighted_abs_error),
                  "defaults" if v.keeps_defaults else "fitted"] for v in cv.classes]),
         "",
         f"Classes that keep their defaults: {', '.join(kept) if kept else 'none'}.",

@@ -16,7 +16,7 @@ from chipcal.calibrate.crossval import (
     cross_validate,
     keep_defaults,
 )
-from chipcal.calibrate.selfcheck import HeldOut
+from chipcal.calibrate.selfcheck import ClassVerdict, HeldOut
 from chipcal.model.mapping.params import default_params
 
 
@@ -42,16 +42,35 @@ def _held(case, op_class, measured, predicted, default):
     return HeldOut("layer", case, op_class, 0, measured, predicted, default)
 
 
+def test_the_verdict_weighs_each_held_out_layer_by_its_measured_time():
+    """Three thin 0.1 ms 1x1 convolutions a little better with the defaults, two 2 ms ones much
+    better fitted (the Zen 5 main job of 2026-11-25, simplified). By the median the defaults win
+    (0.25 against 0.35) and the class went back to its prior; by time the fitted values win:
+    (3 x 0.1 x 0.35 + 2 x 2 x 0.05) / 4.3 = 7.1 % against (3 x 0.1 x 0.25 + 2 x 2 x 0.40) / 4.3 = 39.0 %."""
+    thin = [(f"t{i}", 1e-4, 0.35, 0.25) for i in range(3)]
+    thick = [(f"b{i}", 2e-3, 0.05, 0.40) for i in range(2)]
+    layers = tuple(_held(c, "conv1x1", m, m, m) for c, m, _, _ in thin + thick)
+    ablations = tuple(ClassAblation(c, "conv1x1", e, r, m) for c, m, e, r in thin + thick)
+    (v,) = CrossValidation(2, layers, (), ablations).verdicts()
+    assert v.median_abs_error == pytest.approx(0.35) and v.reverted_median_abs_error == pytest.approx(0.25)
+    assert v.weighted_abs_error == pytest.approx(0.305 / 4.3)
+    assert v.reverted_weighted_abs_error == pytest.approx(1.675 / 4.3)
+    assert not v.keeps_defaults
+    # a document written before the weights were recorded: its median verdict stands
+    old = ClassVerdict.from_dict({k: w for k, w in v.to_dict().items() if "weighted" not in k})
+    assert old.weighted_abs_error is None and old.keeps_defaults
+
+
 def test_class_keeps_defaults_only_when_clearly_better_with_enough_layers_of_its_own():
     layers = tuple(_held(f"n{i}", "norm", 1.0, 1.3, 1.0) for i in range(3)) + \
         tuple(_held(f"p{i}", "pool", 1.0, 1.3, 1.0) for i in range(2))
     ablations = (
         # norm: fitted 30 % off, with its defaults 10 % off -> 20 points better: defaults kept
-        *(ClassAblation(f"n{i}", "norm", 0.3, 0.1) for i in range(3)),
+        *(ClassAblation(f"n{i}", "norm", 0.3, 0.1, 1.0) for i in range(3)),
         # pool: as much better, but only 2 pool layers: each fold fits pool on one layer, not judged
-        *(ClassAblation(f"p{i}", "pool", 0.3, 0.1) for i in range(2)),
+        *(ClassAblation(f"p{i}", "pool", 0.3, 0.1, 1.0) for i in range(2)),
         # elementwise runs inside the norm layers: 3 points better with defaults, within the margin
-        *(ClassAblation(f"n{i}", "elementwise", 0.10, 0.07) for i in range(3)),
+        *(ClassAblation(f"n{i}", "elementwise", 0.10, 0.07, 1.0) for i in range(3)),
     )
     cv = CrossValidation(2, layers, (), ablations)
     verdicts = {v.op_class: v for v in cv.verdicts()}
