@@ -50,9 +50,10 @@ class ClassVerdict(Record):
         """The class's fitted values predict its held-out layers clearly worse than its defaults:
         by more than REVERT_MARGIN in time-weighted mean |error|, for a class with at least
         REVERT_MIN_LAYERS micro-layers of its own. Weighted by time because a network's latency
-        is the sum of its layers' times: by the median, five thin 0.1-0.3 ms 1x1 convolutions
-        (16-24 input channels, 29-40% off either way) outvoted the 2 ms bottleneck ones, the class
-        went back to its prior and ResNeXt-50 came out 62-74% too slow (docs/calibration.md).
+        is the sum of its layers' times: by the median, the 1x1 convolutions with 16-24 input or
+        output channels (0.1-0.4 ms at batch 1, 27-46% off either way) outvoted the bottleneck
+        ones, the class went back to its prior and ResNeXt-50 came out 62-74% too slow
+        (docs/calibration.md).
         With fewer own layers, each fold fits the class's efficiency and overhead on one layer or
         none: the fold's fit is weaker than the full fit, and the comparison would judge the fold,
         not the calibration (the quick suite's 2-layer classes)."""
