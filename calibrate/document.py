@@ -21,7 +21,7 @@ from pathlib import Path
 from chipcal.calibrate.flags import Flag
 from chipcal.calibrate.records import LAST, OMIT_NONE, Record
 from chipcal.calibrate.selfcheck import CrossValSection
-from chipcal.measure.system import Fingerprint, host_identity
+from chipcal.measure.system import Fingerprint
 from chipcal.model.local import LOCAL_CHIP_NAME
 from chipcal.model.mapping.params import RUNTIMES, CalibrationError, CalibrationParams, FamilyParams
 
@@ -394,22 +394,6 @@ class ChipMemory(Record):
 
 
 @record
-class HostFingerprint(Record):
-    """The fingerprint's CPU identity as prediction reads it: which machine the run measured."""
-
-    cpu_model: str
-    physical_cores: int
-    logical_cores: int
-    memory_bytes: int
-    cpu_features: tuple[str, ...]
-
-    @property
-    def host_identity(self) -> dict:
-        return host_identity(self.cpu_model, self.physical_cores, self.logical_cores, self.memory_bytes,
-                             self.cpu_features)
-
-
-@record
 class ParametersDocument(Record):
     """The part of a calibration document prediction needs (a hand-written file may hold only it;
     without a fingerprint nothing says which machine a local-cpu calibration was measured on)."""
@@ -417,7 +401,7 @@ class ParametersDocument(Record):
     schema: str
     parameters: ParametersSection
     chip: ChipMemory | None = None
-    fingerprint: HostFingerprint | None = None
+    fingerprint: Fingerprint | None = None
 
     def calibration_params(self, path: Path) -> CalibrationParams:
         host = self.fingerprint.host_identity if self.fingerprint else None
