@@ -326,10 +326,16 @@ class LayoutSection(Record):
 
     passes: float
     detail: str
+    # weight reorders per call, weight bytes per second (k x k, 1x1); absent in runs before they were timed
+    weight_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)
+    pointwise_weight_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)
 
     def charged_in(self, params: FamilyParams) -> FamilyParams:
-        """`params` charging the layout passes this run counted (model.mapping.base.traffic)."""
-        return dataclasses.replace(params, layout_passes=self.passes)
+        """`params` charging the layout passes and weight reorders this run measured
+        (model.mapping.base.traffic, model.estimate.roofline.weight_layout_s)."""
+        return dataclasses.replace(params, layout_passes=self.passes,
+                                   weight_layout_bytes_per_s=self.weight_bytes_per_s,
+                                   pointwise_weight_layout_bytes_per_s=self.pointwise_weight_bytes_per_s)
 
 
 @record

@@ -183,7 +183,8 @@ def render_markdown(doc: CalibrationDocument) -> str:
         *([_rerun_line(doc.rerun)] if doc.rerun else []),
         *([f"Host dispatch cost per eager op (measure.dispatch): {doc.dispatch.per_op_s * 1e6:.1f} µs "
            f"(IQR {doc.dispatch.iqr_s * 1e6:.1f} µs, n = {doc.dispatch.n})."] if doc.dispatch else []),
-        *([f"Layout passes charged around each convolution (measure.layout): {doc.layout.passes:g}; "
+        *([f"Layout passes and weight reorders charged around each convolution (measure.layout): "
+           f"{doc.layout.passes:g} passes; "
            f"{doc.layout.detail}."] if doc.layout else []),
         "",
         "## Power",

@@ -256,7 +256,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         # 4c. layout reorders around each oneDNN convolution (measure.layout)
         if (recorded := journal.get("layout")) is None:
             found = conv_layout_passes()
-            recorded = {"passes": found.passes, "detail": found.detail}
+            recorded = {"passes": found.passes, "detail": found.detail, "weight_bytes_per_s": found.weight_bytes_per_s,
+                        "pointwise_weight_bytes_per_s": found.pointwise_weight_bytes_per_s}
             journal.put("layout", recorded)
         layout = cd.LayoutSection(**recorded)
         base = layout.charged_in(base)

@@ -9,8 +9,18 @@ network's high-resolution activations leave it, and the reorders run at DRAM spe
 (docs/calibration.md). model.mapping.base.traffic charges them through FamilyParams.layout_passes.
 
 `conv_layout_passes` runs one small NCHW convolution under oneDNN's verbose mode and counts the
-reorders of its input and of its output (weights are reordered too, but once per call and
-small): 1.0 when both are reordered, 0 where PyTorch does not use oneDNN for it.
+reorders of its input and of its output: 1.0 when both are reordered, 0 where PyTorch does not
+use oneDNN for it.
+
+The weights are reordered too, in every call (PyTorch hands oneDNN OIHW tensors), and that pass
+is not small: on the Zen 5 VM a 512->512 3x3 convolution at 7x7, batch 1, spends 0.34 ms
+reordering its 9.4 MB of weights and 0.49 ms convolving; at 64 channels and 56x56 (the same FLOP,
+0.15 MB of weights) 0.007 ms and 0.47 ms. So a calibrated ResNet-18 at batch 1 came out 14% too
+fast while every shape's convolution fitted. The probe also times the weight reorders of a large
+3x3 and a large 1x1 convolution (oneDNN's own per-primitive times, median over WEIGHT_CALLS calls;
+the 3x3 layout also transposes the kernel window and runs slower) and returns their rates in
+weight bytes per second, which the roofline charges as a serial pass per call (FamilyParams.
+weight_layout_bytes_per_s, pointwise_weight_layout_bytes_per_s).
 """
 
 from __future__ import annotations
@@ -26,10 +36,20 @@ IN_DIMS = f"{_BATCH}x{_CIN}x{_SIDE}x{_SIDE}"
 OUT_DIMS = f"{_BATCH}x{_COUT}x{_SIDE}x{_SIDE}"
 
 
+# (field of LayoutPasses, input channels, output channels, kernel): convolutions on a 7x7 batch-1
+# input with ResNet's largest weights of each kind (9.4 MB and 4.2 MB in fp32)
+WEIGHT_PROBES = (("weight_bytes_per_s", 512, 512, 3), ("pointwise_weight_bytes_per_s", 512, 2048, 1))
+WEIGHT_CALLS = 7
+_WEIGHT_SIDE = 7
+
+
 @dataclass(frozen=True)
 class LayoutPasses:
     passes: float     # (input reorders + output reorders) / 2 per conv call
     detail: str
+    # weight bytes reordered per second in every call, k x k and 1x1 kernels; None: not reordered per call
+    weight_bytes_per_s: float | None = None
+    pointwise_weight_bytes_per_s: float | None = None
 
 
 def passes_in_trace(trace: str, in_dims: str = IN_DIMS, out_dims: str = OUT_DIMS) -> float:
@@ -40,6 +60,39 @@ def passes_in_trace(trace: str, in_dims: str = IN_DIMS, out_dims: str = OUT_DIMS
     reorders = [line.split(",") for line in trace.splitlines() if ",exec," in line and ",reorder," in line]
     dims = [fields[-2] for fields in reorders if len(fields) >= 2]
     return (dims.count(in_dims) + dims.count(out_dims)) / 2
+
+
+def reorder_times_s(trace: str, dims: str) -> list[float]:
+    """Execution times in seconds of the `reorder` primitives on `dims` in oneDNN verbose output
+    (its last field, in milliseconds)."""
+    return [float(fields[-1]) / 1e3 for fields in
+            (line.split(",") for line in trace.splitlines() if ",exec," in line and ",reorder," in line)
+            if len(fields) >= 2 and fields[-2] == dims]
+
+
+def _weight_rate(cin: int, cout: int, kernel: int, verbose) -> tuple[float | None, str]:
+    """(weight bytes per second, what was seen) for one probe convolution of WEIGHT_PROBES."""
+    import numpy as np
+    import torch
+
+    conv = torch.nn.Conv2d(cin, cout, kernel, padding=kernel // 2, bias=False).eval()
+    x = torch.randn(1, cin, _WEIGHT_SIDE, _WEIGHT_SIDE)
+    dims = f"{cout}x{cin}x{kernel}x{kernel}"
+
+    def calls():
+        for _ in range(WEIGHT_CALLS):
+            conv(x)
+
+    with torch.inference_mode():
+        conv(x)
+        times = reorder_times_s(_stdout_of(calls, verbose()), dims)
+    weight_bytes = cout * cin * kernel * kernel * 4
+    if not times:
+        return None, f"{dims} weights: no reorder in {WEIGHT_CALLS} calls, none charged"
+    q1, median, q3 = np.percentile(times, [25, 50, 75])
+    rate = float(weight_bytes / median)
+    return rate, (f"{dims} weights ({weight_bytes / 1e6:.1f} MB) reordered in every call: median {median * 1e3:.3f} ms "
+                  f"over {len(times)} (IQR {q1 * 1e3:.3f}-{q3 * 1e3:.3f} ms), {rate / 1e9:.1f} GB/s")
 
 
 def conv_layout_passes() -> LayoutPasses:
@@ -57,8 +110,13 @@ def conv_layout_passes() -> LayoutPasses:
         return LayoutPasses(0.0, "oneDNN printed no trace of the conv (verbose mode not built in?): "
                                  "layout passes unknown, none charged")
     passes = passes_in_trace(trace)
+    rates, seen = {}, []
+    for field, cin, cout, kernel in WEIGHT_PROBES:
+        rates[field], text = _weight_rate(cin, cout, kernel,
+                                          lambda: torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON))
+        seen.append(text)
     return LayoutPasses(passes, f"oneDNN trace of a {IN_DIMS} -> {OUT_DIMS} NCHW conv: {passes:g} layout "
-                                "passes (input and output reorders / 2) per call")
+                                f"passes (input and output reorders / 2) per call; {'; '.join(seen)}", **rates)
 
 
 def _stdout_of(call, context) -> str:

@@ -137,3 +137,79 @@ def test_layout_passes_round_trip_and_are_charged_by_the_document():
     assert params.layout_passes == 1.0
     assert FamilyParams.from_dict(params.to_dict()).layout_passes == 1.0
     assert default_params("cpu").layout_passes == 0.0       # not counted: not charged
+
+
+# ONEDNN_VERBOSE of Conv2d(512, 512, 3, padding=1) on 1x512x7x7 (allocator pinned), torch 2.15, Zen 5 VM,
+# 2026-11-25: the 9.4 MB weight reorder takes 0.344 ms of the call, the convolution 0.485 ms
+ZEN5_WEIGHT_TRACE = """\
+onednn_verbose,v1,primitive,exec,cpu,reorder,jit:blk,undef,src:f32::blocked:abcd::f0 dst:f32::blocked:aBcd16b::f0,attr-scratchpad:user,,1x512x7x7,0.00903
+onednn_verbose,v1,primitive,exec,cpu,reorder,jit:uni,undef,src:f32::blocked:abcd::f0 dst:f32::blocked:ABcd16b16a::f0,attr-scratchpad:user,,512x512x3x3,0.344
+onednn_verbose,v1,primitive,exec,cpu,convolution,jit:avx512_core,forward_training,src:f32:a:blocked:aBcd16b::f0 wei:f32:a:blocked:ABcd16b16a::f0 bia:undef::undef::: dst:f32:a:blocked:aBcd16b::f0,attr-scratchpad:user,alg:convolution_direct,mb1_ic512oc512_ih7oh7kh3sh1dh0ph1_iw7ow7kw3sw1dw0pw1,0.485
+onednn_verbose,v1,primitive,exec,cpu,reorder,jit:blk,undef,src:f32::blocked:aBcd16b::f0 dst:f32::blocked:abcd::f0,attr-scratchpad:user,,1x512x7x7,0.00513
+"""
+
+
+def test_weight_reorder_times_in_a_recorded_trace():
+    from chipcal.measure.layout import reorder_times_s
+
+    assert reorder_times_s(ZEN5_WEIGHT_TRACE, "512x512x3x3") == [pytest.approx(0.344e-3)]
+    assert reorder_times_s(ZEN5_WEIGHT_TRACE, "1x512x7x7") == [pytest.approx(9.03e-6), pytest.approx(5.13e-6)]
+    assert reorder_times_s(ZEN5_WEIGHT_TRACE, "2048x512x1x1") == []
+    # the convolution line carries the same last field but is not a reorder
+    assert reorder_times_s(ZEN5_WEIGHT_TRACE.replace("512x512x3x3", "x"), "512x512x3x3") == []
+
+
+@pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN:UserWarning")
+def test_probe_times_weight_reorders_or_says_none():
+    """On this machine: oneDNN reorders OIHW weights in every call (a rate), or the detail says not."""
+    found = conv_layout_passes()
+    for rate, dims in ((found.weight_bytes_per_s, "512x512x3x3"), (found.pointwise_weight_bytes_per_s, "2048x512x1x1")):
+        assert dims in found.detail
+        # a reorder reads and writes the tensor: slower than 1 MB/s or faster than 10 TB/s is no reorder
+        assert rate is None or 1e6 < rate < 1e13
+
+
+def test_weight_reorder_is_serial_per_call_by_hand():
+    """A 512->512 3x3 conv at 7x7 with weights reordered at 25 GB/s: 9,437,184 B / 25e9 = 377.5 us more,
+    at batch 1 and at batch 8 alike (the reorder does not depend on the batch), on top of max(compute, memory)."""
+    import torch
+
+    from chipcal.model.estimate.prediction import predict
+    from chipcal.model.registry import load_registry
+    from chipcal.model.workload import characterize
+
+    conv = torch.nn.Conv2d(512, 512, 3, padding=1, bias=False).eval()
+    # a registry CPU with bf16 units: the term is the same on any chip, and no test may need this host's ISA
+    chip, params = load_registry().get("xeon-platinum-8480-plus"), default_params("cpu")
+    timed = dataclasses.replace(params, weight_layout_bytes_per_s=25e9)
+    extra = 512 * 512 * 9 * 4 / 25e9
+    for batch in (1, 8):
+        workload = characterize(conv, (torch.randn(batch, 512, 7, 7),), model_name="c", fuse=False)
+        plain = predict(workload, chip, "fp32", params=params, runtime="eager")
+        charged = predict(workload, chip, "fp32", params=timed, runtime="eager")
+        assert charged.latency_s - plain.latency_s == pytest.approx(extra, rel=1e-9)
+    # a 1x1 convolution takes the pointwise rate; without one it is not charged
+    conv1 = torch.nn.Conv2d(512, 2048, 1, bias=False).eval()
+    workload = characterize(conv1, (torch.randn(1, 512, 7, 7),), model_name="c1", fuse=False)
+    base = predict(workload, chip, "fp32", params=params, runtime="eager").latency_s
+    assert predict(workload, chip, "fp32", params=timed, runtime="eager").latency_s == pytest.approx(base)
+    pointwise = dataclasses.replace(params, pointwise_weight_layout_bytes_per_s=50e9)
+    assert predict(workload, chip, "fp32", params=pointwise, runtime="eager").latency_s - base \
+        == pytest.approx(2048 * 512 * 4 / 50e9, rel=1e-9)
+    # bf16 weights are half the bytes: half the reorder
+    workload16 = characterize(conv, (torch.randn(1, 512, 7, 7),), model_name="c", fuse=False)
+    half = (predict(workload16, chip, "bf16", params=timed, runtime="eager").latency_s
+            - predict(workload16, chip, "bf16", params=params, runtime="eager").latency_s)
+    assert half == pytest.approx(extra / 2, rel=1e-9)
+
+
+def test_weight_reorder_rates_round_trip_and_old_documents_charge_none():
+    section = LayoutSection(passes=1.0, detail="recorded", weight_bytes_per_s=25e9, pointwise_weight_bytes_per_s=55e9)
+    params = section.charged_in(default_params("cpu"))
+    assert (params.weight_layout_bytes_per_s, params.pointwise_weight_layout_bytes_per_s) == (25e9, 55e9)
+    again = FamilyParams.from_dict(params.to_dict())
+    assert (again.weight_layout_bytes_per_s, again.pointwise_weight_layout_bytes_per_s) == (25e9, 55e9)
+    old = LayoutSection.from_dict({"passes": 1.0, "detail": "written before the weight reorders were timed"})
+    assert old.charged_in(default_params("cpu")).weight_layout_bytes_per_s is None
+    assert "weight_bytes_per_s" not in old.to_dict()
+    assert default_params("cpu").weight_layout_bytes_per_s is None     # not timed: not charged

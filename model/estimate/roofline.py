@@ -17,7 +17,15 @@
                    repeated alone; both 1 and 0 until chains of layers calibrate them. The factor
                    scales the on-chip stream only: what a cache serves a repeated kernel hot, it
                    serves a kernel inside a network colder; a DRAM stream is the same either way)
-    latency      = max(compute_time, memory_time) + first_touch_time + overhead
+    latency      = max(compute_time, memory_time) + first_touch_time + weight_layout_time + overhead
+    weight_layout_time = weight bytes / weight_layout_bytes_per_s (k x k kernels) or
+                   / pointwise_weight_layout_bytes_per_s (1x1), for a convolution: PyTorch eager on a
+                   CPU hands oneDNN OIHW weights and oneDNN reorders them into its blocked layout
+                   before every call, a primitive of its own (ONEDNN_VERBOSE on the Zen 5 VM,
+                   512->512 3x3 at 7x7, batch 1: weight reorder 0.34 ms, convolution 0.49 ms; the
+                   same FLOP at 64 channels and 56x56: 0.007 ms and 0.47 ms); serial, the same at
+                   any batch; 0 where the parameters have no rate (a calibration times it,
+                   measure.layout)
     overhead     = overhead_s[op_class] + switch_overhead_s + overhead_cycles / engine clock
     first_touch_time = output bytes / first_touch_bytes_per_s, for an output of at least
                    fresh_allocation_bytes: the allocator maps such a buffer fresh for every call
@@ -67,7 +75,7 @@ from dataclasses import dataclass
 from chipcal.model import power, tdp, technology
 from chipcal.model.chip import Chip
 from chipcal.model.mapping import map_subgraph
-from chipcal.model.mapping.base import Allocation, is_mac_work, vector_engine
+from chipcal.model.mapping.base import CONV_CLASSES, Allocation, is_mac_work, vector_engine
 from chipcal.model.mapping.params import FamilyParams
 from chipcal.model.precision import BYTES_PER_ELEMENT, FLOP_PER_MAC
 
@@ -173,19 +181,22 @@ def _us(t: float) -> str:
 
 
 def _explain(sg, alloc: Allocation, compute: float, memory: float, overhead: float,
-             bottleneck: str, attained: float, eff: float, throughput: float, k_cycles_per_byte: float) -> str:
+             bottleneck: str, attained: float, eff: float, throughput: float, k_cycles_per_byte: float,
+             reorder: float) -> str:
     if bottleneck == "none":
         return f"{sg.name}: no data movement and no arithmetic (a view): no kernel"
+    moved = memory + reorder     # the weight reorder is a memory pass of its own, serial
     why = {
-        "compute": f"compute-bound: {_us(compute)} compute vs {_us(memory)} memory",
-        "memory": f"memory-bound: {_us(memory)} memory vs {_us(compute)} compute",
-        "overhead": f"overhead-bound: {_us(overhead)} fixed cost vs {_us(max(compute, memory))} work",
+        "compute": f"compute-bound: {_us(compute)} compute vs {_us(moved)} memory",
+        "memory": f"memory-bound: {_us(moved)} memory vs {_us(compute)} compute",
+        "overhead": f"overhead-bound: {_us(overhead)} fixed cost vs {_us(max(compute, memory) + reorder)} work",
     }[bottleneck]
     k_loop = (f"; compute set by the K loop ({alloc.serial_k_bytes:.0f} B x {k_cycles_per_byte:g} cycles/B; "
               f"{_us(throughput)} at throughput)" if compute > throughput else "")
     return (f"{sg.name} ({sg.op_class}): {alloc.detail}; utilization {alloc.utilization:.0%}, "
             f"lane fill {alloc.lane_fill:.0%}, class efficiency {eff:.0%}; {why}"
-            f" (+{_us(overhead)} overhead); attains {attained / 1e12:.3g} TFLOP/s{k_loop}")
+            f" (+{_us(overhead)} overhead){f'; memory includes a {_us(reorder)} weight reorder' if reorder else ''};"
+            f" attains {attained / 1e12:.3g} TFLOP/s{k_loop}")
 
 
 def memory_time_s(dram_bytes: float, onchip_bytes: float, bandwidth_bytes_per_s: float,
@@ -203,6 +214,19 @@ def first_touch_s(output_bytes: float, params: FamilyParams) -> float:
     if not rate or output_bytes < params.fresh_allocation_bytes:
         return 0.0
     return output_bytes / rate
+
+
+POINTWISE_CLASS = "conv1x1"     # its weights take weight_layout's pointwise rate
+
+
+def weight_layout_s(subgraph, weight_bytes: float, params: FamilyParams) -> float:
+    """Per-call weight reorder of a convolution (module docstring), `weight_bytes` at the
+    precision's element size; 0 for other ops and where the parameters have no rate."""
+    if subgraph.op_class not in CONV_CLASSES or not weight_bytes:
+        return 0.0
+    rate = (params.pointwise_weight_layout_bytes_per_s if subgraph.op_class == POINTWISE_CLASS
+            else params.weight_layout_bytes_per_s)
+    return weight_bytes / rate if rate else 0.0
 
 
 def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams,
@@ -234,14 +258,15 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     overhead = (params.overhead_s[subgraph.op_class] + params.switch_overhead_s
                 + params.overhead_cycles / engine.clock_hz) if kernel else 0.0
     memory += first_touch_s(subgraph.output_bytes * scale, params) if kernel else 0.0
-    work = max(compute, memory)
+    reorder = weight_layout_s(subgraph, subgraph.weight_bytes * scale, params) if kernel else 0.0
+    work = max(compute, memory) + reorder
     latency = work + overhead
     if not kernel:
         bottleneck = "none"
     elif overhead >= work:
         bottleneck = "overhead"
     else:
-        bottleneck = "compute" if compute >= memory else "memory"
+        bottleneck = "compute" if compute >= memory + reorder else "memory"
     attained = flop / latency if latency > 0 else 0.0
 
     macs = float(subgraph.macs)
@@ -254,7 +279,8 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
                if kernel else 0.0)
     compute_j = macs * mac_j + other_flop * vec_j + clock_j
     dram_j = alloc.dram_bytes * ctx.dram_j_per_byte
-    onchip_j = alloc.onchip_bytes * ctx.onchip_j_per_byte * v2
+    reorder_bytes = 2.0 * subgraph.weight_bytes * scale if reorder else 0.0     # read OIHW, write blocked
+    onchip_j = (alloc.onchip_bytes + reorder_bytes) * ctx.onchip_j_per_byte * v2
     static_j = ctx.static_w * latency
     wasted_j = ctx.static_w * (overhead + work * (1.0 - alloc.utilization))
 
@@ -274,5 +300,5 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
         compute_energy_j=compute_j, clock_energy_j=clock_j, dram_energy_j=dram_j, onchip_energy_j=onchip_j,
         static_energy_j=static_j, wasted_energy_j=wasted_j, mapping=alloc.detail,
         explanation=_explain(subgraph, alloc, compute, memory, overhead, bottleneck, attained, eff,
-                             throughput, params.k_loop_cycles_per_byte),
+                             throughput, params.k_loop_cycles_per_byte, reorder),
     )

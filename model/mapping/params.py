@@ -38,6 +38,12 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
                            keeps NCHW and oneDNN reorders a conv's input to a channel-blocked layout
                            and its output back (1 pass each: layout_passes 1); 0: not charged; a CPU
                            calibration counts them in oneDNN's trace (measure.layout)
+    weight_layout_bytes_per_s, pointwise_weight_layout_bytes_per_s
+                           rate (weight bytes per second) at which the runtime reorders a k x k (k > 1)
+                           or a 1x1 convolution's weights into the kernel's layout before every call,
+                           a serial pass of its own (PyTorch eager keeps OIHW weights and oneDNN
+                           reorders them per call); None: not charged; a CPU calibration times the
+                           reorders in oneDNN's trace (measure.layout)
 
 A calibration (`CalibrationParams`, read from a calibration directory by calibrate.store) is
 applied to the chip it was fitted on only (every other chip keeps its family defaults). A
@@ -120,6 +126,8 @@ class FamilyParams:
     layout_passes: float = 0.0
     network_memory_factor: float = 1.0
     k_loop_cycles_per_byte: float = 0.0
+    weight_layout_bytes_per_s: float | None = None
+    pointwise_weight_layout_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         # Fractions may exceed 1 after calibration: a locally built chip's peak and bandwidth are
@@ -152,6 +160,9 @@ class FamilyParams:
                            _number("network_memory_factor", self.network_memory_factor, allow_zero=False))
         object.__setattr__(self, "k_loop_cycles_per_byte",
                            _number("k_loop_cycles_per_byte", self.k_loop_cycles_per_byte, allow_zero=True))
+        for name in ("weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _number(name, getattr(self, name), allow_zero=False))
 
     def alone(self) -> FamilyParams:
         """These parameters for a kernel timed alone, call after call (a micro-layer): no switch
@@ -183,6 +194,9 @@ class FamilyParams:
                if self.network_memory_factor != 1.0 else {}),
             **({"k_loop_cycles_per_byte": self.k_loop_cycles_per_byte}                 # absent: 0
                if self.k_loop_cycles_per_byte else {}),
+            **{name: getattr(self, name) for name in ("weight_layout_bytes_per_s",      # absent: None
+                                                      "pointwise_weight_layout_bytes_per_s")
+               if getattr(self, name) is not None},
         }
 
     @classmethod
@@ -196,7 +210,8 @@ class FamilyParams:
             raise CalibrationError(f"family_params is missing {', '.join(missing)}")
         optional = {k: d[k] for k in ("switch_overhead_s", "host_overhead_s", "overhead_cycles",
                                       "first_touch_bytes_per_s", "fresh_allocation_bytes", "layout_passes",
-                                      "network_memory_factor", "k_loop_cycles_per_byte")
+                                      "network_memory_factor", "k_loop_cycles_per_byte",
+                                      "weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s")
                     if k in d}
         return cls(**{k: d[k] for k in keys}, **optional)
 
