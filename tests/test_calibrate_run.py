@@ -31,6 +31,10 @@ def _m(seconds: float, rng) -> Measurement:
     return Measurement.from_samples(seconds * np.exp(rng.normal(0, NOISE, 12)), method="synthetic")
 
 
+# oneDNN's per-call weight reorders on the fake machine, weight bytes per second (3x3, 1x1): the Zen 5 VM's
+TRUE_WEIGHT_REORDER = (25.8e9, 79.2e9)
+
+
 def _true_params(chip):
     from chipcal.model.mapping.params import default_params
 
@@ -40,7 +44,9 @@ def _true_params(chip):
     return dataclasses.replace(base, efficiency=eff, overhead_s=over,
                                half_efficiency_flop=TRUE_GEMM["w_half_flop"],
                                bandwidth_efficiency=1.0, switch_overhead_s=TRUE_SWITCH_S,
-                               network_memory_factor=TRUE_MEMORY_FACTOR, source="synthetic truth")
+                               network_memory_factor=TRUE_MEMORY_FACTOR, layout_passes=1.0,
+                               weight_layout_bytes_per_s=TRUE_WEIGHT_REORDER[0],
+                               pointwise_weight_layout_bytes_per_s=TRUE_WEIGHT_REORDER[1], source="synthetic truth")
 
 
 # The fake machine is a recorded CPU, never the host: an AVX2-only EPYC (bf16 emulated) and a
@@ -56,7 +62,7 @@ def fake_machine(request, monkeypatch, tmp_path):
     from recorded import machine_tree, recorded_fingerprint
 
     from chipcal.measure import bandwidth as bandwidth_mod
-    from chipcal.measure import layers, models, peak, power, system
+    from chipcal.measure import layers, layout, models, peak, power, system
     from chipcal.measure import threads as threads_mod
     from chipcal.model.estimate.prediction import predict
 
@@ -124,6 +130,8 @@ def fake_machine(request, monkeypatch, tmp_path):
     monkeypatch.setattr(bandwidth_mod, "measure_first_touch",       # 64 MiB: 10 ms fresh, 10 ms reused
                         lambda: bandwidth_mod.FirstTouch(64 * 2**20, steady, steady))
     monkeypatch.setattr(models, "measure_model", measure_model)
+    monkeypatch.setattr(layout, "conv_layout_passes",       # the truth's reorders, not this host's
+                        lambda: layout.LayoutPasses(truth.layout_passes, "synthetic", *TRUE_WEIGHT_REORDER))
     monkeypatch.setattr(power, "open_power_source", lambda device: power.UnavailableSource("synthetic: none"))
     one, two = Measurement.from_samples([0.020] * 5, threads=1), Measurement.from_samples([0.0196] * 5, threads=2)
     monkeypatch.setattr(threads_mod, "probe_thread_scaling",    # 2 threads that do one core's work
@@ -166,6 +174,9 @@ def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
     fam = doc["parameters"]["family_params"]
     assert doc["chip"]["memory_bandwidth_bytes_per_s"] == TRUE_BW
     assert fam["bandwidth_efficiency"] == pytest.approx(1.0)
+    # the layout probe's weight reorders are recorded and charged as measured
+    assert (doc["layout"]["weight_bytes_per_s"], fam["weight_layout_bytes_per_s"]) == (TRUE_WEIGHT_REORDER[0],) * 2
+    assert fam["pointwise_weight_layout_bytes_per_s"] == TRUE_WEIGHT_REORDER[1]
     # layers: the calibrated predictor reproduces the (noisy) layer times to a few percent
     layer_err = [abs(r["predicted_s"] / r["median_s"] - 1) for r in doc["observations"]["layers"]]
     # (5.2 % on the AVX-512 machine since the size-curve ramp is charged per busy core: the small
