@@ -70,7 +70,7 @@ def reorder_times_s(trace: str, dims: str) -> list[float]:
             if len(fields) >= 2 and fields[-2] == dims]
 
 
-def _weight_rate(cin: int, cout: int, kernel: int, verbose) -> tuple[float | None, str]:
+def _weight_rate(cin: int, cout: int, kernel: int) -> tuple[float | None, str]:
     """(weight bytes per second, what was seen) for one probe convolution of WEIGHT_PROBES."""
     import numpy as np
     import torch
@@ -85,7 +85,8 @@ def _weight_rate(cin: int, cout: int, kernel: int, verbose) -> tuple[float | Non
 
     with torch.inference_mode():
         conv(x)
-        times = reorder_times_s(_stdout_of(calls, verbose()), dims)
+        times = reorder_times_s(_stdout_of(calls, torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON)),
+                                dims)
     weight_bytes = cout * cin * kernel * kernel * 4
     if not times:
         return None, f"{dims} weights: no reorder in {WEIGHT_CALLS} calls, none charged"
@@ -112,8 +113,7 @@ def conv_layout_passes() -> LayoutPasses:
     passes = passes_in_trace(trace)
     rates, seen = {}, []
     for field, cin, cout, kernel in WEIGHT_PROBES:
-        rates[field], text = _weight_rate(cin, cout, kernel,
-                                          lambda: torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON))
+        rates[field], text = _weight_rate(cin, cout, kernel)
         seen.append(text)
     return LayoutPasses(passes, f"oneDNN trace of a {IN_DIMS} -> {OUT_DIMS} NCHW conv: {passes:g} layout "
                                 f"passes (input and output reorders / 2) per call; {'; '.join(seen)}", **rates)
