@@ -284,3 +284,17 @@ def test_traffic_is_a_named_record():
     spilled = traffic(g, 1.0, 100, 100, "fp32", weights_on_chip=False)
     assert spilled.dram_bytes == pytest.approx(819.2) and spilled.onchip_bytes == pytest.approx(819.2)
     assert spilled.activations_on_chip is False
+
+
+def test_graph_input_stays_on_chip_with_the_weights():
+    """The first subgraph (no producer) of an 8x8x8 fp32 GEMM: 256 B each of input, weights, output.
+    Weights re-read from DRAM: the graph input comes from DRAM too (512 B). A steady-state run that
+    keeps its weights on chip reuses its input buffer as well: nothing from DRAM."""
+    from chipcal.model.mapping.base import traffic
+
+    first = gemm_subgraph(0, 8, 8, 8)
+    assert traffic(first, 1.0, 1024, 1024, "fp32", weights_on_chip=False).dram_bytes == 512.0
+    held = traffic(first, 1.0, 1024, 1024, "fp32", weights_on_chip=True)
+    assert held.dram_bytes == 0.0 and held.onchip_bytes == 768.0
+    # input + output (512 B) beyond 400 B on chip: both go through DRAM whatever the weights do
+    assert traffic(first, 1.0, 400, 400, "fp32", weights_on_chip=True).dram_bytes == 512.0

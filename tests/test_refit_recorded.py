@@ -50,8 +50,12 @@ RECORDED = [
     # 9 models x batch 1, 8. Run 2 of three: that day 16.5 % / 50.9 % (defaults 33.4 % / 47.2 %), with
     # the elementwise efficiency at 0.06 while the report said its prior 0.5 was kept and conv1x1
     # reverted to its defaults; refit 9.4 % / 29.7 %: ResNet-family 1x1 convolutions at batch 8 are
-    # 19-43 % too slow (conv1x1 efficiency 0.68 against 0.86 in run 3)
-    ("amd-epyc-zen5-2vcpu", "calibration-quick-2.json", 18, 0.165, 0.10, 0.32, 3.0),
+    # 19-43 % too slow (conv1x1 efficiency 0.68 against 0.86 in run 3). Since the graph input stays
+    # on chip with the weights (mapping.base.traffic; 53 recorded runs: mean median 10.3 % -> 9.4 %,
+    # 30 -> 36 within the target): 13.1 % / 27.9 % (was 9.6 % / 29.9 %). Its 1x1 micro-layers on
+    # large maps are predicted faster, and this run (glibc's default allocator) fits the elementwise
+    # efficiency at 0.048 to slow them down, which makes EfficientNet-B0 at batch 8 28 % too slow
+    ("amd-epyc-zen5-2vcpu", "calibration-quick-2.json", 18, 0.165, 0.14, 0.32, 2.5),
     # run 3, in a slow minute (1 thread as fast as 2 on a 1024^3 fp32 matmul just before): that day
     # 6.9 % / 16.2 % (defaults 31.3 % / 42.1 %), the target; bound 10.5 % as for the Zen 4 runs.
     # Since the memory factor is held at its ceiling 4 when it runs into it (not put back to 1):
@@ -88,7 +92,7 @@ def test_refit_of_a_recorded_run_predicts_its_models(tmp_path, name, document, r
     The issue's target is a median |error| <= 10 % and p90 <= 25 %. The Zen 4 quick runs with the
     allocator pinned and batch-8 micro-layers meet it (today 8.3 % / 22.6 %; with the fourth chain
     and the memory factor fitted from it 6.6 % / 14.9 %) and are held to it; so are the Zen 5 quick
-    runs of 2026-11-25 on their median (9.4 % / 29.7 % and 7.1 % / 13.0 %). The
+    run 3 of 2026-11-25 on its median (7.1 % / 13.0 %; run 2, 13.1 % / 27.9 %, to 14 %). The
     older documents were timed under glibc's default allocator with batch-1 micro-layers only;
     today's fit reaches 12.6 % / 31.7 % on the AVX2 EPYC, 16.4 % / 22.7 % on the Xeon,
     14.1 % / 36.9 % on the Zen 4 EPYC and 22.0 % / 32.6 % on the Zen 5 EPYC there, so their bounds

@@ -184,7 +184,9 @@ def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_cap
     weights stay in on-chip memory across repeated inferences). Activations stay on chip when the
     subgraph's input + output fit in `resident_capacity` (the producer left its output in the
     last-level cache/SRAM and this subgraph leaves its own there); a subgraph with no producer
-    reads the graph input from DRAM. A GEMM whose operands exceed `blocking_capacity` re-reads
+    reads the graph input from DRAM, unless the whole model stays on chip (`weights_on_chip`):
+    steady-state inference reuses its input buffer as it reuses its weights, so an input that
+    fits beside them is as hot as they are. A GEMM whose operands exceed `blocking_capacity` re-reads
     operands: blocked-GEMM traffic ≥ 2·M·N·K·count·b / sqrt(capacity / b) (Hong & Kung 1981's
     I/O lower bound for matrix multiply, b = bytes per element); the excess over the compulsory
     bytes goes to DRAM unless the activations are on chip. Every byte also passes the on-chip level
@@ -206,7 +208,7 @@ def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_cap
     compulsory = a_in + w + out
     held = producer_layout_bytes * bytes_scale
     resident = resident_capacity > 0 and (1.0 + passes) * (a_in + out) + held <= resident_capacity
-    dram = (0.0 if weights_on_chip else w) + (0.0 if resident and subgraph.depends_on else a_in) \
+    dram = (0.0 if weights_on_chip else w) + (0.0 if resident and (subgraph.depends_on or weights_on_chip) else a_in) \
         + (0.0 if resident else out + layout)
     extra = 0.0
     g = subgraph.gemm
