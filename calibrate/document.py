@@ -23,6 +23,7 @@ from chipcal.calibrate.records import LAST, OMIT_NONE, Record
 from chipcal.calibrate.selfcheck import CrossValSection
 from chipcal.measure.system import Fingerprint
 from chipcal.model.local import LOCAL_CHIP_NAME
+from chipcal.model.mapping.base import CONV_CLASSES
 from chipcal.model.mapping.params import RUNTIMES, CalibrationError, CalibrationParams, FamilyParams
 
 SCHEMA = "chipcal.calibration/1"
@@ -329,11 +330,17 @@ class LayoutSection(Record):
     # weight reorders per call, weight bytes per second (k x k, 1x1); absent in runs before they were timed
     weight_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)
     pointwise_weight_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)
+    # seconds per oneDNN convolution call outside its primitives; absent in runs before it was timed
+    call_overhead_s: float | None = field(default=None, metadata=OMIT_NONE)
 
     def charged_in(self, params: FamilyParams) -> FamilyParams:
         """`params` charging the layout passes and weight reorders this run measured
-        (model.mapping.base.traffic, model.estimate.roofline.weight_layout_s)."""
-        return dataclasses.replace(params, layout_passes=self.passes,
+        (model.mapping.base.traffic, model.estimate.roofline.weight_layout_s), with the measured
+        fixed cost of a oneDNN call as every convolution class's overhead (the layer fit's prior)."""
+        overhead = dict(params.overhead_s)
+        if self.call_overhead_s:
+            overhead.update({c: self.call_overhead_s for c in CONV_CLASSES})
+        return dataclasses.replace(params, layout_passes=self.passes, overhead_s=overhead,
                                    weight_layout_bytes_per_s=self.weight_bytes_per_s,
                                    pointwise_weight_layout_bytes_per_s=self.pointwise_weight_bytes_per_s)
 

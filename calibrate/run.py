@@ -257,7 +257,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         if (recorded := journal.get("layout")) is None:
             found = conv_layout_passes()
             recorded = {"passes": found.passes, "detail": found.detail, "weight_bytes_per_s": found.weight_bytes_per_s,
-                        "pointwise_weight_bytes_per_s": found.pointwise_weight_bytes_per_s}
+                        "pointwise_weight_bytes_per_s": found.pointwise_weight_bytes_per_s,
+                        "call_overhead_s": found.call_overhead_s}
             journal.put("layout", recorded)
         layout = cd.LayoutSection(**recorded)
         base = layout.charged_in(base)

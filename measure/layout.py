@@ -21,6 +21,14 @@ fast while every shape's convolution fitted. The probe also times the weight reo
 the 3x3 layout also transposes the kernel window and runs slower) and returns their rates in
 weight bytes per second, which the roofline charges as a serial pass per call (FamilyParams.
 weight_layout_bytes_per_s, pointwise_weight_layout_bytes_per_s).
+
+A oneDNN convolution call also costs a fixed time outside its primitives (PyTorch's dispatch,
+ideep building the primitive descriptor and its tensors): on the Zen 5 VM at batch 1, 20-52 us
+per call for 1x1, 3x3 and depthwise convolutions alike (depthwise 3x3 64 at 7x7: 56 us for the
+call, 11 us in its four primitives; 1x1 256->256 at 14x14: 146 and 94 us). The probe times a
+small depthwise convolution (PyTorch hands every grouped convolution to oneDNN) whole, and its
+primitives in the trace; the difference is the prior of the convolution classes' overhead_s
+(calibrate.document.LayoutSection.charged_in), which the micro-layers alone leave unconstrained.
 """
 
 from __future__ import annotations
@@ -41,6 +49,9 @@ OUT_DIMS = f"{_BATCH}x{_COUT}x{_SIDE}x{_SIDE}"
 WEIGHT_PROBES = (("weight_bytes_per_s", 512, 512, 3), ("pointwise_weight_bytes_per_s", 512, 2048, 1))
 WEIGHT_CALLS = 7
 _WEIGHT_SIDE = 7
+# the fixed-cost probe: depthwise 3x3 over 64 channels at 7x7, batch 1 (a few us of primitives)
+_FIXED_CHANNELS, _FIXED_SIDE = 64, 7
+FIXED_CALLS = 15
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,8 @@ class LayoutPasses:
     # weight bytes reordered per second in every call, k x k and 1x1 kernels; None: not reordered per call
     weight_bytes_per_s: float | None = None
     pointwise_weight_bytes_per_s: float | None = None
+    # seconds per oneDNN convolution call outside its primitives; None: not timed
+    call_overhead_s: float | None = None
 
 
 def passes_in_trace(trace: str, in_dims: str = IN_DIMS, out_dims: str = OUT_DIMS) -> float:
@@ -68,6 +81,41 @@ def reorder_times_s(trace: str, dims: str) -> list[float]:
     return [float(fields[-1]) / 1e3 for fields in
             (line.split(",") for line in trace.splitlines() if ",exec," in line and ",reorder," in line)
             if len(fields) >= 2 and fields[-2] == dims]
+
+
+def primitive_time_s(trace: str) -> float:
+    """Total execution time in seconds of every primitive in oneDNN verbose output."""
+    return sum(float(fields[-1]) / 1e3 for fields in
+               (line.split(",") for line in trace.splitlines() if ",exec," in line) if len(fields) >= 2)
+
+
+def _call_overhead() -> tuple[float | None, str]:
+    """(seconds per call outside oneDNN's primitives, what was seen) for the fixed-cost probe:
+    the whole call's median (measure.timing, verbose off) less the primitives' mean per call in
+    the trace of FIXED_CALLS calls."""
+    import torch
+
+    from chipcal.measure.timing import time_callable
+
+    conv = torch.nn.Conv2d(_FIXED_CHANNELS, _FIXED_CHANNELS, 3, padding=1, groups=_FIXED_CHANNELS,
+                           bias=False).eval()
+    x = torch.randn(1, _FIXED_CHANNELS, _FIXED_SIDE, _FIXED_SIDE)
+
+    def calls():
+        for _ in range(FIXED_CALLS):
+            conv(x)
+
+    with torch.inference_mode():
+        whole = time_callable(lambda: conv(x), max_time_s=0.5, min_samples=30)
+        trace = _stdout_of(calls, torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON))
+    what = f"depthwise 3x3 {_FIXED_CHANNELS} @{_FIXED_SIDE}"
+    if ",exec," not in trace:
+        return None, f"{what}: no primitive in its trace, no fixed cost measured"
+    inside = primitive_time_s(trace) / FIXED_CALLS
+    overhead = max(0.0, whole.median_s - inside)
+    return overhead, (f"{what}: call {whole.median_s * 1e6:.1f} µs (IQR {whole.iqr_s * 1e6:.1f} µs, n = "
+                      f"{whole.n}), its primitives {inside * 1e6:.1f} µs per call: {overhead * 1e6:.1f} µs "
+                      f"outside them, the prior of the convolutions' overhead")
 
 
 def _weight_rate(cin: int, cout: int, kernel: int) -> tuple[float | None, str]:
@@ -115,6 +163,8 @@ def conv_layout_passes() -> LayoutPasses:
     for field, cin, cout, kernel in WEIGHT_PROBES:
         rates[field], text = _weight_rate(cin, cout, kernel)
         seen.append(text)
+    rates["call_overhead_s"], text = _call_overhead()
+    seen.append(text)
     return LayoutPasses(passes, f"oneDNN trace of a {IN_DIMS} -> {OUT_DIMS} NCHW conv: {passes:g} layout "
                                 f"passes (input and output reorders / 2) per call; {'; '.join(seen)}", **rates)
 

@@ -171,6 +171,10 @@ def test_probe_times_weight_reorders_or_says_none():
         assert dims in found.detail
         # a reorder reads and writes the tensor: slower than 1 MB/s or faster than 10 TB/s is no reorder
         assert rate is None or 1e6 < rate < 1e13
+    # the fixed cost of a oneDNN call: timed, or said why not; a millisecond outside a 7x7 depthwise
+    # convolution's primitives would be a clock or a trace gone wrong, not a dispatch cost
+    assert "depthwise 3x3 64 @7" in found.detail
+    assert found.call_overhead_s is None or 0.0 <= found.call_overhead_s < 1e-3
 
 
 def test_weight_reorder_is_serial_per_call_by_hand():
@@ -217,3 +221,24 @@ def test_weight_reorder_rates_round_trip_and_old_documents_charge_none():
     assert old.charged_in(default_params("cpu")).weight_layout_bytes_per_s is None
     assert "weight_bytes_per_s" not in old.to_dict()
     assert default_params("cpu").weight_layout_bytes_per_s is None     # not timed: not charged
+
+
+def test_primitive_time_of_a_recorded_trace():
+    """Every primitive of the Zen 5 call above: 0.00903 + 0.344 + 0.485 + 0.00513 ms = 0.84316 ms."""
+    from chipcal.measure.layout import primitive_time_s
+
+    assert primitive_time_s(ZEN5_WEIGHT_TRACE) == pytest.approx(0.84316e-3)
+    assert primitive_time_s("no trace at all") == 0.0
+
+
+def test_call_overhead_is_the_prior_of_every_convolution_class():
+    """A run that timed oneDNN's fixed cost per call (40 us) puts it in conv, conv1x1 and depthwise;
+    the other classes keep their defaults, and a run before it was timed changes nothing."""
+    defaults = default_params("cpu")
+    params = LayoutSection(passes=1.0, detail="recorded", call_overhead_s=40e-6).charged_in(defaults)
+    assert {c: params.overhead_s[c] for c in ("conv", "conv1x1", "depthwise")} == \
+        {"conv": 40e-6, "conv1x1": 40e-6, "depthwise": 40e-6}
+    assert params.overhead_s["matmul"] == defaults.overhead_s["matmul"] == 5e-6
+    old = LayoutSection.from_dict({"passes": 1.0, "detail": "written before the fixed cost was timed"})
+    assert old.charged_in(defaults).overhead_s == defaults.overhead_s
+    assert "call_overhead_s" not in old.to_dict()
