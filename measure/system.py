@@ -98,7 +98,7 @@ class Fingerprint:
     aten_cpu_capability: str | None = None     # torch.backends.cpu.get_cpu_capability(): AVX512, AVX2, ...
     mkldnn_bf16: bool | None = None            # torch: oneDNN has native bf16 kernels on this CPU
     mkldnn_fp16: bool | None = None            # torch: oneDNN has native fp16 kernels on this CPU
-    isa_env: tuple[tuple[str, str], ...] = ()  # ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA when set
+    isa_env: tuple[tuple[str, str], ...] = ()  # the ISA_ENV switches that are set
     cpu_affinity: tuple[int, ...] = ()         # CPUs this process may run on
     gpu_pci_device_id: str | None = None       # "10de:2330" (vendor:device, NVML pciDeviceId)
     # the detected CPU the fields above come from (measure.cpu.detect_cpu), so nothing detects it
@@ -273,7 +273,11 @@ def _gpu_fields(index: int, notes: list[str]) -> dict:
     return fields
 
 
-ISA_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+# Environment switches that change which CPU kernels torch runs: ATen's vector ISA, oneDNN's
+# (convolutions, bf16/int8 GEMMs) and oneMKL's (torch's fp32 BLAS on x86, BLAS_INFO=mkl; oneMKL
+# honours MKL_ENABLE_INSTRUCTIONS on Intel processors). A cached peak measured under other
+# switches is stale (Fingerprint.cache_key).
+ISA_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
 def torch_cpu_fields() -> dict:

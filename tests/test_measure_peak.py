@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from chipcal.cli.measure_peak import gemm_record
-from chipcal.measure import cache, peak
+from chipcal.measure import cache, peak, system
 from chipcal.measure.bandwidth import cache_knee, measure_bandwidth, memory_figure
 from chipcal.measure.cpu import detect_cpu
 from chipcal.measure.peak import measure_gemm_peak
@@ -171,6 +171,17 @@ def test_cache_key_holds_the_isa_overrides_and_affinity(fp):
     assert {"aten_cpu_capability", "isa_env", "cpu_affinity"} <= set(key)
     forced = dataclasses.replace(fp, isa_env=(("ONEDNN_MAX_CPU_ISA", "AVX2"),))
     assert forced.cache_key("cpu") != key
+
+
+def test_isa_overrides_are_read_from_the_environment(monkeypatch):
+    """oneMKL's ISA switch is recorded beside ATen's and oneDNN's: on an Intel CPU it changes torch's
+    fp32 GEMM kernels, so a peak cached without it must not be served with it."""
+    for name in system.ISA_ENV:
+        monkeypatch.delenv(name, raising=False)
+    assert system._env_fields()["isa_env"] == ()
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert set(system._env_fields()["isa_env"]) == {("MKL_ENABLE_INSTRUCTIONS", "AVX2"), ("ONEDNN_MAX_CPU_ISA", "AVX2")}
 
 
 def test_cache_knee_by_hand():
