@@ -29,6 +29,9 @@ call, 11 us in its four primitives; 1x1 256->256 at 14x14: 146 and 94 us). The p
 small depthwise convolution (PyTorch hands every grouped convolution to oneDNN) whole, and its
 primitives in the trace; the difference is the prior of the convolution classes' overhead_s
 (calibrate.document.LayoutSection.charged_in), which the micro-layers alone leave unconstrained.
+A 1x1 call does not pay it (a 1x1 16->16 on a 2x2 map at batch 2 takes 5 us in all, a 3x3 38 us;
+docs/calibration.md, step 3b): for conv1x1 the prior stands in for thin 1x1 convolutions' cost
+inside a network, not for a fixed cost.
 """
 
 from __future__ import annotations
