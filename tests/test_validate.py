@@ -215,6 +215,29 @@ def test_cli_json_plot_and_markdown_on_a_small_corpus(cli, tmp_path, monkeypatch
     assert "### Split `test` (1 rows)" in text and "median |error| **0%**" in text
 
 
+def test_validate_from_a_warm_cache_imports_no_torch(tmp_path):
+    """The issue asks that `chipcal validate` never import torch when the workload cache is warm:
+    a fresh process compares a torchvision model's fused and eager rows from the private cache
+    (characterized here first) and its import log names no torch module."""
+    import subprocess
+    import sys
+
+    source = workloads.WorkloadSource(use_cache=True)
+    for fuse in (True, False):
+        source.get("resnet18", 1, fuse)
+    corpus = _write(tmp_path, [_row(model="resnet18", value="1"),
+                               _row(model="resnet18", runtime="pytorch-eager", value="8")])
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "chipcal.cli.main", "validate", "--corpus",
+                          str(corpus), "--json"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert "chipcal.measure.workloads" in imported          # the cache lookup ran in this process
+    assert not {m for m in imported if m.split(".")[0] in ("torch", "torchvision", "fvcore")}
+    rows = json.loads(run.stdout)
+    assert [r["runtime"] for r in rows] == ["tensorrt", "pytorch-eager"]
+    assert all(math.isfinite(r["error"]) for r in rows)
+
+
 # --- the documented figures ----------------------------------------------------------------------
 
 
