@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from chipcal.model.memo import recent
+
 
 @dataclass(frozen=True)
 class MemoryPoint:
@@ -53,6 +55,7 @@ def _checkpointed(outputs: list[float]) -> float:
     return boundaries + max(sum(s) for s in segments)
 
 
+@recent(maxsize=256)     # holds its workloads: fewer entries than the mappings
 def memory_profile(workload, bytes_scale: float, weight_scale: float | None = None) -> MemoryProfile:
     """Liveness walk over `workload.subgraphs` with byte counts × `bytes_scale` (weights ×
     `weight_scale` when given, e.g. to price int8 weights with fp32 activations)."""

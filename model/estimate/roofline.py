@@ -77,6 +77,7 @@ from chipcal.model.chip import Chip
 from chipcal.model.mapping import map_subgraph
 from chipcal.model.mapping.base import CONV_CLASSES, Allocation, is_mac_work, vector_engine
 from chipcal.model.mapping.params import FamilyParams
+from chipcal.model.memo import recent
 from chipcal.model.precision import BYTES_PER_ELEMENT, FLOP_PER_MAC
 
 # On-chip level whose access energy on-chip traffic is charged at: the last-level SRAM a subgraph's
@@ -98,7 +99,10 @@ class ChipContext:
     vector_j_per_flop: float | None
 
 
+@recent(maxsize=256)
 def chip_context(chip: Chip, precision: str) -> ChipContext:
+    """Per-(chip, precision) constants of the estimate: peak, bandwidth, static power and the
+    energy per byte and per vector FLOP (recent ones reused, model.memo)."""
     vec = vector_engine(chip, precision)
     vec_j = (power.op_energy_per_mac_j(chip.process_nm, vec[0].circuit, vec[1], vec[0].mma_shape)
              * power.engine_voltage(chip, vec[0]) ** 2 / FLOP_PER_MAC if vec is not None else None)

@@ -16,10 +16,12 @@ from chipcal.model.mapping.params import (
     default_params,
     params_for,
 )
+from chipcal.model.memo import recent
 
 MAPPERS = {"cpu": cpu, "gpu": gpu, "tpu": tpu, "kpu": kpu}
 
 
+@recent()
 def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
                  weights_on_chip: bool = False, layout_passes: float = 0.0,
                  producer_layout_bytes: float = 0.0) -> Allocation:
@@ -31,7 +33,7 @@ def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
 
     The traffic is worked out here, once for every family: activations stay resident in the
     family's on-chip capacity; GEMM operands are blocked for its `blocking_capacity` (the same
-    capacity, except one KPU tile's scratchpad)."""
+    capacity, except one KPU tile's scratchpad). Recent allocations are reused (model.memo)."""
     mapper = MAPPERS[chip.kind]
     resident = mapper.onchip_capacity(chip)
     moved = traffic(subgraph, bytes_scale, resident, mapper.blocking_capacity(chip), precision, weights_on_chip,

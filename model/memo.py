@@ -1,0 +1,44 @@
+"""Reuse of the recent results of pure functions of frozen records (chips, workloads, subgraphs).
+
+A calibration fit predicts the same micro-layers and chains thousands of times with only the
+FamilyParams changing (calibrate.layer_fits, calibrate.crossval); the mapping of a subgraph, a
+chip's energy context and a workload's memory profile do not depend on them. `recent` keeps the
+last results of such a function, keyed by the identity of its record arguments (hashing a frozen
+dataclass field by field costs about what the call does) and the type and value of its plain ones.
+Each entry holds its arguments, so an id cannot be reused while the entry is kept.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+PLAIN = (str, int, float, bool, type(None))
+
+
+def recent(maxsize: int = 8192) -> Callable:
+    """Decorator: reuse the results of the last `maxsize` distinct positional calls (first in,
+    first out). Calls with keyword arguments are not reused. The function must be pure and its
+    non-plain arguments frozen."""
+
+    def wrap(fn: Callable) -> Callable:
+        entries: dict[tuple, tuple] = {}
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if kwargs:
+                return fn(*args, **kwargs)
+            key = tuple((type(a), a) if isinstance(a, PLAIN) else id(a) for a in args)
+            hit = entries.get(key)
+            if hit is not None and all(k is a for k, a in zip(hit[0], args, strict=True) if not isinstance(a, PLAIN)):
+                return hit[1]
+            result = fn(*args)
+            if len(entries) >= maxsize:
+                entries.pop(next(iter(entries)))
+            entries[key] = (args, result)
+            return result
+
+        call.cache_clear = entries.clear
+        return call
+
+    return wrap

@@ -1,0 +1,68 @@
+"""model.memo: recent results of pure functions of frozen records are reused by identity, and a
+prediction is the same whether its mappings were reused or computed."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from test_mapping import REGISTRY, mlp
+
+from chipcal.model.estimate.prediction import predict
+from chipcal.model.mapping import map_subgraph
+from chipcal.model.memo import recent
+
+
+@dataclass(frozen=True)
+class Box:
+    value: float
+
+
+def counted(maxsize=8192):
+    calls = []
+
+    @recent(maxsize)
+    def f(box, scale):
+        calls.append((box, scale))
+        return object()
+
+    return f, calls
+
+
+def test_a_repeated_call_is_reused_and_an_equal_record_is_not():
+    f, calls = counted()
+    a = Box(1.0)
+    first = f(a, 2.0)
+    assert f(a, 2.0) is first and len(calls) == 1
+    assert f(Box(1.0), 2.0) is not first and len(calls) == 2     # keyed by identity, not equality
+    assert f(a, 3.0) is not first and len(calls) == 3
+
+
+def test_plain_arguments_are_told_apart_by_type():
+    f, calls = counted()
+    a = Box(1.0)
+    results = {f(a, 1), f(a, 1.0), f(a, True)}
+    assert len(results) == 3 and len(calls) == 3
+
+
+def test_keyword_calls_are_not_reused_and_old_entries_are_dropped():
+    f, calls = counted(maxsize=2)
+    a, b, c = Box(1.0), Box(2.0), Box(3.0)
+    assert f(a, scale=1.0) is not f(a, scale=1.0) and len(calls) == 2
+    kept = f(a, 1.0)
+    f(b, 1.0)
+    f(c, 1.0)                       # the third entry pushes out the first
+    assert f(a, 1.0) is not kept
+
+
+def test_prediction_is_the_same_with_and_without_reused_mappings():
+    chip = REGISTRY.get("a100-sxm4-80gb")
+    w = mlp(8)
+    warm = predict(w, chip, "fp16", runtime="eager")
+    assert predict(w, chip, "fp16", runtime="eager") == warm
+    map_subgraph.cache_clear()
+    cold = predict(w, chip, "fp16", runtime="eager")
+    assert cold.latency_s == warm.latency_s and cold.subgraphs == warm.subgraphs
+    # an equal but distinct chip (a record rebuilt) maps afresh and agrees
+    twin = dataclasses.replace(chip)
+    assert predict(w, twin, "fp16", runtime="eager").latency_s == warm.latency_s
