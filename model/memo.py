@@ -11,18 +11,20 @@ Each entry holds its arguments, so an id cannot be reused while the entry is kep
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from collections.abc import Callable
 
 PLAIN = (str, int, float, bool, type(None))
 
 
-def recent(maxsize: int = 8192) -> Callable:
-    """Decorator: reuse the results of the last `maxsize` distinct positional calls (first in,
-    first out). Calls with keyword arguments are not reused. The function must be pure and its
-    non-plain arguments frozen."""
+def recent(maxsize: int) -> Callable:
+    """Decorator: reuse the results of the `maxsize` most recently used distinct positional calls
+    (least recently used dropped first: a fit cycles through the same calls, and a cycle longer
+    than first-in-first-out's capacity would never hit). Calls with keyword arguments are not
+    reused. The function must be pure and its non-plain arguments frozen."""
 
     def wrap(fn: Callable) -> Callable:
-        entries: dict[tuple, tuple] = {}
+        entries: OrderedDict[tuple, tuple] = OrderedDict()     # least recently used first
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
@@ -31,10 +33,11 @@ def recent(maxsize: int = 8192) -> Callable:
             key = tuple((type(a), a) if isinstance(a, PLAIN) else id(a) for a in args)
             hit = entries.get(key)
             if hit is not None and all(k is a for k, a in zip(hit[0], args, strict=True) if not isinstance(a, PLAIN)):
+                entries.move_to_end(key)
                 return hit[1]
             result = fn(*args)
             if len(entries) >= maxsize:
-                entries.pop(next(iter(entries)))
+                entries.popitem(last=False)
             entries[key] = (args, result)
             return result
 

@@ -18,7 +18,7 @@ class Box:
     value: float
 
 
-def counted(maxsize=8192):
+def counted(maxsize=64):
     calls = []
 
     @recent(maxsize)
@@ -45,14 +45,20 @@ def test_plain_arguments_are_told_apart_by_type():
     assert len(results) == 3 and len(calls) == 3
 
 
-def test_keyword_calls_are_not_reused_and_old_entries_are_dropped():
+def test_keyword_calls_are_not_reused():
+    f, calls = counted()
+    a = Box(1.0)
+    assert f(a, scale=1.0) is not f(a, scale=1.0) and len(calls) == 2
+
+
+def test_the_least_recently_used_entry_is_dropped():
     f, calls = counted(maxsize=2)
     a, b, c = Box(1.0), Box(2.0), Box(3.0)
-    assert f(a, scale=1.0) is not f(a, scale=1.0) and len(calls) == 2
-    kept = f(a, 1.0)
-    f(b, 1.0)
-    f(c, 1.0)                       # the third entry pushes out the first
-    assert f(a, 1.0) is not kept
+    kept, dropped = f(a, 1.0), f(b, 1.0)
+    assert f(a, 1.0) is kept          # used again: b is now the least recent
+    f(c, 1.0)                         # a third entry pushes b out, not a
+    assert f(a, 1.0) is kept and f(b, 1.0) is not dropped
+    assert len(calls) == 4
 
 
 def test_prediction_is_the_same_with_and_without_reused_mappings():

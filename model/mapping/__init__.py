@@ -21,7 +21,9 @@ from chipcal.model.memo import recent
 MAPPERS = {"cpu": cpu, "gpu": gpu, "tpu": tpu, "kpu": kpu}
 
 
-@recent()
+# the validation fit cycles through ~8,400 mappings (42 rows), and a power-limited prediction maps
+# the network again on a chip at each clock it tries
+@recent(maxsize=1 << 15)
 def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
                  weights_on_chip: bool = False, layout_passes: float = 0.0,
                  producer_layout_bytes: float = 0.0) -> Allocation:
