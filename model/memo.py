@@ -32,7 +32,7 @@ def recent(maxsize: int) -> Callable:
                 return fn(*args, **kwargs)
             key = tuple((type(a), a) if isinstance(a, PLAIN) else id(a) for a in args)
             hit = entries.get(key)
-            if hit is not None and all(k is a for k, a in zip(hit[0], args, strict=True) if not isinstance(a, PLAIN)):
+            if hit is not None:              # the entry holds its records, so the ids are theirs
                 entries.move_to_end(key)
                 return hit[1]
             result = fn(*args)
