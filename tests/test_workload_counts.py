@@ -314,6 +314,7 @@ def test_untraceable_model_falls_back_and_says_so():
 
 @pytest.mark.gpu
 def test_cuda_resident_model_counts_like_cpu():
+    pytest.importorskip("fvcore", reason="the cross-check's reference: pip install 'chipcal[crosscheck]'")
     from chipcal.model.workload import build_model
     from chipcal.model.workload.crosscheck import crosscheck
 
