@@ -453,6 +453,7 @@ class CalibrationDocument(Record):
     threads: ThreadsSection | None = field(default=None, metadata=OMIT_NONE)
     plots: tuple[str, ...] = ()          # the plot files written beside it (calibrate.report)
     non_finite_values: NonFiniteValues | None = field(default=None, metadata=OMIT_NONE)
+    peak_rss_bytes: int | None = field(default=None, metadata=OMIT_NONE)   # measure.resident, at the run's end
 
     def calibration_params(self, path: Path) -> CalibrationParams:
         """The fitted parameters for prediction (`predict --calibration`)."""

@@ -112,7 +112,7 @@ def onchip_bandwidth(bw, os_llc_bytes: int | None = None) -> float | None:
 def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                     journal=None) -> cd.CalibrationDocument:
     """Measure, fit, validate and flag; returns the calibration document."""
-    from chipcal.measure.allocator import pin_allocator
+    from chipcal.measure.allocator import pin_allocator, release_freed_memory
     from chipcal.measure.bandwidth import (
         DEFAULT_BANDWIDTH_SIZES,
         KERNELS,
@@ -137,6 +137,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     )
     from chipcal.measure.power import open_power_source
     from chipcal.measure.power_curve import power_curve
+    from chipcal.measure.resident import peak_rss_bytes
     from chipcal.measure.system import fingerprint, local_chip
     from chipcal.model.local import LOCAL_CHIP_NAME
     from chipcal.model.mapping.params import default_params
@@ -162,6 +163,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     else:
         gemm = measure_gemm_peak(config.device, gemm_precisions, remeasure=config.remeasure, fp=fp, on_shape=step)
         journal.put("gemm", gemm_peak_to_dict(gemm))
+        release_freed_memory()      # the pinned heap keeps what a phase freed; give it back between phases
     fits: dict[str, cd.FitRecord | None] = {}
     gemm_fit = gemm_fits(gemm, chip)
     peaks, gemm_rows = [], []
@@ -210,6 +212,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     else:
         bw = measure_bandwidth(config.device, remeasure=config.remeasure, fp=fp, on_point=lambda pt: step(pt.kernel))
         journal.put("bandwidth", bandwidth_to_dict(bw))
+        release_freed_memory()
     measured_bw = bw.memory_bytes_per_s
     assumed_bw = chip.memory.bandwidth_bytes_per_s
     if chip.name == LOCAL_CHIP_NAME:
@@ -269,6 +272,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         recorded = {"per_op_s": cost.per_op_s, "iqr_s": cost.per_op.iqr_s, "n": cost.per_op.n, "method": cost.method}
         journal.put("dispatch", recorded)
     dispatch = cd.DispatchSection(**recorded)
+    release_freed_memory()
     base, floor = host_in_overheads(base, config.device, dispatch.per_op_s)
     threads = thread_section(journal) if device_kind(config.device) == "cpu" else None
     if threads and (flag := gap.threads_not_scaling(threads.threads, threads.speedup)):
@@ -314,6 +318,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                                min_samples=-(-MODEL_MIN_SAMPLES // config.rounds))
             timings["models"][entry.key] = mm.latency.to_dict()
             entry.add(timings["models"][entry.key])
+            release_freed_memory()      # one model alive at a time: measure_model freed it; the heap too
             step(f"{entry.name} batch {entry.batch}")
         journal.put(f"round-{r}", timings)
     observations, chains = layer_set.observations(), chain_set.observations()
@@ -407,6 +412,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                               f"spec {model_bw / 1e9:.1f} GB/s", {"measured": measured_bw, "spec": model_bw}))
 
     created = _now()
+    peak_rss = peak_rss_bytes()
     params = dataclasses.replace(params, source=f"calibration: {fp.slug} {config.device} {created}")
     return cd.CalibrationDocument(
         created_utc=created,
@@ -416,7 +422,9 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         quick=config.quick,
         precision=config.precision,
         fingerprint=fp,
-        environment_summary={**fp.summary(), "allocator": allocator.detail},
+        environment_summary={**fp.summary(), "allocator": allocator.detail,
+                             **({"peak resident memory": f"{peak_rss / 1e9:.2f} GB (measurements and fits)"}
+                                if peak_rss else {})},
         chip=cd.ChipSection(
             name=chip.name, display_name=chip.display_name, kind=chip.kind, origin=origin,
             process_nm=chip.process_nm, tdp_w=chip.tdp_w,
@@ -452,6 +460,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         layout=layout,
         throttle_note=gemm.throttle_note,
         crossval=crossval.section(),
+        peak_rss_bytes=peak_rss,
     )
 
 

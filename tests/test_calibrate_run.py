@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from chipcal.calibrate import run as calrun
@@ -226,7 +229,13 @@ def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machi
     from chipcal.model.workload import characterize_model
 
     chip, _ = fake_machine
+    resident_before = psutil.Process().memory_info().rss
     doc = calrun.run_calibration(calrun.CalibrationConfig(quick=True, models=("resnet18",), batches=(1,)))
+    # the peak resident memory it records lies between what this process held before it and the
+    # kernel's high-water mark read from /proc afterwards (VmHWM, a second interface to it)
+    if Path("/proc/self/status").exists():
+        hwm_kib = int(re.search(r"^VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1))
+        assert resident_before <= doc.peak_rss_bytes <= 1024 * hwm_kib
     doc = doc.with_plots(plot_writers(doc))
     run_dir = store.write_run(tmp_path, doc.machine_slug, "T",
                               {store.CALIBRATION_FILE: store.json_writer(doc.to_dict()),
@@ -236,6 +245,8 @@ def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machi
     for name in ("report.md", "gemm_efficiency.png", "predicted_vs_measured.png", "roofline.png"):
         assert (run_dir / name).stat().st_size > 0
     assert "Validation" in (run_dir / "report.md").read_text()
+    report = (run_dir / "report.md").read_text()
+    assert "peak resident memory" in report and f"{doc.peak_rss_bytes / 1e9:.2f} GB" in report
 
     cal = load_calibration(run_dir)
     assert cal.runtime == "eager"          # layers and models were timed in PyTorch eager mode
