@@ -131,7 +131,7 @@ class FamilyParams:
 
     def __post_init__(self) -> None:
         # Fractions may exceed 1 after calibration: a locally built chip's peak and bandwidth are
-        # assumptions that a measurement can beat (docs/calibration.md).
+        # assumptions that a measurement can beat (docs/calibration-fits.md).
         if self.family not in FAMILIES:
             raise CalibrationError(f"family {self.family!r} is not one of {', '.join(FAMILIES)}")
         if not isinstance(self.source, str) or not self.source.strip():
