@@ -2,7 +2,7 @@
 
 GEMM sweep -> saturating efficiency per precision; timed micro-layers -> per-op-class efficiency
 and overhead and the size curve (log-latency, soft-L1, log-normal prior on the family defaults,
-a grid-search start); layer chains -> the in-network switch overhead and memory factor. docs/calibration.md has
+a grid-search start); layer chains -> the in-network switch overhead and memory factor. docs/calibration-fits.md has
 the method.
 """
 

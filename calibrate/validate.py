@@ -1,6 +1,6 @@
 """Predictions checked against published measurements: the validation corpus and its comparison.
 
-The corpus (calibrate/data/corpus.csv, schema in docs/validation.md) holds one published
+The corpus (calibrate/data/corpus.csv, schema in docs/validation-corpus.md) holds one published
 inference measurement per row: model, chip, batch, precision, runtime, value + unit, framework,
 host CPU where stated, source (id, title, URL, date) and the split (`fit` or `test`, fixed per
 source). `compare` predicts each row with the physics model and returns one `Comparison` each;

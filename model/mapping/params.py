@@ -51,7 +51,7 @@ A calibration (`CalibrationParams`, read from a calibration directory by calibra
 applied to the chip it was fitted on only (every other chip keeps its family defaults). A
 calibration of the local CPU also carries the DRAM bandwidth it was fitted against: its
 bandwidth_efficiency means nothing without it.
-Why each default has its value: docs/prediction.md, "Parameters".
+Why each default has its value: docs/prediction-parameters.md.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class FamilyParams:
 
     def __post_init__(self) -> None:
         # Fractions may exceed 1 after calibration: a locally built chip's peak and bandwidth are
-        # assumptions that a measurement can beat (docs/calibration.md).
+        # assumptions that a measurement can beat (docs/calibration-fits.md).
         if self.family not in FAMILIES:
             raise CalibrationError(f"family {self.family!r} is not one of {', '.join(FAMILIES)}")
         if not isinstance(self.source, str) or not self.source.strip():
@@ -236,7 +236,7 @@ def _per_class(mac: dict[str, float], other: dict[str, float]) -> dict[str, floa
     return {c: table[c] for c in OP_CLASSES}
 
 
-# Defaults: one named set per family. Justifications (with sources) in docs/prediction.md.
+# Defaults: one named set per family. Justifications (with sources) in docs/prediction-parameters.md.
 _DEFAULTS: dict[str, FamilyParams] = {
     "gpu": FamilyParams(
         family="gpu",
@@ -256,7 +256,7 @@ _DEFAULTS: dict[str, FamilyParams] = {
                 "fraction, 10.5k +- 1.7k GPU clock cycles per kernel and a GEMM K loop of 3.1 +- 0.5 "
                 "cycles per byte (one ~200-cycle L2 round trip per 64-byte K tile, held near that "
                 "prior) fitted on the validation corpus's fit split (docs/validation.md), HBM/GDDR "
-                "copy kernels at ~85% of spec (docs/prediction.md)"),
+                "copy kernels at ~85% of spec (docs/prediction-parameters.md)"),
     ),
     "cpu": FamilyParams(
         family="cpu",
@@ -272,7 +272,7 @@ _DEFAULTS: dict[str, FamilyParams] = {
         source=("default: L3 at ~2x a core's DRAM bandwidth (this project's probe on a 2-core Xeon VM: "
                 "~50 vs ~27 GB/s); MKL/oneDNN GEMM and direct-conv fractions of SIMD peak, OpenMP fork/join + "
                 "primitive dispatch per op, STREAM triad at ~70% of theoretical DRAM bandwidth "
-                "(docs/prediction.md)"),
+                "(docs/prediction-parameters.md)"),
     ),
     "tpu": FamilyParams(
         family="tpu",
@@ -288,7 +288,7 @@ _DEFAULTS: dict[str, FamilyParams] = {
         source=("default: MB-class SRAM next to the arrays at ~10x HBM bandwidth (assumed); "
                 "XLA-compiled programs (one launch per graph, ~1 us sequencing per op), "
                 "MXU fractions of peak beyond the array fill the mapper already charges "
-                "(docs/prediction.md)"),
+                "(docs/prediction-parameters.md)"),
     ),
     "kpu": FamilyParams(
         family="kpu",
@@ -303,7 +303,7 @@ _DEFAULTS: dict[str, FamilyParams] = {
         onchip_bandwidth_ratio=10.0,
         source=("default: tile scratchpads at ~10x DRAM bandwidth (assumed); "
                 "hypothetical tile/dataflow design study; same order as a compiled systolic "
-                "design, ~1 us tile reconfiguration per operator (docs/prediction.md)"),
+                "design, ~1 us tile reconfiguration per operator (docs/prediction-parameters.md)"),
     ),
 }
 
