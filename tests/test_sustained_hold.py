@@ -95,3 +95,37 @@ def test_one_long_call_is_one_batch():
 def test_a_kind_must_be_known():
     with pytest.raises(ValueError, match="kind"):
         hold(lambda n: None, lambda: SensorReading(1.0, None), kind="sustained", label="x")
+
+
+def test_the_power_phase_holds_idle_the_triad_and_each_precision_with_torch(monkeypatch):
+    """The phase's real kernels on this CPU, small and briefly, read by a fake 50 W energy counter
+    (no clock sensor on a CPU): one hold each, in order, with the FLOP and bytes of its kernel."""
+    import time
+
+    from chipcal.measure import power_phase
+    from chipcal.measure.power import PowerSource
+
+    class Steady(PowerSource):
+        name = "fake"
+
+        def __init__(self):
+            super().__init__(available=True, reason="")
+            self.t0 = time.monotonic()
+
+        def _read_counters(self):
+            return {"package-0": 50.0 * (time.monotonic() - self.t0)}
+
+    monkeypatch.setitem(power_phase.GEMM_SIZE, "cpu", 64)
+    monkeypatch.setitem(power_phase.STREAM_BYTES, "cpu", 2**20)
+    limits = HoldLimits(min_s=0.3, max_s=0.6, batch_s=0.02, settle_window_s=0.1)
+    seen = []
+    holds = power_phase.power_phase(Steady(), "cpu", ("fp32", "bf16"), limits, on_hold=seen.append)
+    assert [(h.kind, h.precision) for h in holds] == [("idle", None), ("stream", None), ("gemm", "fp32"),
+                                                      ("gemm", "bf16")] and list(holds) == seen
+    for h in holds:
+        assert 0.3 <= h.duration_s < 2.0 and h.sm_clock_hz is None and h.clock_events == ()
+        assert h.power_w == pytest.approx(50.0, rel=0.02) and h.calls > 1
+    # triad on 1 MiB fp32 arrays: 12 bytes and 2 FLOP per element; GEMM 2 n^3 FLOP, 3 n^2 elements moved
+    assert (holds[1].bytes_per_call, holds[1].flop_per_call) == (3 * 2**20, 2 * 2**20 / 4)
+    assert (holds[2].flop_per_call, holds[2].bytes_per_call) == (2 * 64**3, 3 * 64 * 64 * 4)
+    assert holds[3].bytes_per_call == 3 * 64 * 64 * 2 and holds[3].sustained_flop_per_s > 0
