@@ -99,13 +99,16 @@ def fit_layer_params(observations: Sequence, chip, precision: str, base, overhea
 
     classes = sorted({sg.op_class for o in observations for sg in o.workload.subgraphs
                       if sg.flop > 0 or sg.bytes_written > 0})
+    # a GPU's host enters each timed call once before its ops (FamilyParams.host_call_s): alone, a
+    # micro-layer pays it for one to six ops, a network for ~200; without it the class costs take it
+    call = ["host_call_s"] if chip.kind == "gpu" else []
     names = ([f"efficiency.{c}" for c in classes] + [f"overhead_s.{c}" for c in classes]
-             + ["half_efficiency_flop"])
+             + ["half_efficiency_flop"] + call)
     x0 = ([min(base.efficiency[c], 1.0) for c in classes]
           + [max(base.overhead_s[c], overhead_floor_s, 1e-7) for c in classes]
-          + [max(base.half_efficiency_flop, 1.0)])
-    lower = [1e-3] * len(classes) + [1e-8] * len(classes) + [1.0]
-    upper = [EFFICIENCY_MAX] * len(classes) + [1e-2] * len(classes) + [1e12]
+          + [max(base.half_efficiency_flop, 1.0)] + [max(base.host_call_s, overhead_floor_s, 1e-7)] * len(call))
+    lower = [1e-3] * len(classes) + [1e-8] * len(classes) + [1.0] + [1e-8] * len(call)
+    upper = [EFFICIENCY_MAX] * len(classes) + [1e-2] * len(classes) + [1e12] + [1e-2] * len(call)
     measured = [o.measurement.median_s for o in observations]
 
     def params_from(values: dict[str, float]):
@@ -115,7 +118,8 @@ def fit_layer_params(observations: Sequence, chip, precision: str, base, overhea
             eff[c] = values[f"efficiency.{c}"]
             over[c] = values[f"overhead_s.{c}"]
         return dataclasses.replace(base, efficiency=eff, overhead_s=over,
-                                   half_efficiency_flop=values["half_efficiency_flop"])
+                                   half_efficiency_flop=values["half_efficiency_flop"],
+                                   host_call_s=values.get("host_call_s", base.host_call_s))
 
     def predict_all(values: dict[str, float], which: Sequence[int] | None = None) -> np.ndarray:
         params = params_from(values)

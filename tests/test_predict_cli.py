@@ -274,11 +274,10 @@ def test_autocast_adds_a_host_issued_cast_per_op_with_weights(cli, hand_mlp):
     argv = ["--model", "mlp1024", "--hardware", "v100-sxm2", "--runtime", "eager", "--host-overhead-s", "1e-3",
             "--json"]
     rows = {}
-    for prec in ("fp16", "fp32"):
-        for extra in ([], ["--autocast"]):
-            rc, out, _ = cli(predict_main, argv + ["--precision", prec] + extra)
-            assert rc == 0
-            rows[prec, bool(extra)] = json.loads(out)[0]
+    for extra in ([], ["--autocast"]):
+        rc, out, _ = cli(predict_main, argv + ["--precision", "fp16"] + extra)
+        assert rc == 0
+        rows["fp16", bool(extra)] = json.loads(out)[0]
     assert rows["fp16", True]["autocast"] and rows["fp16", True]["host_s"] == pytest.approx(6e-3)
     assert rows["fp16", False]["host_s"] == pytest.approx(3e-3)
     assert rows["fp16", True]["latency_s"] - rows["fp16", False]["latency_s"] == pytest.approx(3e-3)
