@@ -16,7 +16,7 @@ model.estimate.roofline.first_touch_s charges (FamilyParams.fresh_allocation_byt
 gets the same behaviour with `TUNABLES` in its environment.
 
 Never trimming keeps a heap at the largest size the process ever needed: a calibration held
-2.6 GB after its GEMM sweep and bandwidth probe. `release_freed_memory` (malloc_trim) gives the
+2.7 GB after its GEMM sweep and bandwidth probe. `release_freed_memory` (malloc_trim) gives the
 free heap back between phases, outside any timed region: the next phase's warm-up calls fault
 its pages again, and its timed calls then touch none, as before.
 """

@@ -3,9 +3,9 @@ to run it (a Jetson Orin Nano has 8 GB in all).
 
 getrusage(2) keeps the high-water mark of the resident set (ru_maxrss: KiB on Linux, bytes on
 macOS). The figure counts file-backed pages too (torch's and torchvision's libraries, about
-0.3 GB), which the kernel can drop under pressure; it is what `/usr/bin/time -v` reports.
+0.33 GB), which the kernel can drop under pressure; it is what `/usr/bin/time -v` reports.
 Children are not added: a calibration starts none, and RUSAGE_CHILDREN would count the helper
-that `import torch` forks, which carries the parent's resident set (0.44 GB here) into its exec.
+that `import torch` forks, which carries the parent's resident set (0.46 GB here) into its exec.
 """
 
 from __future__ import annotations
