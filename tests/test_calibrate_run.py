@@ -22,6 +22,8 @@ from chipcal.calibrate.fits import saturating
 from chipcal.calibrate.layer_fits import MODEL_SIGMA_FLOOR
 from chipcal.measure.timing import Measurement
 
+pytestmark = pytest.mark.usefixtures("characterize_once")
+
 TRUE_GEMM = {"e_max": 0.55, "w_half_flop": 2e7}
 TRUE_BW = 18e9
 NOISE = 0.02
@@ -232,10 +234,11 @@ def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machi
     resident_before = psutil.Process().memory_info().rss
     doc = calrun.run_calibration(calrun.CalibrationConfig(quick=True, models=("resnet18",), batches=(1,)))
     # the peak resident memory it records lies between what this process held before it and the
-    # kernel's high-water mark read from /proc afterwards (VmHWM, a second interface to it)
+    # kernel's high-water mark read from /proc afterwards (VmHWM, a second interface to it); the
+    # kernel syncs each thread's resident-page count every 64 page events, so allow 4 MiB of lag
     if Path("/proc/self/status").exists():
         hwm_kib = int(re.search(r"^VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1))
-        assert resident_before <= doc.peak_rss_bytes <= 1024 * hwm_kib
+        assert resident_before - 4 * 2**20 <= doc.peak_rss_bytes <= 1024 * hwm_kib
     doc = doc.with_plots(plot_writers(doc))
     run_dir = store.write_run(tmp_path, doc.machine_slug, "T",
                               {store.CALIBRATION_FILE: store.json_writer(doc.to_dict()),

@@ -10,6 +10,8 @@ import torch
 from chipcal.measure import timing
 from chipcal.measure.timing import Measurement, median_ci_ranks, time_callable
 
+pytestmark = pytest.mark.timing          # every test here times code on this host
+
 
 def sleep(seconds: float):
     """A wait of `seconds` that a loaded host cannot stretch by preemption, as it can a busy-wait."""

@@ -15,6 +15,8 @@ from chipcal.calibrate.refit import recorded_bandwidth, refit
 from chipcal.measure import system
 from chipcal.measure.bandwidth import local_overrides
 
+pytestmark = pytest.mark.usefixtures("characterize_once")
+
 
 def recorded_chip(tmp_path, name: str, doc: CalibrationDocument):
     """The recorded CPU as a calibration models it: its cores, SIMD and clock from the recorded
