@@ -497,6 +497,10 @@ class ParametersDocument(Record):
     chip: ChipMemory | None = None
     fingerprint: Fingerprint | None = None
 
+    @property
+    def models_fp32_mode(self) -> str:
+        return self.model_fp32_mode or "strict"
+
     def calibration_params(self, path: Path) -> CalibrationParams:
         host = self.fingerprint.host_identity if self.fingerprint else None
         return _calibration_params(self.parameters, self.chip, path, host)
@@ -534,11 +538,18 @@ class CalibrationDocument(Record):
     threads: ThreadsSection | None = field(default=None, metadata=OMIT_NONE)
     plots: tuple[str, ...] = ()          # the plot files written beside it (calibrate.report)
     non_finite_values: NonFiniteValues | None = field(default=None, metadata=OMIT_NONE)
+    # what fp32 meant in the model timings (model.estimate.numerics.FP32_MODES); None: a run from
+    # before it was recorded, which timed them with TF32 off (`models_fp32_mode`)
+    model_fp32_mode: str | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
     def from_dict(cls, data: object, where: str = "") -> CalibrationDocument:
         """A document read from JSON; a SCHEMA_1 one through `upgrade`."""
         return super().from_dict(upgrade(data), where)
+
+    @property
+    def models_fp32_mode(self) -> str:
+        return self.model_fp32_mode or "strict"
 
     def calibration_params(self, path: Path) -> CalibrationParams:
         """The fitted parameters for prediction (`predict --calibration`)."""

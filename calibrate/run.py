@@ -322,6 +322,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         for entry in plan:
             mm = measure_model(entry.name, batch=entry.batch, precision=config.precision, device=config.device,
                                flop=entry.workload.flop, max_time_s=entry.budget_s / config.rounds,
+                               fp32_mode=MODEL_FP32_MODE,
                                min_samples=-(-MODEL_MIN_SAMPLES // config.rounds))
             timings["models"][entry.key] = mm.latency.to_dict()
             entry.add(timings["models"][entry.key])
@@ -463,6 +464,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         layout=layout,
         throttle_note=gemm.throttle_note,
         crossval=crossval.section(),
+        model_fp32_mode=MODEL_FP32_MODE,
     )
 
 
