@@ -89,7 +89,8 @@ def _body(args: argparse.Namespace) -> int:
 
     from chipcal.calibrate import rerun, store
     from chipcal.calibrate.journal import Journal
-    from chipcal.calibrate.report import plot_writers, render_markdown
+    from chipcal.calibrate.plots import plot_writers
+    from chipcal.calibrate.report import render_markdown
     from chipcal.calibrate.run import QUICK_MODELS, CalibrationConfig, run_calibration
 
     store.check_writable(Path(args.out))

@@ -219,7 +219,8 @@ def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
 
 @pytest.mark.slow
 def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machine, small_suite, tmp_path):
-    from chipcal.calibrate.report import plot_writers, render_markdown
+    from chipcal.calibrate.plots import plot_writers
+    from chipcal.calibrate.report import render_markdown
     from chipcal.calibrate.store import load_calibration
     from chipcal.model.estimate.prediction import predict
     from chipcal.model.registry import load_registry
