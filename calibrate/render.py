@@ -95,8 +95,10 @@ def plain(text: str) -> str:
 
 
 def wrap(text: str, width: int = TEXT_WIDTH, indent: str = "") -> str:
-    """`text` (inline marks removed) folded to `width` columns, continuation lines under `indent`."""
-    return textwrap.fill(" ".join(plain(text).split()), width, subsequent_indent=indent,
+    """`text` (inline marks removed) folded to `width` columns: its first line keeps the text's
+    leading spaces, continuation lines start with `indent`."""
+    lead = text[:len(text) - len(text.lstrip())]
+    return textwrap.fill(" ".join(plain(text).split()), width, initial_indent=lead, subsequent_indent=indent,
                          break_long_words=False, break_on_hyphens=False)
 
 

@@ -8,9 +8,12 @@ calibrate.plots'.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 
-from chipcal.calibrate import render
+from chipcal.calibrate import render, store
 from chipcal.calibrate.document import CalibrationDocument, FitRecord
 from chipcal.calibrate.fits import UNCONSTRAINED_SE_LOG
 from chipcal.calibrate.render import Block, Bullets, Figures, Heading, Paragraph, table
@@ -195,14 +198,31 @@ def render_markdown(doc: CalibrationDocument) -> str:
     return render.markdown(report_blocks(doc))
 
 
-def render_html(doc: CalibrationDocument) -> str:
-    """report.html: the same blocks as one self-contained page, every plot drawn from the document
-    and embedded (calibrate.plots.png_bytes): it opens without network and without the PNGs."""
-    from chipcal.calibrate.plots import png_bytes
+def render_html(doc: CalibrationDocument, images: dict[str, bytes] | None = None) -> str:
+    """report.html: the same blocks as one self-contained page with the plots embedded: `images`
+    ({file name: PNG bytes}, the ones just written beside it) or else drawn from the document
+    (calibrate.plots.png_bytes). It opens without network and without the PNG files."""
+    if images is None:
+        from chipcal.calibrate.plots import png_bytes
 
-    images = png_bytes(doc)
+        images = png_bytes(doc)
     return render.html_page(f"Calibration: {doc.machine_slug} ({doc.device}), {doc.created_utc}",
                             report_blocks(doc, tuple(images)), images)
+
+
+def run_writers(doc: CalibrationDocument) -> dict[str, Callable[[Path], None]]:
+    """Every file of a run directory, {name: writer(path)} in writing order (calibrate.store.write_run):
+    calibration.json naming its plots, report.md, the plots, and report.html embedding the plots
+    just written beside it."""
+    from chipcal.calibrate.plots import plot_writers
+
+    plots = plot_writers(doc)
+    doc = doc.with_plots(plots)
+    return {store.CALIBRATION_FILE: store.json_writer(doc.to_dict()),
+            "report.md": lambda path: store.text_writer(render_markdown(doc))(path),
+            **plots,
+            "report.html": lambda path: store.text_writer(
+                render_html(doc, {n: (path.parent / n).read_bytes() for n in doc.plots}))(path)}
 
 
 def _crossval_blocks(cv: CrossValSection | None) -> list[Block]:

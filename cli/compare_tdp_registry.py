@@ -13,10 +13,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from chipcal.calibrate.render import wrap
 from chipcal.cli.common import (
+    HYPOTHETICAL_NOTE,
     Parser,
     csv_list,
     load_registry_warn,
+    marked,
     plot_path,
     print_json,
     print_table,
@@ -98,16 +101,21 @@ def _tera(x):
     return None if x is None else x / 1e12
 
 
+# the table's words; --json has the whole verdict ('unsupported: runs …' shows as 'unsupported')
+VERDICT_SHORT = {VERDICT_UNSUSTAINABLE: "exceeds TDP"}
+
+
 def _display(r: dict) -> dict:
+    """The columns that answer the question within 120 columns; pJ/FLOP, clocks and the TFLOP/s
+    behind the fractions are in --json."""
     band = (f"{r['power_at_spec_low_w']:.0f}-{r['power_at_spec_high_w']:.0f}"
             if r["power_at_spec_w"] is not None else "-")
-    return {"hardware": r["hardware"], "nm": r["process_nm"], "prec": r["precision"],
-            "spec_TFLOPS": _tera(r["spec_peak_flop_per_s"]), "pJ/FLOP": r["pj_per_flop_at_spec"],
+    return {"hardware": marked(r["hardware"], r["hypothetical"]), "nm": r["process_nm"], "prec": r["precision"],
+            "spec_TFLOPS": _tera(r["spec_peak_flop_per_s"]),
             "P_spec_W": r["power_at_spec_w"], "band_W": band, "TDP_W": r["spec_tdp_w"],
-            "f_sust_GHz": None if r["sustained_clock_hz"] is None else r["sustained_clock_hz"] / 1e9,
-            "sust_TFLOPS": _tera(r["sustainable_peak_flop_per_s"]), "sust/spec": r["sustainable_fraction"],
-            "meas_TFLOPS": _tera(r["measured_peak_flop_per_s"]), "meas/spec": r["measured_fraction"],
-            "verdict": r["verdict"]}
+            "sust_GHz": None if r["sustained_clock_hz"] is None else r["sustained_clock_hz"] / 1e9,
+            "sust/spec": r["sustainable_fraction"], "meas/spec": r["measured_fraction"],
+            "verdict": VERDICT_SHORT.get(r["verdict"], r["verdict"].split(":")[0])}
 
 
 def _plot(path: str, records: list[dict]) -> None:
@@ -178,9 +186,12 @@ def _body(args: argparse.Namespace) -> int:
         print_json(records)
     else:
         print_table([_display(r) for r in records],
-                    {"nm": "g", "spec_TFLOPS": ".4g", "pJ/FLOP": ".2f", "P_spec_W": ".0f", "TDP_W": ".0f",
-                     "f_sust_GHz": ".3g", "sust_TFLOPS": ".4g", "sust/spec": ".2f", "meas_TFLOPS": ".4g",
-                     "meas/spec": ".2f"})
+                    {"nm": "g", "spec_TFLOPS": ".4g", "P_spec_W": ".0f", "TDP_W": ".0f",
+                     "sust_GHz": ".3g", "sust/spec": ".2f", "meas/spec": ".2f"})
+        print(wrap("P_spec_W: all-in GEMM power at the spec clock, band_W its low-high band; sust_GHz: the clock "
+                   "that holds the TDP; sust/spec, meas/spec: sustainable and published measured peak over spec; "
+                   f"exceeds TDP: {VERDICT_UNSUSTAINABLE}"
+                   + (f"; {HYPOTHETICAL_NOTE}" if any(r["hypothetical"] for r in records) else "")))
     if args.plot:
         _plot(args.plot, records)
     return 0

@@ -76,6 +76,10 @@ def _peaks_text(r: dict) -> str:
     return "; ".join(parts)
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
 def _load(directory: str | Path) -> CalibrationDocument:
     try:
         return store.load(directory)
@@ -220,15 +224,15 @@ def _body(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no calibrations under {directory}")
         return 0
-    print_table([{"machine": r["machine"], "device": r["device"], "chip": r["chip"],
+    print_table([{"machine": r["machine"], "device": r["device"],
                   "created": r["created_utc"][:16].replace("T", " "), "quick": "yes" if r["quick"] else "",
                   "GB/s": None if r["bandwidth_bytes_per_s"] is None else r["bandwidth_bytes_per_s"] / 1e9,
-                  "cases": r["models_validated"], "median_err": r["median_abs_error"],
-                  "p90_err": r["p90_abs_error"]} for r in rows],
-                {"GB/s": ".1f", "median_err": ".1%", "p90_err": ".1%"})
+                  "held-out error": f"{_pct(r['median_abs_error'])} / {_pct(r['p90_abs_error'])}",
+                  "cases": r["models_validated"]} for r in rows], {"GB/s": ".1f"})
+    print("held-out error: median / p90 of |predicted / measured - 1| over the models the fit never saw")
     for r in rows:
-        print(wrap(f"{r['machine']} ({r['created_utc']}): peaks (of physics / spec) {_peaks_text(r) or '-'}; "
-                        f"flags: {r['flags'] or '-'}", indent="  "))
+        print(wrap(f"{r['machine']} ({r['chip']}, {r['created_utc']}): peaks (of physics / spec) "
+                   f"{_peaks_text(r) or '-'}; flags: {r['flags'] or '-'}", indent="  "))
     return 0
 
 
