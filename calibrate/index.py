@@ -46,14 +46,14 @@ class RunSummary:
     rerun_median_abs_change: float | None
     warnings: tuple[str, ...]       # flag codes of severity warning, once each
     in_tree: bool = True
-    commit: str | None = None       # for a run no longer in the tree: the commit that added it
+    git_ref: str | None = None      # a run no longer in the tree: "COMMIT:path/of/the/run" that holds it
 
     @property
     def directory(self) -> str:
         return f"{self.machine}/{self.run}"
 
     @classmethod
-    def of(cls, doc: CalibrationDocument, run: str, commit: str | None = None) -> RunSummary:
+    def of(cls, doc: CalibrationDocument, run: str, git_ref: str | None = None) -> RunSummary:
         val = doc.validation
         return cls(machine=doc.machine_slug, run=run, device=doc.device, chip=doc.chip.name,
                    hardware=hardware_text(doc), torch=doc.fingerprint.torch_version.split("+")[0],
@@ -63,7 +63,7 @@ class RunSummary:
                    default_p90_abs_error=val.default_p90_abs_error, noise_rel=val.noise_rel,
                    rerun_median_abs_change=doc.rerun.median_abs_change if doc.rerun else None,
                    warnings=tuple(dict.fromkeys(f.code for f in doc.flags if f.severity == "warning")),
-                   in_tree=commit is None, commit=commit)
+                   in_tree=git_ref is None, git_ref=git_ref)
 
 
 def hardware_text(doc: CalibrationDocument) -> str:
@@ -136,7 +136,7 @@ def history_markdown(machine: str, runs: Iterable[RunSummary]) -> str:
     def where(r: RunSummary) -> str:
         if r.in_tree:
             return f"[md]({r.run}/report.md) · [html]({r.run}/report.html)"
-        return f"dropped; `git show {r.commit}:results/{r.directory}/report.md`"
+        return f"dropped; `git show {r.git_ref}/report.md`"
 
     return render.markdown([
         Heading(f"{machine}: every calibration run", 1),

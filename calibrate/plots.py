@@ -201,11 +201,22 @@ def plot_writers(doc: CalibrationDocument) -> dict[str, Callable[[Path], None]]:
     return {name: (lambda path, draw=draw: _save(draw(doc), path)) for name, draw in _drawers(doc).items()}
 
 
+def compact(png: bytes) -> bytes:
+    """A plot's PNG with its colours reduced to a 64-colour palette (Pillow, which matplotlib
+    installs): a third of the bytes, no visible change on these line-and-dot plots. For embedding
+    in report.html, where base64 adds a third again."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.open(io.BytesIO(png)).convert("RGB").quantize(colors=64).save(out, format="PNG", optimize=True)
+    return out.getvalue()
+
+
 def png_bytes(doc: CalibrationDocument) -> dict[str, bytes]:
-    """{file name: PNG bytes} of the same plots, for embedding."""
+    """{file name: compact PNG bytes} of the same plots, for embedding."""
     out = {}
     for name, draw in _drawers(doc).items():
         buffer = io.BytesIO()
         _save(draw(doc), buffer)
-        out[name] = buffer.getvalue()
+        out[name] = compact(buffer.getvalue())
     return out

@@ -200,7 +200,7 @@ def render_markdown(doc: CalibrationDocument) -> str:
 
 def render_html(doc: CalibrationDocument, images: dict[str, bytes] | None = None) -> str:
     """report.html: the same blocks as one self-contained page with the plots embedded: `images`
-    ({file name: PNG bytes}, the ones just written beside it) or else drawn from the document
+    ({file name: PNG bytes}, those just written beside it, compacted) or else drawn from the document
     (calibrate.plots.png_bytes). It opens without network and without the PNG files."""
     if images is None:
         from chipcal.calibrate.plots import png_bytes
@@ -214,7 +214,7 @@ def run_writers(doc: CalibrationDocument) -> dict[str, Callable[[Path], None]]:
     """Every file of a run directory, {name: writer(path)} in writing order (calibrate.store.write_run):
     calibration.json naming its plots, report.md, the plots, and report.html embedding the plots
     just written beside it."""
-    from chipcal.calibrate.plots import plot_writers
+    from chipcal.calibrate.plots import compact, plot_writers
 
     plots = plot_writers(doc)
     doc = doc.with_plots(plots)
@@ -222,7 +222,7 @@ def run_writers(doc: CalibrationDocument) -> dict[str, Callable[[Path], None]]:
             "report.md": lambda path: store.text_writer(render_markdown(doc))(path),
             **plots,
             "report.html": lambda path: store.text_writer(
-                render_html(doc, {n: (path.parent / n).read_bytes() for n in doc.plots}))(path)}
+                render_html(doc, {n: compact((path.parent / n).read_bytes()) for n in doc.plots}))(path)}
 
 
 def _crossval_blocks(cv: CrossValSection | None) -> list[Block]:

@@ -133,7 +133,7 @@ def dropped_runs(directory: Path, present: set[str]) -> list:
         except (ValueError, CalibrationError) as exc:
             sys.stderr.write(f"warning: skipped {run_dir} at {commit[:12]}: {str(exc)[:80]}\n")
             continue
-        out.append(RunSummary.of(doc, run_dir.split("/")[1], commit=commit[:12]))
+        out.append(RunSummary.of(doc, run_dir.split("/")[1], git_ref=f"{commit[:12]}:{prefix.strip()}{run_dir}"))
     return out
 
 
