@@ -182,3 +182,33 @@ def test_every_report_opens_in_chromium_without_network(tmp_path, cli):
                 assert sorted(column["up"]) == sorted(column["down"]) == sorted(r[i] for r in table.rows)
         if path in sort:
             assert all(len(e["columns"]) == len(t.head) for t, e in zip(parsed.tables, result["tables"], strict=True))
+
+
+@pytest.mark.parametrize("draw", ["draw_predicted_vs_measured", "draw_roofline", "draw_gemm_efficiency"])
+def test_plots_label_their_axes_and_points_without_overlaps(draw):
+    """On a main job with 22 held-out cases (11 models × batch 1, 8): axes say quantity and unit,
+    every model point is named, and no two names overlap once drawn."""
+    from chipcal.calibrate import plots
+
+    doc = store.load(ROOT / "results" / "amd-epyc-2c-c90a32d0" / "20261126T042801Z")
+    fig = getattr(plots, draw)(doc)
+    try:
+        ax = fig.axes[0]
+        assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        from matplotlib.text import Text
+
+        boxes = [Text.get_window_extent(t, renderer) for t in ax.texts]     # the words, not the leader lines
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                assert not a.overlaps(b), (a, b)
+        legend = ax.get_legend().get_window_extent(renderer)
+        assert not any(legend.overlaps(b) for b in boxes) and not legend.overlaps(ax.get_window_extent(renderer))
+        if draw != "draw_gemm_efficiency":
+            names = sorted(t.get_text() for t in ax.texts)
+            assert names == sorted(f"{m.model}/{m.batch}" for m in doc.observations.models)
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
