@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import tomllib
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -19,7 +21,7 @@ from test_mapping import (
 
 from chipcal.calibrate.document import SCHEMA as CALIBRATION_SCHEMA
 from chipcal.calibrate.store import load_calibration
-from chipcal.model import tdp, technology
+from chipcal.model import power, tdp, technology
 from chipcal.model.estimate.memory import memory_profile
 from chipcal.model.estimate.opportunities import opportunities, top_consumers, unfused
 from chipcal.model.estimate.prediction import predict
@@ -160,24 +162,26 @@ def test_subgraph_energy_terms():
     h100 = chip("h100-sxm5")
     sg = elementwise_subgraph(0, 2**26, inputs=2)
     e = estimate_subgraph(sg, h100, "fp32", default_params("gpu"))
-    # n FLOP on CUDA cores at half an all-in fp32 FMA each (4 nm, nominal constants, by hand):
+    # n FLOP on CUDA cores at half an all-in fp32 FMA each (4 nm, the shipped constants s and c):
     #   datapath 4.6 x (4/45)^0.5383 x 0.95 = 1.1880 pJ; issue x 70/32/4.6 = 0.5650;
-    #   register file 3 reads + 1 write x 4 B x 7.5 x (4/7)^0.1539 / 8 = 13.7568 pJ;
-    #   L1 (1/8 + 1/8) x 4 B x 8.5 x (4/7)^0.4592 / 8 = 0.8214 pJ; clock/control x 1.5 -> 24.497 pJ/MAC.
-    # Per FLOP the share without clock/control: 24.497 / 1.5 / 2 pJ. The clock/control share is
-    # charged per busy second instead: 24.497 / 3 pJ x 16,896 lanes x 1.98 GHz (V = 1 at boost)
-    # = 273.2 W on every SM (utilization 1) over the kernel's DRAM time, 805,306,368 B at
-    # 3.35 TB/s x 0.85
+    #   register file s x 3 reads + 1 write x 4 B x 7.5 x (4/7)^0.1539 / 8 = s x 13.7568 pJ;
+    #   L1 s x (1/8 + 1/8) x 4 B x 8.5 x (4/7)^0.4592 / 8 = s x 0.8214 pJ -> E_op = 1.7530 + 14.5782 s.
+    # Per FLOP: E_op / 2. The clock/control share c x E_op is charged per busy second instead:
+    # c x E_op x 16,896 lanes x 1.98 GHz (V = 1 at boost) on every SM (utilization 1) over the
+    # kernel's DRAM time, 805,306,368 B at 3.35 TB/s x 0.85
+    k = tomllib.loads(Path(power.__file__).with_name("fitted_constants.toml").read_text())["values"]
+    s, c = k["delivery_scale"], k["clock_control_fraction"]
+    op_pj = 1.1880 + 0.5650 + s * (13.7568 + 0.8214)
     dram_s = 805_306_368 / (3.35e12 * 0.85)
     assert e.utilization == 1.0 and e.memory_time_s == pytest.approx(dram_s)
-    clock_w = 24.497e-12 / 3 * 16_896 * 1.98e9
-    assert e.compute_energy_j == pytest.approx(2**26 * 24.497e-12 / 1.5 / 2 + clock_w * dram_s, rel=1e-4)
+    clock_w = c * op_pj * 1e-12 * 16_896 * 1.98e9
+    assert e.compute_energy_j == pytest.approx(2**26 * op_pj * 1e-12 / 2 + clock_w * dram_s, rel=1e-4)
     assert e.clock_energy_j == pytest.approx(clock_w * dram_s, rel=1e-4)
-    # 805,306,368 B through HBM3 and the L2 level (+ 10 mm of 0.1 pJ/bit/mm wire, x 1.5 clock/control)
-    assert e.dram_energy_j == pytest.approx(805_306_368 * technology.dram_energy_per_byte_j("hbm3"))
+    # 805,306,368 B through HBM3 and the L2 level (+ 10 mm of 0.1 pJ/bit/mm wire, x (1 + c) clock/control)
+    assert e.dram_energy_j == pytest.approx(805_306_368 * technology.dram_energy_per_byte_j("hbm3"), rel=1e-9)
     l2 = technology.sram_energy_per_byte_j(4, "l2")
-    assert e.onchip_energy_j == pytest.approx(805_306_368 * 1.5 * (l2 + 8e-12))
-    assert e.static_energy_j == pytest.approx(tdp.static_power_w(h100) * e.latency_s)
+    assert e.onchip_energy_j == pytest.approx(805_306_368 * (1 + c) * (s * l2 + 8e-12), rel=1e-9)
+    assert e.static_energy_j == pytest.approx(tdp.static_power_w(h100) * e.latency_s, rel=1e-9)
 
 
 def test_unsupported_precision_is_an_explicit_row():
