@@ -2,7 +2,7 @@
 
 GEMM sweep -> saturating efficiency per precision; timed micro-layers -> per-op-class efficiency
 and overhead and the size curve (log-latency, soft-L1, log-normal prior on the family defaults,
-a grid-search start); layer chains -> the in-network switch overhead and memory factor. docs/calibration.md has
+a grid-search start); layer chains -> the in-network switch overhead and memory factor. docs/calibration-fits.md has
 the method.
 """
 
@@ -23,28 +23,31 @@ NETWORK_MEMORY_FACTOR_MAX = 4.0   # in-network on-chip time at most 4x the kerne
                                   # on-chip byte at DRAM speed (LLC plateau / DRAM 3.0-4.7 on the 2-vCPU VMs)
 
 
-def as_timed(workload, chip, precision: str, params):
-    """The prediction a timed eager PyTorch call is compared with: the eager runtime, so on a GPU
-    the host issues one op at a time at `params.host_overhead_s` (the dispatch probe) and the fitted
-    per-kernel overheads hold only what the device adds; on a CPU host and kernels share the cores
-    and the ops run in program order."""
+def as_timed(workload, chip, precision: str, params, fp32_mode: str = "pytorch"):
+    """The prediction a timed eager PyTorch call is compared with: the eager runtime, the time per
+    call of calls back to back (a timer's average: on a GPU the host runs a call ahead of its kernels,
+    so the slower side sets the pace, estimate.host.run_queue), under the math mode it was timed in
+    (`fp32_mode`: PyTorch's defaults unless the timing said otherwise). On a CPU host and kernels
+    share the cores and the ops run in program order."""
     from chipcal.model.estimate.prediction import predict
 
-    return predict(workload, chip, precision, params=params, runtime=RUNTIME)
+    return predict(workload, chip, precision, params=params, runtime=RUNTIME, fp32_mode=fp32_mode, repeated=True)
 
 
 def host_in_overheads(base, device: str, dispatch_per_op_s: float | None):
-    """(fit base, overhead floor) for a calibration on `device`: on a GPU the per-class
-    overhead_s hold the host's share of each op (issue, launch, device fixed cost), so the base
-    carries host cost 0 (an eager prediction with the result charges it once) and the overhead
-    prior starts at the dispatch probe's per-op cost. One host cost per op instead over-charged
-    cheap ops 2-3x on the H100 machine (probe 30 us per conv/BN/ReLU op, a lone max-pool 12.5 us).
+    """(fit base, overhead floor) for a calibration on `device`: on a GPU the per-class overhead_s
+    are the host's cost of issuing an op of that class (roofline.host_issue_s: the host runs ahead
+    of the kernels, not in series with them), so the base carries host cost 0 and every class's
+    overhead starts at the dispatch probe's per-op cost; the fit moves the classes the micro-layers
+    exercise (on the H100 machine a lone max-pool issued in 11.6 us, a conv+BN+ReLU in 62 us).
     On a CPU host and kernels share the cores: nothing changes."""
     from chipcal.measure.device import device_kind
 
     if device_kind(device) != "cuda":
         return base, 0.0
-    return dataclasses.replace(base, host_overhead_s=0.0), dispatch_per_op_s or 0.0
+    probe = dispatch_per_op_s or 0.0
+    return (dataclasses.replace(base, host_overhead_s=0.0,
+                                overhead_s={c: max(v, probe) for c, v in base.overhead_s.items()}), probe)
 
 
 def gemm_fits(gemm, chip) -> dict[str, FitResult]:

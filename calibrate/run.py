@@ -127,7 +127,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     from chipcal.measure.identify import identify
     from chipcal.measure.layers import LayerSet, default_cases, default_chains
     from chipcal.measure.layout import conv_layout_passes
-    from chipcal.measure.models import measure_model
+    from chipcal.measure.models import MODEL_FP32_MODE, measure_model
     from chipcal.measure.peak import (
         default_precisions,
         default_shapes,
@@ -282,7 +282,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     for name in config.models:
         for batch in config.batches:
             workload = characterize_model(name, batch=batch, fuse=False)  # eager: one kernel per op
-            call_s = as_timed(workload, chip, config.precision, defaults).latency_s
+            call_s = as_timed(workload, chip, config.precision, defaults, MODEL_FP32_MODE).latency_s
             if call_s > MODEL_MAX_CALL_S:
                 skipped_models.append(cd.SkippedModel(model=name, batch=batch, predicted_call_s=call_s,
                                                       limit_s=MODEL_MAX_CALL_S))
@@ -342,8 +342,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     model_rows = []
     for entry in plan:
         name, batch, workload = entry.name, entry.batch, entry.workload
-        predicted = as_timed(workload, chip, config.precision, params)
-        predicted_default = as_timed(workload, chip, config.precision, defaults)
+        predicted = as_timed(workload, chip, config.precision, params, MODEL_FP32_MODE)
+        predicted_default = as_timed(workload, chip, config.precision, defaults, MODEL_FP32_MODE)
         m = entry.measurement(config.rounds)
         model_rows.append(cd.ModelRow(model=name, batch=batch, flop=workload.flop,
                                       bytes=workload.bytes_read + workload.bytes_written,

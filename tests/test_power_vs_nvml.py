@@ -1,7 +1,7 @@
 """The power `chipcal predict` prints, against NVML board power measured on the lent H100 SXM5
 (`chipcal calibrate --device cuda`, 2026-11-24, tests/machines/nvidia-h100-sxm5): a dense fp32
 GEMM and a STREAM triad, each run for 2 s with power and SM clock sampled (measure/power.py).
-docs/physics.md, "Known limits", gives the figures."""
+docs/findings/2026-11-25-h100-power-vs-nvml.md gives the figures."""
 
 from __future__ import annotations
 

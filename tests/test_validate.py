@@ -265,7 +265,7 @@ def test_validate_reproduces_the_documented_figures(cli):
 
 
 # PyTorch 2.11 eager FP16 (channels-last) replayed as one CUDA graph on the lent H100 SXM5, median of
-# 30 x 20 replays, ms per batch (docs/validation.md, "What the corpus shows"): no host cost, so the
+# 30 x 20 replays, ms per batch (docs/findings/2026-11-24-h100-cuda-graph-replays.md): no host cost, so the
 # device side of the model alone is compared. Measured, not published: not a corpus row.
 H100_CUDA_GRAPH_MS = {("resnet50", 1): 0.935, ("resnet50", 8): 1.229, ("mobilenet_v2", 1): 0.700,
                       ("mobilenet_v2", 8): 0.918, ("efficientnet_b0", 1): 1.101, ("efficientnet_b0", 8): 1.510}

@@ -5,6 +5,8 @@ unit's datapath holds real data) from the chip's geometry. What geometry cannot 
 one named set per architecture family, so that `chipcal calibrate` can replace it:
 
     efficiency[op_class]   achievable fraction of the engine peak on busy, filled units at large size
+    tensor_efficiency[op_class]  the same for work on a GPU's tensor cores where it differs from the
+                           CUDA cores' (PyTorch's kernels on Hopper); None: `efficiency` for both
     overhead_s[op_class]   fixed per-kernel cost (launch / dispatch / framework), added to the roofline
     overhead_cycles        fixed per-kernel cost in clock cycles of the engine the kernel runs on, added
                            to overhead_s: the device-side part of a kernel (CTA launch, prologue,
@@ -49,7 +51,7 @@ A calibration (`CalibrationParams`, read from a calibration directory by calibra
 applied to the chip it was fitted on only (every other chip keeps its family defaults). A
 calibration of the local CPU also carries the DRAM bandwidth it was fitted against: its
 bandwidth_efficiency means nothing without it.
-Why each default has its value: docs/prediction.md, "Parameters".
+Why each default has its value: docs/prediction-parameters.md.
 """
 
 from __future__ import annotations
@@ -128,15 +130,19 @@ class FamilyParams:
     k_loop_cycles_per_byte: float = 0.0
     weight_layout_bytes_per_s: float | None = None
     pointwise_weight_layout_bytes_per_s: float | None = None
+    tensor_efficiency: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
         # Fractions may exceed 1 after calibration: a locally built chip's peak and bandwidth are
-        # assumptions that a measurement can beat (docs/calibration.md).
+        # assumptions that a measurement can beat (docs/calibration-fits.md).
         if self.family not in FAMILIES:
             raise CalibrationError(f"family {self.family!r} is not one of {', '.join(FAMILIES)}")
         if not isinstance(self.source, str) or not self.source.strip():
             raise CalibrationError("source must say where the parameters come from")
         object.__setattr__(self, "efficiency", _class_table("efficiency", self.efficiency, allow_zero=False))
+        if self.tensor_efficiency is not None:
+            object.__setattr__(self, "tensor_efficiency",
+                               _class_table("tensor_efficiency", self.tensor_efficiency, allow_zero=False))
         object.__setattr__(self, "overhead_s", _class_table("overhead_s", self.overhead_s, allow_zero=True))
         object.__setattr__(self, "half_efficiency_flop",
                            _number("half_efficiency_flop", self.half_efficiency_flop, allow_zero=True))
@@ -163,6 +169,12 @@ class FamilyParams:
         for name in ("weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _number(name, getattr(self, name), allow_zero=False))
+
+    def class_efficiency(self, op_class: str, circuit: str) -> float:
+        """efficiency[op_class], or tensor_efficiency[op_class] for work on tensor cores where set."""
+        if circuit == "tensor_core" and self.tensor_efficiency is not None:
+            return self.tensor_efficiency[op_class]
+        return self.efficiency[op_class]
 
     def alone(self) -> FamilyParams:
         """These parameters for a kernel timed alone, call after call (a micro-layer): no switch
@@ -197,6 +209,8 @@ class FamilyParams:
             **{name: getattr(self, name) for name in ("weight_layout_bytes_per_s",      # absent: None
                                                       "pointwise_weight_layout_bytes_per_s")
                if getattr(self, name) is not None},
+            **({"tensor_efficiency": dict(self.tensor_efficiency)}                     # absent: None
+               if self.tensor_efficiency is not None else {}),
         }
 
     @classmethod
@@ -211,7 +225,8 @@ class FamilyParams:
         optional = {k: d[k] for k in ("switch_overhead_s", "host_overhead_s", "overhead_cycles",
                                       "first_touch_bytes_per_s", "fresh_allocation_bytes", "layout_passes",
                                       "network_memory_factor", "k_loop_cycles_per_byte",
-                                      "weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s")
+                                      "weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s",
+                                      "tensor_efficiency")
                     if k in d}
         return cls(**{k: d[k] for k in keys}, **optional)
 
@@ -221,7 +236,7 @@ def _per_class(mac: dict[str, float], other: dict[str, float]) -> dict[str, floa
     return {c: table[c] for c in OP_CLASSES}
 
 
-# Defaults: one named set per family. Justifications (with sources) in docs/prediction.md.
+# Defaults: one named set per family. Justifications (with sources) in docs/prediction-parameters.md.
 _DEFAULTS: dict[str, FamilyParams] = {
     "gpu": FamilyParams(
         family="gpu",
@@ -241,7 +256,7 @@ _DEFAULTS: dict[str, FamilyParams] = {
                 "fraction, 10.5k +- 1.7k GPU clock cycles per kernel and a GEMM K loop of 3.1 +- 0.5 "
                 "cycles per byte (one ~200-cycle L2 round trip per 64-byte K tile, held near that "
                 "prior) fitted on the validation corpus's fit split (docs/validation.md), HBM/GDDR "
-                "copy kernels at ~85% of spec (docs/prediction.md)"),
+                "copy kernels at ~85% of spec (docs/prediction-parameters.md)"),
     ),
     "cpu": FamilyParams(
         family="cpu",
@@ -257,7 +272,7 @@ _DEFAULTS: dict[str, FamilyParams] = {
         source=("default: L3 at ~2x a core's DRAM bandwidth (this project's probe on a 2-core Xeon VM: "
                 "~50 vs ~27 GB/s); MKL/oneDNN GEMM and direct-conv fractions of SIMD peak, OpenMP fork/join + "
                 "primitive dispatch per op, STREAM triad at ~70% of theoretical DRAM bandwidth "
-                "(docs/prediction.md)"),
+                "(docs/prediction-parameters.md)"),
     ),
     "tpu": FamilyParams(
         family="tpu",
@@ -273,7 +288,7 @@ _DEFAULTS: dict[str, FamilyParams] = {
         source=("default: MB-class SRAM next to the arrays at ~10x HBM bandwidth (assumed); "
                 "XLA-compiled programs (one launch per graph, ~1 us sequencing per op), "
                 "MXU fractions of peak beyond the array fill the mapper already charges "
-                "(docs/prediction.md)"),
+                "(docs/prediction-parameters.md)"),
     ),
     "kpu": FamilyParams(
         family="kpu",
@@ -288,7 +303,7 @@ _DEFAULTS: dict[str, FamilyParams] = {
         onchip_bandwidth_ratio=10.0,
         source=("default: tile scratchpads at ~10x DRAM bandwidth (assumed); "
                 "hypothetical tile/dataflow design study; same order as a compiled systolic "
-                "design, ~1 us tile reconfiguration per operator (docs/prediction.md)"),
+                "design, ~1 us tile reconfiguration per operator (docs/prediction-parameters.md)"),
     ),
 }
 
