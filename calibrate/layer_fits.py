@@ -83,6 +83,17 @@ def gemm_informed(defaults, gemm_fit):
     return dataclasses.replace(defaults, efficiency=eff)
 
 
+def _runs_on_tensor_cores(op_class: str, chip, precision: str) -> bool:
+    """Whether a micro-layer of `op_class` timed at `precision` under PyTorch's defaults (as_timed)
+    runs on a GPU's tensor cores."""
+    from chipcal.model.estimate.numerics import op_precision
+
+    if chip.kind != "gpu":
+        return False
+    engine = chip.engine_for(op_precision(op_class, precision, chip))
+    return engine is not None and engine.circuit == "tensor_core"
+
+
 def fit_layer_params(observations: Sequence, chip, precision: str, base, overhead_floor_s: float = 0.0):
     """Fit efficiency[c] and overhead_s[c] for every op class the micro-layers exercise, and the
     size curve's half_efficiency_flop, through the predictor itself.
@@ -99,23 +110,34 @@ def fit_layer_params(observations: Sequence, chip, precision: str, base, overhea
 
     classes = sorted({sg.op_class for o in observations for sg in o.workload.subgraphs
                       if sg.flop > 0 or sg.bytes_written > 0})
+    # a GPU's host enters each timed call once before its ops (FamilyParams.host_call_s): alone, a
+    # micro-layer pays it for one to six ops, a network for ~200; without it the class costs take it
+    call = ["host_call_s"] if chip.kind == "gpu" else []
     names = ([f"efficiency.{c}" for c in classes] + [f"overhead_s.{c}" for c in classes]
-             + ["half_efficiency_flop"])
-    x0 = ([min(base.efficiency[c], 1.0) for c in classes]
+             + ["half_efficiency_flop"] + call)
+    x0 = ([min(base.class_efficiency(c, "tensor_core" if _runs_on_tensor_cores(c, chip, precision) else ""), 1.0)
+           for c in classes]
           + [max(base.overhead_s[c], overhead_floor_s, 1e-7) for c in classes]
-          + [max(base.half_efficiency_flop, 1.0)])
-    lower = [1e-3] * len(classes) + [1e-8] * len(classes) + [1.0]
-    upper = [EFFICIENCY_MAX] * len(classes) + [1e-2] * len(classes) + [1e12]
+          + [max(base.half_efficiency_flop, 1.0)] + [max(base.host_call_s, overhead_floor_s, 1e-7)] * len(call))
+    lower = [1e-3] * len(classes) + [1e-8] * len(classes) + [1.0] + [1e-8] * len(call)
+    upper = [EFFICIENCY_MAX] * len(classes) + [1e-2] * len(classes) + [1e12] + [1e-2] * len(call)
     measured = [o.measurement.median_s for o in observations]
+    # a class whose micro-layers ran on a GPU's tensor cores (fp32 convolutions in TF32 under
+    # PyTorch's defaults) says nothing of its CUDA-core work: its fitted efficiency is the tensor
+    # cores' (FamilyParams.tensor_efficiency), the CUDA cores keep their prior
+    on_tensor = {c for c in classes if _runs_on_tensor_cores(c, chip, precision)}
 
     def params_from(values: dict[str, float]):
         eff = dict(base.efficiency)
+        tensor = dict(base.tensor_efficiency or base.efficiency)
         over = dict(base.overhead_s)
         for c in classes:
-            eff[c] = values[f"efficiency.{c}"]
+            (tensor if c in on_tensor else eff)[c] = values[f"efficiency.{c}"]
             over[c] = values[f"overhead_s.{c}"]
         return dataclasses.replace(base, efficiency=eff, overhead_s=over,
-                                   half_efficiency_flop=values["half_efficiency_flop"])
+                                   tensor_efficiency=tensor if on_tensor else base.tensor_efficiency,
+                                   half_efficiency_flop=values["half_efficiency_flop"],
+                                   host_call_s=values.get("host_call_s", base.host_call_s))
 
     def predict_all(values: dict[str, float], which: Sequence[int] | None = None) -> np.ndarray:
         params = params_from(values)

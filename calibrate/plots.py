@@ -173,6 +173,21 @@ def draw_roofline(doc: CalibrationDocument):
 
 
 def draw_power(doc: CalibrationDocument):
+    """The holds' power and SM clock over time (a run with holds, calibrate.sustain); an older run:
+    its power windows against throughput, each named."""
+    if holds := doc.observations.holds:
+        import matplotlib.pyplot as plt
+
+        fig, (clock_ax, ax) = plt.subplots(2, 1, figsize=(7, 8), sharex=True)
+        for h in holds:
+            ax.plot(h.sample_t_s, [np.nan if p is None else p for p in h.sample_power_w], label=h.label)
+            clock_ax.plot(h.sample_t_s, [np.nan if c is None else c / 1e9 for c in h.sample_sm_clock_hz])
+        clock_ax.set_ylabel("SM clock (GHz)")
+        clock_ax.set_title("SM clock and power while each kernel is held")
+        clock_ax.grid(True, alpha=0.3)
+        _axes(ax, "", "time since the hold began (s)", "power (W)", grid="major")
+        _legend(ax, 7)
+        return fig
     fig, ax = _figure((7, 5))
     rows = [r for r in doc.observations.power if r.avg_power_w is not None]
     ax.scatter([r.flop_per_s for r in rows], [r.avg_power_w for r in rows])
@@ -184,7 +199,7 @@ def draw_power(doc: CalibrationDocument):
 def _drawers(doc: CalibrationDocument) -> dict[str, Callable]:
     drawers = {"gemm_efficiency.png": draw_gemm_efficiency, "predicted_vs_measured.png": draw_predicted_vs_measured,
                "roofline.png": draw_roofline}
-    if doc.observations.power:
+    if doc.observations.power or doc.observations.holds:
         drawers["power.png"] = draw_power
     return drawers
 

@@ -120,3 +120,12 @@ def refit(doc: CalibrationDocument, chip) -> Refit:
                                  as_timed(workload, chip, precision, fit.params, MODEL_FP32_MODE).latency_s,
                                  as_timed(workload, chip, precision, defaults, MODEL_FP32_MODE).latency_s))
     return Refit(fit, tuple(checks))
+
+
+def refit_power(doc: CalibrationDocument, chip):
+    """The power section fitted again from `doc`'s recorded holds, or a SCHEMA_1 run's power curve,
+    with today's code (calibrate.power_fit): (power section, energy fit or None, flags)."""
+    from chipcal.calibrate.power_fit import power_section
+
+    return power_section(doc.power.source, doc.power.available, doc.power.reason, doc.observations.holds,
+                         doc.observations.power, chip, doc.fingerprint, doc.precision)

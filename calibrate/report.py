@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from chipcal.calibrate import render, store
-from chipcal.calibrate.document import CalibrationDocument, FitRecord
+from chipcal.calibrate.document import CalibrationDocument, FitRecord, PowerSection
 from chipcal.calibrate.fits import UNCONSTRAINED_SE_LOG
 from chipcal.calibrate.render import Block, Bullets, Figures, Heading, Paragraph, table
 from chipcal.calibrate.selfcheck import REVERT_MARGIN, REVERT_MIN_LAYERS, CrossValSection
@@ -24,7 +24,7 @@ PLOTS = {
     "gemm_efficiency.png": "GEMM efficiency vs problem size with the fitted saturating curve",
     "predicted_vs_measured.png": "Predicted vs measured latency per validation model",
     "roofline.png": "Local roofline with measured GEMM, layer and model points",
-    "power.png": "Power vs throughput (only when a power source exists)",
+    "power.png": "SM clock and power while each kernel is held (only when a power source exists)",
 }
 
 
@@ -182,8 +182,7 @@ def report_blocks(doc: CalibrationDocument, plots: tuple[str, ...] | None = None
                 f"{100 * r.error:+.1f}%", si(r.predicted_default_s, "s")] for r in doc.observations.models]),
         Paragraph(_validation_text(doc)),
         Heading("Power"),
-        Paragraph(f"Source: {doc.power.source}. Idle baseline {si(doc.power.idle_w, 'W')}." if doc.power.available
-                  else f"No power source: {doc.power.reason}. Energy figures are physics-model estimates only."),
+        *_power_blocks(doc.power),
         Heading("Flags"),
         Bullets(tuple(f"**{f.code}** ({f.severity}): {f.message}" for f in doc.flags)) if doc.flags else
         Paragraph("None: measurements, datasheet and physics model agree within the thresholds."),
@@ -223,6 +222,38 @@ def run_writers(doc: CalibrationDocument) -> dict[str, Callable[[Path], None]]:
             **plots,
             "report.html": lambda path: store.text_writer(
                 render_html(doc, {n: compact((path.parent / n).read_bytes()) for n in doc.plots}))(path)}
+
+
+def _pj(joules: float | None) -> str:
+    return "-" if joules is None else f"{joules * 1e12:.3g}"
+
+
+def _power_blocks(power: PowerSection) -> list[Block]:
+    """The power section: static power, energy per byte, and each precision's sustained point
+    with its energy per FLOP beside the physics model's (calibrate.sustain)."""
+    if not power.available:
+        return [Paragraph(f"No power source: {power.reason}. Energy figures are physics-model estimates only.")]
+    blocks: list[Block] = [Paragraph(
+        f"Source: {power.source}. Static power (idle) {si(power.idle_w, 'W')}"
+        + (f"; DRAM {_pj(power.j_per_byte)} pJ/byte from the triad (physics model "
+           f"{_pj(power.physics_j_per_byte)} pJ/byte)" if power.j_per_byte is not None else "") + ".")]
+    if power.note:
+        blocks.append(Paragraph(f"No energy fit: {power.note}."))
+    if not power.precisions:
+        return blocks
+    return blocks + [
+        Paragraph("Each precision's GEMM held back to back until clock and power settled (its second half is the "
+                  "sustained point); energy per FLOP fitted as P = static·V(f) + e·FLOP/s·V(f)² + pJ/byte·byte/s "
+                  "with the model's V(f), at boost voltage and at the spec clock's voltage (with the GEMM's DRAM "
+                  "bytes), beside the physics model's energy at the spec clock."),
+        table(["precision", "engine", "sustained", "of spec", "burst", "SM clock", "of boost", "power",
+               "clock events", "settled", "pJ/FLOP at boost", "at spec clock", "physics at spec"],
+              [[e.precision, e.engine or "-", si(e.sustained_flop_per_s, "FLOP/s"), pct(e.fraction_of_spec),
+                si(e.burst_flop_per_s, "FLOP/s"), si(e.sustained_clock_hz, "Hz"), pct(e.clock_fraction),
+                si(e.sustained_power_w, "W"), ", ".join(e.clock_events) or "-",
+                {True: "yes", False: "no", None: e.source}[e.settled], _pj(e.j_per_flop_at_boost),
+                _pj(e.j_per_flop_at_spec_clock), _pj(e.physics_j_per_flop_at_spec)] for e in power.precisions]),
+    ]
 
 
 def _crossval_blocks(cv: CrossValSection | None) -> list[Block]:

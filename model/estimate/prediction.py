@@ -22,13 +22,11 @@ host issues each cast like any op; a cast's device time is its bytes / (bandwidt
 bandwidth_efficiency) + the per-kernel overhead, and its bytes are charged DRAM and on-chip
 energy. A captured graph (fused, compiled) fuses the casts into its kernels: no cast kernels.
 
-Layout (PyTorch runtimes on a GPU): eager keeps activations NCHW unless `memory_format` is
-channels_last, and cuDNN's tensor-core convolutions work in NHWC, so each such convolution
-(conv, conv1x1 in TF32/bf16/fp16/fp8/int8; not depthwise, not CUDA-core fp32) transposes its input
-and its output: one layout pass each (mapping.base.traffic's layout_passes; NVIDIA, "Convolutional
-Layers User's Guide", Tensor Core layouts: NCHW inputs are transposed to NHWC). torch.compile's
-Inductor converts convolutions to channels-last itself (its layout optimization), and fused
-runtimes (TensorRT) pick NHWC: no passes.
+Layout (PyTorch runtimes on a GPU): eager PyTorch keeps activations NCHW unless `memory_format` is
+channels_last, and cuDNN's NCHW paths reach a far smaller share of tensor-core peak than its NHWC
+ones: the parameters of today's PyTorch (mapping.params.PYTORCH_GPU_NCHW) carry that for NCHW
+convolutions on tensor cores. torch.compile's Inductor converts convolutions to channels-last
+itself (PYTORCH_GPU), and fused runtimes (TensorRT) pick NHWC.
 
 Steady-state inference: when all weights plus the largest subgraph's activations fit in on-chip
 memory, weights are not re-read from DRAM (`weights_on_chip`). A precision no engine of the chip
@@ -45,7 +43,7 @@ from dataclasses import dataclass, field, fields, replace
 from chipcal.model.chip import Chip
 from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, host_cost, run_queue
 from chipcal.model.estimate.memory import MemoryProfile, memory_profile
-from chipcal.model.estimate.numerics import TF32_CONV_CLASSES, Cast, OpNumerics, plan, switches
+from chipcal.model.estimate.numerics import Cast, OpNumerics, plan, switches
 from chipcal.model.estimate.roofline import (
     HOST_ISSUED_CLASS_COSTS,
     SubgraphEstimate,
@@ -204,20 +202,6 @@ def weight_cast(subgraph, numerics: OpNumerics, trace_bpe: float) -> Cast | None
 
 
 MEMORY_FORMATS = ("nchw", "channels_last")
-TENSOR_CORE = "tensor_core"
-
-
-def layout_passes(subgraph, chip: Chip, numerics: OpNumerics, params: FamilyParams, runtime: str,
-                  memory_format: str) -> float:
-    """Layout passes around `subgraph` (module docstring, Layout): a GPU's NCHW tensor-core
-    convolution under eager PyTorch transposes its input and output (1); a CPU's are its
-    FamilyParams' (oneDNN's reorders); else 0."""
-    if chip.kind != "gpu":
-        return params.layout_passes
-    if runtime != "eager" or memory_format != "nchw" or subgraph.op_class not in TF32_CONV_CLASSES:
-        return 0.0
-    engine = chip.engine_for(numerics.precision)
-    return 1.0 if engine is not None and engine.circuit == TENSOR_CORE else 0.0
 
 
 def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
@@ -228,12 +212,13 @@ def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
     return max(share, key=share.get) if share else "none"
 
 
-def producer_layout_bytes(workload, subgraph, passes: dict[int, float]) -> float:
+def producer_layout_bytes(workload, subgraph, layout_passes: float) -> float:
     """Traced bytes the layout passes of `subgraph`'s convolution producers read last: each
-    reorders its channel-blocked output into the tensor `subgraph` reads (mapping.base.traffic).
-    `passes`: subgraph index -> its layout passes."""
-    return sum(passes[p] * workload.subgraphs[p].output_bytes for p in subgraph.depends_on
-               if workload.subgraphs[p].op_class in CONV_CLASSES and passes[p])
+    reorders its channel-blocked output into the tensor `subgraph` reads (mapping.base.traffic)."""
+    if not layout_passes:
+        return 0.0
+    return layout_passes * sum(workload.subgraphs[p].output_bytes for p in subgraph.depends_on
+                               if workload.subgraphs[p].op_class in CONV_CLASSES)
 
 
 def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = None,
@@ -253,7 +238,7 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
     listed clocks exceeds the TDP is predicted at the power-limited clock (throttle.py; bottleneck "power").
     """
     if params is None:
-        params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
+        params = params_for(chip.name, chip.kind, calibration, chip.active_mode, runtime, framework, memory_format)
     if memory_format not in MEMORY_FORMATS:
         raise ValueError(f"unknown memory format {memory_format!r}; valid: {', '.join(MEMORY_FORMATS)}")
     setup = _Setup(runtime, host_overhead_s, autocast, fp32_mode, memory_format, framework, host_source, repeated)
@@ -314,12 +299,10 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
     numerics = plan(workload, chip, precision, trace_bpe, setup.fp32_mode, setup.autocast)
     ctx = chip_context(chip, precision)
     resident = weights_stay_on_chip(workload, chip, scale)
-    passes = {sg.index: layout_passes(sg, chip, n, params, runtime, setup.memory_format)
-              for sg, n in zip(workload.subgraphs, numerics, strict=True)}
     try:
         estimates = tuple(estimate_subgraph(sg, chip, n.precision, params, trace_bpe, resident,
                                             chip_context(chip, n.precision),
-                                            producer_layout_bytes(workload, sg, passes), n.scales, passes[sg.index])
+                                            producer_layout_bytes(workload, sg, params.layout_passes), n.scales)
                           for sg, n in zip(workload.subgraphs, numerics, strict=True))
     except UnsupportedPrecision as exc:
         return unsupported(workload, chip, precision, str(exc), runtime)
@@ -342,7 +325,7 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
                 cast_bytes += c.bytes
             device.append(e.latency_s)
             issue.append(e.host_issue_s)
-        queue = run_queue(device, host, issue, setup.repeated)
+        queue = run_queue(device, host, issue, setup.repeated, params.host_call_s)
         latency = queue.latency_s
     mem = memory_profile(workload, scale)
 

@@ -29,6 +29,10 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
                            calibrated with switch_overhead_s from the chains
     host_overhead_s        per-op host issue cost under an eager runtime (estimate/host.py); None:
                            the host-class default; a calibration sets it from the dispatch probe
+    host_call_s            host time per call of the whole network under an eager runtime (Python
+                           entry, the top-level module's __call__, a timer's events), before its first
+                           op; 0 by default; a GPU calibration fits it beside the class costs (a
+                           micro-layer alone pays it once per op or two, a network once per ~200 ops)
     onchip_bandwidth_ratio bandwidth of the last on-chip level (CPU L3, GPU L2, TPU/KPU SRAM) as a
                            multiple of the spec DRAM bandwidth: cache-resident traffic is not free
     first_touch_bytes_per_s  rate of the first write into a freshly mapped buffer (page faults) for
@@ -73,6 +77,11 @@ FAMILIES = KINDS
 # host (PyTorch eager mode; estimate/host.py).
 RUNTIMES = ("fused", "compiled", "eager")
 HOST_RUNTIMES = ("eager",)     # runtimes that pay a per-op host issue cost
+PYTORCH_RUNTIMES = ("eager", "compiled")     # PyTorch's own kernels (cuDNN, cuBLAS, Inductor)
+# framework generation of a PyTorch runtime: today's (the default) or the validation corpus's
+# PyTorch 1.x hosts of 2020-21 (their host cost, estimate/host.py)
+FRAMEWORKS = ("pytorch2", "pytorch1")
+DEFAULT_FRAMEWORK = "pytorch2"
 
 
 def runtime_fuses(runtime: str) -> bool:
@@ -131,6 +140,7 @@ class FamilyParams:
     weight_layout_bytes_per_s: float | None = None
     pointwise_weight_layout_bytes_per_s: float | None = None
     tensor_efficiency: Mapping[str, float] | None = None
+    host_call_s: float = 0.0
 
     def __post_init__(self) -> None:
         # Fractions may exceed 1 after calibration: a locally built chip's peak and bandwidth are
@@ -153,6 +163,7 @@ class FamilyParams:
         object.__setattr__(self, "switch_overhead_s",
                            _number("switch_overhead_s", self.switch_overhead_s, allow_zero=True))
         object.__setattr__(self, "overhead_cycles", _number("overhead_cycles", self.overhead_cycles, allow_zero=True))
+        object.__setattr__(self, "host_call_s", _number("host_call_s", self.host_call_s, allow_zero=True))
         if self.host_overhead_s is not None:
             object.__setattr__(self, "host_overhead_s",
                                _number("host_overhead_s", self.host_overhead_s, allow_zero=True))
@@ -211,6 +222,7 @@ class FamilyParams:
                if getattr(self, name) is not None},
             **({"tensor_efficiency": dict(self.tensor_efficiency)}                     # absent: None
                if self.tensor_efficiency is not None else {}),
+            **({"host_call_s": self.host_call_s} if self.host_call_s else {}),           # absent: 0
         }
 
     @classmethod
@@ -226,7 +238,7 @@ class FamilyParams:
                                       "first_touch_bytes_per_s", "fresh_allocation_bytes", "layout_passes",
                                       "network_memory_factor", "k_loop_cycles_per_byte",
                                       "weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s",
-                                      "tensor_efficiency")
+                                      "tensor_efficiency", "host_call_s")
                     if k in d}
         return cls(**{k: d[k] for k in keys}, **optional)
 
@@ -308,6 +320,32 @@ _DEFAULTS: dict[str, FamilyParams] = {
 }
 
 
+# Today's PyTorch on a GPU (eager, torch.compile): its kernels reach a smaller fraction of tensor-core
+# peak than the TensorRT-class kernels the GPU defaults were fitted on. Derived from device-bound
+# timings recorded on an H100 SXM5 with torch 2.11 (docs/prediction-parameters.md): cuBLAS/SDPA
+# matmul and attention at 0.65x the default (measure_model_efficiency's ViT-B/16 bf16 at batch 64),
+# and, where eager PyTorch hands cuDNN NCHW activations, convolutions at 0.2x (the calibrations'
+# TF32 convolutions at batch 32, ResNet-50 bf16 at batch 64); channels-last and Inductor's
+# convolutions keep the default. CUDA cores keep theirs.
+PYTORCH_TENSOR_SCALE = {"matmul": 0.65, "attention": 0.65}
+NCHW_CONV_TENSOR_SCALE = 0.2
+_PT_SOURCE = ("default for today's PyTorch on a GPU ({}): the GPU defaults with tensor-core efficiency x 0.65 for "
+              "matmul and attention{} (docs/prediction-parameters.md), from recorded H100 SXM5 device-bound timings, "
+              "torch 2.11")
+
+
+def _pytorch_gpu(nchw: bool) -> FamilyParams:
+    base = _DEFAULTS["gpu"]
+    scale = dict(PYTORCH_TENSOR_SCALE, **(dict.fromkeys(("conv", "conv1x1"), NCHW_CONV_TENSOR_SCALE) if nchw else {}))
+    return replace(base, tensor_efficiency={c: v * scale.get(c, 1.0) for c, v in base.efficiency.items()},
+                   source=_PT_SOURCE.format("eager, NCHW" if nchw else "channels-last or compiled",
+                                            ", x 0.2 for NCHW convolutions" if nchw else ""))
+
+
+PYTORCH_GPU = _pytorch_gpu(nchw=False)
+PYTORCH_GPU_NCHW = _pytorch_gpu(nchw=True)
+
+
 def default_params(family: str) -> FamilyParams:
     """The documented default parameter set of `family` (cpu, gpu, tpu, kpu)."""
     if family not in _DEFAULTS:
@@ -338,11 +376,15 @@ class CalibrationParams:
 
 
 def params_for(chip_name: str, family: str, calibration: CalibrationParams | None = None,
-               mode: str | None = None) -> FamilyParams:
-    """The calibrated parameters if `calibration` was fitted on this chip, else the family defaults."""
+               mode: str | None = None, runtime: str | None = None, framework: str | None = None,
+               memory_format: str = "nchw") -> FamilyParams:
+    """The calibrated parameters if `calibration` was fitted on this chip, else the family defaults
+    (a GPU under today's PyTorch, eager or compiled: PYTORCH_GPU, PYTORCH_GPU_NCHW for eager NCHW)."""
     if calibration is not None and calibration.applies_to(chip_name, mode):
         if calibration.params.family != family:
             raise CalibrationError(f"{calibration.path}: fitted for family {calibration.params.family!r} "
                                    f"but {chip_name} is a {family}")
         return calibration.params
+    if family == "gpu" and runtime in PYTORCH_RUNTIMES and framework == DEFAULT_FRAMEWORK:
+        return PYTORCH_GPU_NCHW if runtime in HOST_RUNTIMES and memory_format == "nchw" else PYTORCH_GPU
     return default_params(family)
