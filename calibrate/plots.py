@@ -25,14 +25,14 @@ _RADII_PX = (3, 8, 16, 28, 44, 64, 90, 120, 160, 210)
 _POINT_PX = 5                    # half the side of the box a named point keeps free
 
 
-def _figure(size: tuple[float, float]):
-    """A matplotlib figure and axes (Agg backend: no display needed)."""
+def _figure(size: tuple[float, float], **subplots):
+    """A matplotlib figure and axes (Agg backend: no display needed); `subplots` as for plt.subplots."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=size)
+    return plt.subplots(figsize=size, **subplots)
 
 
 def _axes(ax, title: str, xlabel: str, ylabel: str, log: str = "", grid: str = "both") -> None:
@@ -176,9 +176,7 @@ def draw_power(doc: CalibrationDocument):
     """The holds' power and SM clock over time (a run with holds, calibrate.sustain); an older run:
     its power windows against throughput, each named."""
     if holds := doc.observations.holds:
-        import matplotlib.pyplot as plt
-
-        fig, (clock_ax, ax) = plt.subplots(2, 1, figsize=(7, 8), sharex=True)
+        fig, (clock_ax, ax) = _figure((7, 8), nrows=2, sharex=True)
         for h in holds:
             ax.plot(h.sample_t_s, [np.nan if p is None else p for p in h.sample_power_w], label=h.label)
             clock_ax.plot(h.sample_t_s, [np.nan if c is None else c / 1e9 for c in h.sample_sm_clock_hz])
