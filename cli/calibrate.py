@@ -1,6 +1,6 @@
 """`chipcal calibrate`: measure this machine, fit the physics model, validate, write a report.
 
-Writes results/<machine-slug>/<timestamp>/ (calibration.json, report.md, PNG plots) atomically:
+Writes results/<machine-slug>/<timestamp>/ (calibration.json, report.md, PNG plots, report.html) atomically:
 an interrupted run leaves nothing half-written, and a rerun never overwrites an earlier one.
 """
 
@@ -89,7 +89,7 @@ def _body(args: argparse.Namespace) -> int:
 
     from chipcal.calibrate import rerun, store
     from chipcal.calibrate.journal import Journal
-    from chipcal.calibrate.report import plot_writers, render_markdown
+    from chipcal.calibrate.report import run_writers
     from chipcal.calibrate.run import QUICK_MODELS, CalibrationConfig, run_calibration
 
     store.check_writable(Path(args.out))
@@ -113,10 +113,7 @@ def _body(args: argparse.Namespace) -> int:
     try:
         doc = rerun.with_rerun(run_calibration(config, progress=bars, journal=journal), Path(args.out))
         bars.phase("writing report", 1)
-        doc = doc.with_plots(plot_writers(doc))
-        writers = {store.CALIBRATION_FILE: store.json_writer(doc.to_dict()),
-                   "report.md": lambda path: store.text_writer(render_markdown(doc))(path),  # inside the
-                   **plot_writers(doc)}                      # guarded write: a failure saves the document
+        writers = run_writers(doc)      # rendered inside the guarded write: a failure saves the document
         stamp = doc.created_utc.replace("-", "").replace(":", "")
         path = store.write_run(Path(args.out), doc.machine_slug, stamp, writers, fallback=doc.to_dict())
     except KeyboardInterrupt:

@@ -26,6 +26,15 @@ MAX_NUMBER = 1e15
 MAX_BATCH = 1 << 20
 
 
+HYPOTHETICAL_MARK = "*"
+HYPOTHETICAL_NOTE = f"{HYPOTHETICAL_MARK} = hypothetical: a design study, not a product"
+
+
+def marked(name: str, hypothetical: bool) -> str:
+    """A chip's name as a table shows it: HYPOTHETICAL_MARK after a hypothetical design's."""
+    return name + HYPOTHETICAL_MARK if hypothetical else name
+
+
 class UsageError(ChipcalError):
     """A user mistake: printed as one line, exit status 2."""
 

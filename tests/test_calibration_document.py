@@ -188,7 +188,8 @@ def test_the_gpu_power_sections_round_trip(tmp_path):
     assert [e.precision for e in doc.power.precisions] == ["fp32", "tf32", "fp16", "bf16", "fp8"]
     assert doc.observations.holds[-1].sample_clock_events[-1] == 4       # sw_power_cap at the end of the fp8 trace
     # the report: a row per precision with its engine and clock events, and the holds' power plot
-    from chipcal.calibrate.report import plot_writers, render_markdown
+    from chipcal.calibrate.plots import plot_writers
+    from chipcal.calibrate.report import render_markdown
 
     text = render_markdown(doc)
     assert "physics at spec" in text and text.count("| tensor_cores |") == 4 and "| fp32 | cuda_cores |" in text
