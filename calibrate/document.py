@@ -6,7 +6,7 @@ calibrate.records). Prediction needs only `ParametersDocument`, the part a hand-
 may hold alone (`{"schema", "parameters", "chip"?}`); it hands the model a CalibrationParams.
 
 Schema: every file written so far says SCHEMA. Sections added to it later (`skipped`,
-`dispatch`, `first_touch`, `layout`, `throttle_note`, `crossval`, `rerun`, `threads`, the chains, a peak's `support`, a fit's
+`dispatch`, `first_touch`, `layout`, `throttle_note`, `crossval`, `rerun`, `threads`, `refit`, the chains, a peak's `support`, a fit's
 `unconstrained`, the validation's noise and model count) have defaults, so older files still
 load. A change that old files cannot meet by a default gets a new tag and a migration function
 from the old one.
@@ -247,6 +247,18 @@ class RerunSection(Record):
 
 
 @record
+class RefitSection(Record):
+    """Set when the document is a refit (`chipcal calibrate --refit`, calibrate.refit): every
+    measurement is the source run's, copied unchanged; the fits, parameters, predictions,
+    validation and the flags that follow from them were worked out again by the code named."""
+
+    source_run: str                # the run directory re-fitted, as given
+    source_created_utc: str
+    source_command: str
+    code: str                      # chipcal's version and the checkout's `git describe` that re-fitted
+
+
+@record
 class SustainSection(Record):
     """calibrate.sustain's fit: the clock the chip holds under sustained load (GPU)."""
 
@@ -451,6 +463,7 @@ class CalibrationDocument(Record):
     crossval: CrossValSection | None = field(default=None, metadata=OMIT_NONE)
     rerun: RerunSection | None = field(default=None, metadata=OMIT_NONE)
     threads: ThreadsSection | None = field(default=None, metadata=OMIT_NONE)
+    refit: RefitSection | None = field(default=None, metadata=OMIT_NONE)
     plots: tuple[str, ...] = ()          # the plot files written beside it (calibrate.report)
     non_finite_values: NonFiniteValues | None = field(default=None, metadata=OMIT_NONE)
 

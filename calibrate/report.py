@@ -68,6 +68,9 @@ def render_markdown(doc: CalibrationDocument) -> str:
         f"Created {doc.created_utc} by `{doc.command}`"
         + (" (quick mode: fewer shapes, shorter timing budgets)" if doc.quick else "") + ".",
         "",
+        *([f"A refit of `{r.source_run}` (created {r.source_created_utc} by `{r.source_command}`) by {r.code}: "
+           "the measurements are that run's, unchanged; the chip, fits, parameters, predictions, validation and the "
+           "flags that follow from them are this code's.", ""] if (r := doc.refit) else []),
         "## Machine",
         "",
         _table(["field", "value"], [[k, str(v)] for k, v in doc.environment_summary.items()]),
