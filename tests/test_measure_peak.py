@@ -320,3 +320,11 @@ def test_dram_figure_is_read_beyond_the_cache():
     both = bandwidth_from_dict({"device": "cpu", "fingerprint_slug": "t", "warnings": [], "other_cpus": None,
                                 "points": [point(*c) for c in curve] + triad}, None)
     assert both.memory_bytes_per_s == pytest.approx(31.5e9, rel=0.01)
+
+
+def test_a_torch_without_a_private_gemm_op_reports_the_precision_unsupported(monkeypatch):
+    """int8 and fp8 run on private ops (torch._int_mm, torch._scaled_mm): a torch release without
+    one reports the precision unsupported with the reason, found by trying the op, not by version."""
+    monkeypatch.delattr(torch, "_int_mm")
+    reason = peak.unsupported_reason("int8", "cpu")
+    assert reason.startswith("unsupported: torch cannot run it here") and "_int_mm" in reason
