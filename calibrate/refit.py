@@ -196,15 +196,6 @@ def refit_chip(doc: CalibrationDocument):
                   "last-level cache from the run's recorded bandwidth probe")
 
 
-@dataclass(frozen=True)
-class _RecordedSource:
-    """The power source as the run recorded it (calibrate.power_fit.power_section reads these)."""
-
-    name: str
-    available: bool
-    reason: str | None
-
-
 def refit_document(doc: CalibrationDocument, chip, origin: str, *, source_run: str, code: str,
                    command: str, created_utc: str, progress=None) -> CalibrationDocument:
     """`doc` re-fitted by today's code as a whole calibration document (module docstring): its
@@ -213,7 +204,6 @@ def refit_document(doc: CalibrationDocument, chip, origin: str, *, source_run: s
     worked out again; the flags about the measurements kept, those in RECOMPUTED_FLAGS replaced."""
     from chipcal.calibrate import flags as gap
     from chipcal.calibrate import run as cr
-    from chipcal.calibrate.power_fit import power_section
     from chipcal.model.mapping.params import default_params
 
     precision = doc.precision
@@ -229,9 +219,7 @@ def refit_document(doc: CalibrationDocument, chip, origin: str, *, source_run: s
                                        default_error=c.default_error)
                    for row, c in zip(doc.observations.models, result.models, strict=True))
     validation = dataclasses.replace(doc.validation, **cr.validation_errors(models, result.crossval))
-    source = _RecordedSource(doc.power.source, doc.power.available, doc.power.reason)
-    power, power_fit, power_flags = power_section(source, [r.to_dict() for r in doc.observations.power], chip,
-                                                  doc.fingerprint, precision)
+    power, power_fit, power_flags = refit_power(doc, chip)
     fits = {**doc.fits, **{k: cd.FitRecord.of(v) for k, v in result.gemm.items()},
             "power": power_fit, "op_class_latency": cd.FitRecord.of(result.fit.layer_fit),
             "switch_overhead": cd.FitRecord.of(result.fit.switch_fit)}
@@ -239,7 +227,7 @@ def refit_document(doc: CalibrationDocument, chip, origin: str, *, source_run: s
                                                doc.rerun.previous_run, validation.median_abs_error)
     flags = ([f for f in doc.flags if f.code not in RECOMPUTED_FLAGS]
              + cr.fit_flags(validation, result.crossval) + cr.spec_flags(chip)
-             + [f for f in power_flags if f.code != "sustained_sag"]     # the sag is the run's, kept above
+             + power_flags
              + ([drift] if drift else []))
     model_bw = chip.memory.bandwidth_bytes_per_s
     measured_bw = doc.bandwidth.measured_bytes_per_s
@@ -269,3 +257,12 @@ def _peak(row: cd.PeakRow, chip) -> cd.PeakRow:
     return dataclasses.replace(row, physics_flop_per_s=physics, spec_flop_per_s=spec,
                                fraction_of_physics=measured / physics if measured and physics else None,
                                fraction_of_spec=measured / spec if measured and spec else None)
+
+
+def refit_power(doc: CalibrationDocument, chip):
+    """The power section fitted again from `doc`'s recorded holds, or a SCHEMA_1 run's power curve,
+    with today's code (calibrate.power_fit): (power section, energy fit or None, flags)."""
+    from chipcal.calibrate.power_fit import power_section
+
+    return power_section(doc.power.source, doc.power.available, doc.power.reason, doc.observations.holds,
+                         doc.observations.power, chip, doc.fingerprint, doc.precision)

@@ -435,7 +435,7 @@ def _body(args: argparse.Namespace) -> int:
     found: dict[int, tuple[Opportunity, ...]] = {}
     if args.explain:
         for i, (chip, p) in enumerate(pairs):
-            params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
+            params = params_for(chip.name, chip.kind, calibration, chip.active_mode, p.runtime, p.framework)
             found[i] = opportunities(p, source.get(p.model, p.batch, p.fused), chip, params,
                                      workload_at=lambda b, m=p.model, f=p.fused: source.get(m, b, f),
                                      target_utilization=args.target_utilization)
