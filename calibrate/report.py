@@ -138,6 +138,9 @@ def report_blocks(doc: CalibrationDocument, plots: tuple[str, ...] | None = None
         Heading(f"Calibration: {doc.machine_slug} ({doc.device})", 1),
         Paragraph(f"Created {doc.created_utc} by `{doc.command}`"
                   + (" (quick mode: fewer shapes, shorter timing budgets)" if doc.quick else "") + "."),
+        *([Paragraph(f"A refit of `{r.source_run}` (created {r.source_created_utc} by `{r.source_command}`) by "
+                     f"{r.code}: the measurements are that run's, unchanged; the chip, fits, parameters, predictions, "
+                     "validation and the flags that follow from them are this code's.")] if (r := doc.refit) else []),
         Heading("Machine"),
         table(["field", "value"], [[k, str(v)] for k, v in doc.environment_summary.items()]),
         Paragraph(f"Modelled as **{chip.name}** ({chip.origin}). Physics peaks are derived from its "

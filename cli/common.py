@@ -309,6 +309,7 @@ def summary_record(doc, path: Path) -> dict:
                 "max_abs_error": val.max_abs_error, "noise_between_rounds": val.noise_rel,
                 "rerun_median_abs_change": doc.rerun.median_abs_change if doc.rerun else None,
                 "power_source": doc.power.source if doc.power.available else None,
+                "refit_of": doc.refit.source_run if doc.refit else None,
                 "flags": ", ".join(dict.fromkeys(f.code for f in doc.flags)) or None,
                 "path": str(path)})
     return row
