@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from html_check import Page, assert_sorted, check_page, png_size
-from recorded import REFERENCE_RUN
+from recorded import reference_run_dir
 
 from chipcal.calibrate import render, report, store
 
@@ -23,9 +23,9 @@ RUNS = sorted(p.parent for p in ROOT.glob("results/*/*/calibration.json"))
 
 
 @pytest.fixture(scope="module")
-def reference():
+def reference(tmp_path_factory):
     """The reference run's document and its report.html drawn now (plots included: ~5 s)."""
-    doc = store.load(REFERENCE_RUN.parent)
+    doc = store.load(reference_run_dir(tmp_path_factory.mktemp("reference")))
     return doc, report.render_html(doc)
 
 
