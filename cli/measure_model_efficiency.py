@@ -31,14 +31,14 @@ from chipcal.cli.common import (
     write_notes,
 )
 from chipcal.measure.device import check_device
-from chipcal.measure.models import MODEL_PRECISIONS
+from chipcal.measure.models import FP32_SWITCHES, MODEL_FP32_MODE, MODEL_PRECISIONS
 
 FIELDS = ("model", "batch", "precision", "device", "flop", "latency_s", "latency_iqr_s", "latency_ci_low_s",
           "latency_ci_high_s", "n", "cv", "unstable", "delivered_flop_per_s", "spec_peak_flop_per_s",
           "measured_peak_flop_per_s", "physics_peak_flop_per_s", "efficiency_vs_spec", "efficiency_vs_measured",
           "efficiency_vs_physics", "efficiency", "peak", "energy_j", "energy_per_sample_j", "avg_power_w",
           "idle_power_w", "power_source", "power_note", "chip", "fingerprint", "torch_version", "threads",
-          "other_cpus", "note")
+          "other_cpus", "fp32_mode", "cudnn_allow_tf32", "float32_matmul_precision", "cudnn_benchmark", "note")
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -49,6 +49,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--batch", type=positive_int_list, default=[1], help="comma-separated batch sizes (default 1)")
     p.add_argument("--precision", type=csv_choices("precision", MODEL_PRECISIONS), default=["fp32"],
                    help="fp32 (default), bf16 or fp16; comma-separated for several")
+    p.add_argument("--fp32-mode", choices=tuple(FP32_SWITCHES), default=MODEL_FP32_MODE,
+                   help="what fp32 runs as: pytorch (default: PyTorch's own defaults, cuDNN convolutions "
+                        "in TF32, matmuls in fp32), strict (TF32 off), tf32 (TF32 for both); recorded per row")
     p.add_argument("--peak", choices=("spec", "measured"), default="measured",
                    help="peak for the 'efficiency' column; 'measured' runs the GEMM sweep if not cached")
     p.add_argument("--max-time", type=positive_float, default=5.0, metavar="S",
@@ -96,6 +99,9 @@ def record(m, ref, measured_peak, peak_kind: str, fp, other_cpus: float | None =
         idle_power_w=m.power.idle_w if m.power else None, power_source=m.power_source,
         power_note=m.power_note, chip=ref.chip, fingerprint=fp.slug, torch_version=fp.torch_version,
         other_cpus=other_cpus,
+        **({"fp32_mode": m.numerics.fp32_mode, "cudnn_allow_tf32": m.numerics.cudnn_allow_tf32,
+            "float32_matmul_precision": m.numerics.float32_matmul_precision,
+            "cudnn_benchmark": m.numerics.cudnn_benchmark} if m.numerics else {}),
         threads=lat.threads, note="; ".join(lat.warnings + (m.power.warnings if m.power else ())) or None)
     row["efficiency"] = row["efficiency_vs_spec" if peak_kind == "spec" else "efficiency_vs_measured"]
     return row
@@ -159,7 +165,8 @@ def _body(args: argparse.Namespace) -> int:
             bar.set_description(f"{name} b{batch} {precision}")
             try:
                 with OtherLoad() as other:
-                    m = measure_model(name, batch, precision, args.device, power=power, max_time_s=args.max_time)
+                    m = measure_model(name, batch, precision, args.device, power=power, max_time_s=args.max_time,
+                                      fp32_mode=args.fp32_mode)
                 row = record(m, ref, measured[precision], args.peak, fp, other.cpus)
             except UnsupportedPrecision as exc:
                 row = unsupported_record(name, batch, precision, args.device, str(exc), ref, fp)
