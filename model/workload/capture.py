@@ -78,11 +78,15 @@ class _Recorder:
         self.calls.append(Call(func, args, kwargs, out, owner, composite))
 
 
-class _AtenRecorder(TorchDispatchMode):
+class _Reporting:
+    """Base of the two torch modes below: each reports the calls it sees to one _Recorder."""
+
     def __init__(self, rec: _Recorder):
         super().__init__()
         self.rec = rec
 
+
+class _AtenRecorder(_Reporting, TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
@@ -91,11 +95,7 @@ class _AtenRecorder(TorchDispatchMode):
         return out
 
 
-class _CompositeRecorder(TorchFunctionMode):
-    def __init__(self, rec: _Recorder):
-        super().__init__()
-        self.rec = rec
-
+class _CompositeRecorder(_Reporting, TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func not in COMPOSITES or self.rec.suppress:
