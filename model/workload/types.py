@@ -68,6 +68,7 @@ class Parallelism:
     grouped: bool
     groups: int
     vector_dim: int         # length of the innermost dimension SIMD lanes run over
+    kernel: tuple[int, ...] = ()   # a convolution's window (kh, kw, ...); () for other work
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class Op:
     gemm: GemmShape | None
     classified: bool        # False -> its unclassified work counted as zero and flagged
     terms: tuple[Term, ...] = ()
+    subnormal_ops: float = 0.0   # element-operations on subnormal fp32 operands (workload/subnormal.py)
 
     @property
     def arithmetic_intensity(self) -> float:
@@ -138,6 +140,7 @@ class Subgraph:
     depends_on: tuple[int, ...]  # subgraph indices whose outputs it reads
     stage: int                   # execution stage (longest dependency chain before it)
     threads: int                 # thread-level parallelism of its dominant op (Op.threads)
+    subnormal_ops: float = 0.0   # its ops' element-operations on subnormal fp32 operands
 
     @property
     def bytes_read(self) -> int:
