@@ -59,6 +59,20 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+def _noise_line(val) -> str:
+    """What the timing noise permits (calibrate.noise): rounds, spread between them, the pooled CI."""
+    if val.noise_permits is None:        # written before calibrate.noise
+        return (f"Noise between the interleaved rounds of the same model: {_pct(val.noise_rel)}, "
+                "the accuracy that this host's noise alone permits.")
+    from chipcal.calibrate.noise import allowed
+
+    verdict = ("The validation error is within it: explained by noise alone." if val.explained_by_noise
+               else "The validation error exceeds it.")
+    return (f"Timing noise over {val.rounds} interleaved rounds: {_pct(val.noise_rel)} between rounds, "
+            f"CI of the median ±{_pct(val.median_ci_rel)}; the accuracy the noise permits is "
+            f"**{_pct(val.noise_permits)}** (a check of the target needs at most {_pct(allowed())}). {verdict}")
+
+
 def render_markdown(doc: CalibrationDocument) -> str:
     """report.md: summary, peaks, bandwidth, fits with uncertainties, validation, flags."""
     chip, val = doc.chip, doc.validation
@@ -176,8 +190,7 @@ def render_markdown(doc: CalibrationDocument) -> str:
         f"p90 **{_pct(val.p90_abs_error)}**, max {_pct(val.max_abs_error)} over {val.n} cases "
         f"({'?' if val.n_models is None else val.n_models} models × batch sizes; with the uncalibrated defaults: "
         f"median {_pct(val.default_median_abs_error)}, p90 {_pct(val.default_p90_abs_error)}). "
-        f"Noise between the interleaved rounds of the same model: {_pct(val.noise_rel)}, "
-        "the accuracy that this host's noise alone permits."
+        + _noise_line(val)
         + (f" Cross-validated error on the held-out micro-benchmarks: median {_pct(val.crossval_median_abs_error)}, "
            f"p90 {_pct(val.crossval_p90_abs_error)}." if val.crossval_median_abs_error is not None else ""),
         *([_rerun_line(doc.rerun)] if doc.rerun else []),

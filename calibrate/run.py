@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from chipcal.calibrate import document as cd
 from chipcal.calibrate import flags as gap
+from chipcal.calibrate import noise
 from chipcal.calibrate.accuracy import error_summary
 from chipcal.calibrate.crossval import folds
 from chipcal.calibrate.journal import NoJournal, same_machine
@@ -93,6 +95,11 @@ class CalibrationConfig:
     @property
     def model_time_s(self) -> float:
         return 2.0 if self.quick else 6.0
+
+    @property
+    def extra_rounds_time_s(self) -> float:
+        """Time for rounds beyond `rounds` when the host is too noisy for the target (calibrate.noise)."""
+        return 120.0 if self.quick else 300.0
 
 
 def onchip_bandwidth(bw, os_llc_bytes: int | None = None) -> float | None:
@@ -292,17 +299,18 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     share = config.validation_time_s / max(len(plan), 1)
     for entry in plan:
         entry.budget_s = min(max(config.model_time_s, MODEL_MIN_SAMPLES * 1.5 * entry.budget_s), share)
-    progress.phase("timing rounds: micro-layers, chains, models",
-                   config.rounds * (len(layer_set) + len(chain_set) + len(plan)))
-    for r in range(config.rounds):
+    per_round = len(layer_set) + len(chain_set) + len(plan)
+    progress.phase("timing rounds: micro-layers, chains, models", config.rounds * per_round)
+
+    def time_round(r: int) -> None:
         if (recorded := journal.get(f"round-{r}")) is not None:
             layer_set.add_round(recorded["layers"])
             chain_set.add_round(recorded["chains"])
             for entry in plan:
                 entry.add(recorded["models"][entry.key])
-            for _ in range(len(layer_set) + len(chain_set) + len(plan)):
+            for _ in range(per_round):
                 step(f"round {r + 1} (journaled)")
-            continue
+            return
         timings = {"layers": layer_set.time_round(config.layer_time_s / config.rounds,
                                                   max(3, 10 // config.rounds), step),
                    "chains": chain_set.time_round(2 * config.layer_time_s / config.rounds,
@@ -316,6 +324,17 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
             entry.add(timings["models"][entry.key])
             step(f"{entry.name} batch {entry.batch}")
         journal.put(f"round-{r}", timings)
+
+    # the planned rounds, then more while the host is too noisy for the target (calibrate.noise)
+    started = time.monotonic()
+    for r in range(config.rounds):
+        time_round(r)
+    rounds, extra_start = config.rounds, time.monotonic()
+    while noise.another_round([e.timings() for e in plan], rounds, (extra_start - started) / config.rounds,
+                              config.extra_rounds_time_s - (time.monotonic() - extra_start)):
+        progress.phase(f"timing round {rounds + 1}: the host is noisier than the target allows", per_round)
+        time_round(rounds)
+        rounds += 1
     observations, chains = layer_set.observations(), chain_set.observations()
 
     # 6. fits on the micro-benchmarks (calibrate.micro): op classes, self-check, switch cost
@@ -344,7 +363,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         name, batch, workload = entry.name, entry.batch, entry.workload
         predicted = as_timed(workload, chip, config.precision, params)
         predicted_default = as_timed(workload, chip, config.precision, defaults)
-        m = entry.measurement(config.rounds)
+        m = entry.measurement(rounds)
         model_rows.append(cd.ModelRow(model=name, batch=batch, flop=workload.flop,
                                       bytes=workload.bytes_read + workload.bytes_written,
                                       delivered_flop_per_s=workload.flop / m.median_s,
@@ -357,6 +376,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
 
     errors = [r.error for r in model_rows]
     default_errors = [r.default_error for r in model_rows]
+    summary = error_summary(errors, "")
+    verdict = noise.verdict([e.timings() for e in plan], config.rounds, rounds, summary["median_abs_error"])
     validation = cd.ValidationSection(
         fit_data=(f"Fit data: the GEMM sweep ({len(gemm_rows)} shapes), the bandwidth probe, "
                   f"{len(observations)} micro-layers ({', '.join(sorted({o.op_class for o in observations}))}) "
@@ -366,11 +387,13 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                          f"{config.precision}, weights=None, measured in the same run."),
         n=len(model_rows),
         n_models=len({r.model for r in model_rows}),
-        noise_rel=_round_noise(plan),
-        **error_summary(errors, ""), **error_summary(default_errors, "default_"),
+        noise_rel=_finite(verdict.round_noise), rounds=verdict.rounds, median_ci_rel=_finite(verdict.median_ci),
+        noise_permits=_finite(verdict.permitted), explained_by_noise=verdict.explained_by_noise,
+        **summary, **error_summary(default_errors, "default_"),
         crossval_median_abs_error=crossval.median_abs_error, crossval_p90_abs_error=crossval.p90_abs_error,
         crossval_default_median_abs_error=crossval.default_median_abs_error,
     )
+    flags += gap.noise_flags(verdict, config.extra_rounds_time_s, summary["median_abs_error"])
     if crossval.classes_keeping_defaults:
         flags.append(gap.Flag(
             "fitted_class_reverted", "info",
@@ -392,10 +415,10 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
             f"held-out models: calibrated median |error| {validation.median_abs_error:.1%} > "
             f"{validation.default_median_abs_error:.1%} with the uncalibrated defaults "
             f"(p90 {validation.p90_abs_error:.1%} vs {validation.default_p90_abs_error:.1%}); "
-            f"the noise between rounds alone permits about {validation.noise_rel:.1%}",
+            f"the timing noise alone permits about {verdict.permitted:.1%}",
             {"median_abs_error": validation.median_abs_error,
              "default_median_abs_error": validation.default_median_abs_error,
-             "noise_rel": validation.noise_rel}))
+             "noise_rel": verdict.permitted}))
 
     # flags from the spec side
     if chip.stated_peak_flop_per_s:
@@ -482,17 +505,13 @@ class ModelPlan:
     def measurement(self, rounds: int) -> Measurement:
         return Measurement.from_samples(self.samples, method=f"{self.methods[-1]}; {rounds} interleaved rounds")
 
+    def timings(self) -> noise.RoundTimings:
+        return noise.RoundTimings(tuple(self.samples), tuple(self.round_medians))
 
-def _round_noise(plan) -> float:
-    """Noise between the interleaved rounds of the same model: the median over (model, batch) of
-    half the spread (max/min - 1) of its round medians. A prediction cannot be checked to better
-    than this on this host: it is the accuracy that noise alone permits."""
-    spreads = []
-    for entry in plan:
-        medians = entry.round_medians
-        if len(medians) >= 2:
-            spreads.append((max(medians) / min(medians) - 1) / 2)
-    return float(np.median(spreads)) if spreads else float("nan")
+
+def _finite(value: float) -> float | None:
+    """`value`, or None where it could not be determined (nan: too few rounds or samples)."""
+    return value if np.isfinite(value) else None
 
 
 def _now() -> str:
