@@ -27,15 +27,13 @@
                    512->512 3x3 at 7x7, batch 1: weight reorder 0.34 ms, convolution 0.49 ms; the
                    same FLOP at 64 channels and 56x56: 0.007 ms and 0.47 ms); serial, the same at
                    any batch; 0 where the parameters have no rate (a calibration times it,
-                   measure.layout). A GEMM with weights and more than one row (a linear layer, a
-                   convolution PyTorch runs through the BLAS) pays its weights / the pointwise
-                   rate too: the BLAS packs its weight operand into panels on every call, the same
+                   measure.layout). A GEMM with weights and more than one row (a linear layer) pays
+                   its weights / the pointwise rate too: the BLAS packs its weight operand into
+                   panels on every call, the same
                    K x N reorder oneDNN runs for a 1x1 convolution's weights (2-vCPU Xeon, one
                    thread: swin_t's 52 linears took 84 ms at batch 1 and 572 ms at batch 8, a
                    fixed 14 ms per pass for their 110 MB of weights)
-    overhead     = overhead_s[c] + switch_overhead_s + overhead_cycles / engine clock
-    (c = the kernel's class: the subgraph's op class, or the one the mapper says the runtime runs,
-    Allocation.kernel_class, for efficiency, overhead and the weight pass)
+    overhead     = overhead_s[op_class] + switch_overhead_s + overhead_cycles / engine clock
     first_touch_time = output bytes / first_touch_bytes_per_s, for an output of at least
                    fresh_allocation_bytes: the allocator maps such a buffer fresh for every call
                    (glibc's dynamic mmap threshold tops out at 32 MiB, mallopt(3); a calibration
@@ -232,12 +230,12 @@ def first_touch_s(output_bytes: float, params: FamilyParams) -> float:
 POINTWISE_CLASSES = ("conv1x1", "matmul")     # their weights take weight_layout's pointwise rate
 
 
-def weight_layout_s(subgraph, weight_bytes: float, params: FamilyParams, kernel_class: str = "") -> float:
+def weight_layout_s(subgraph, weight_bytes: float, params: FamilyParams) -> float:
     """Per-call weight reorder of a convolution, or pack of a GEMM's weight operand (module
     docstring), `weight_bytes` at the precision's element size; 0 for other ops, for a
     matrix-vector product (one row: the BLAS streams the weights unpacked) and where the
-    parameters have no rate. `kernel_class`: the kernel the runtime runs (Allocation.kernel_class)."""
-    cls = kernel_class or subgraph.op_class
+    parameters have no rate."""
+    cls = subgraph.op_class
     gemv = subgraph.gemm is not None and subgraph.gemm.m <= 1
     if not weight_bytes or cls not in (*CONV_CLASSES, "matmul") or (cls == "matmul" and gemv):
         return 0.0
@@ -262,8 +260,7 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     alloc = map_subgraph(subgraph, chip, precision, scale, weights_on_chip, params.layout_passes,
                          producer_layout_bytes)
     flop = float(subgraph.flop)
-    cls = alloc.kernel_class or subgraph.op_class
-    eff = params.efficiency[cls]
+    eff = params.efficiency[subgraph.op_class]
     if is_mac_work(subgraph) and alloc.lane_fill > 0:
         eff *= params.size_factor(flop / alloc.lane_fill / max(alloc.utilization, 1e-12))  # W / u
     available = alloc.available_flop_per_s * eff
@@ -273,10 +270,10 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     compute = max(throughput, k_loop) + alloc.assist_cycles / engine.clock_hz
     memory = memory_time_s(alloc.dram_bytes, alloc.onchip_bytes, ctx.bandwidth_bytes_per_s, params)
     kernel = flop > 0 or alloc.onchip_bytes > 0
-    overhead = (params.overhead_s[cls] + params.switch_overhead_s
+    overhead = (params.overhead_s[subgraph.op_class] + params.switch_overhead_s
                 + params.overhead_cycles / engine.clock_hz) if kernel else 0.0
     memory += first_touch_s(subgraph.output_bytes * scale, params) if kernel else 0.0
-    reorder = weight_layout_s(subgraph, subgraph.weight_bytes * scale, params, alloc.kernel_class) if kernel else 0.0
+    reorder = weight_layout_s(subgraph, subgraph.weight_bytes * scale, params) if kernel else 0.0
     work = max(compute, memory) + reorder
     latency = work + overhead
     if not kernel:

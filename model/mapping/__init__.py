@@ -6,12 +6,9 @@ One mapper per architecture family (cpu, gpu, tpu, kpu); `map_subgraph` dispatch
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from chipcal.model.chip import Chip
 from chipcal.model.mapping import cpu, gpu, kpu, tpu
 from chipcal.model.mapping.base import (
-    CONV_CLASSES,
     MAC_CLASSES,
     Allocation,
     UnsupportedPrecision,
@@ -43,15 +40,12 @@ def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
 
     The traffic is worked out here, once for every family: activations stay resident in the
     family's on-chip capacity; GEMM operands are blocked for its `blocking_capacity` (the same
-    capacity, except one KPU tile's scratchpad). A CPU convolution that PyTorch runs as a BLAS
-    GEMM (cpu.kernel_class) takes no layout passes. Recent allocations are reused (model.memo)."""
+    capacity, except one KPU tile's scratchpad). Recent allocations are reused (model.memo)."""
     mapper = MAPPERS[chip.kind]
     resident = mapper.onchip_capacity(chip)
-    kernel = cpu.kernel_class(subgraph, precision, bytes_scale) if chip.kind == "cpu" else subgraph.op_class
     moved = traffic(subgraph, bytes_scale, resident, mapper.blocking_capacity(chip), precision, weights_on_chip,
-                    layout_passes if kernel in CONV_CLASSES else 0.0, producer_layout_bytes)
-    alloc = mapper.allocate(subgraph, chip, precision, moved)
-    return replace(alloc, kernel_class=kernel) if kernel != subgraph.op_class else alloc
+                    layout_passes, producer_layout_bytes)
+    return mapper.allocate(subgraph, chip, precision, moved)
 
 
 def onchip_capacity(chip: Chip) -> float:

@@ -70,9 +70,6 @@ class Allocation:
     # cycles each busy unit spends in microcode assists, serial with its work (a CPU's SIMD
     # instructions on subnormal operands: mapping/cpu.py); 0 where none are modelled
     assist_cycles: float = 0.0
-    # the class of kernel the runtime launches when it is not the subgraph's own (a CPU
-    # convolution PyTorch runs as im2col + BLAS GEMM: "matmul", mapping/cpu.kernel_class); "" = op_class
-    kernel_class: str = ""
 
     @property
     def available_flop_per_s(self) -> float:

@@ -13,12 +13,6 @@
   cores used = min(cores, ceil(outputs / 32768)); lane fill from the vectorizable dimension.
   Depthwise conv (oneDNN vectorizes over channels) takes one SIMD vector of outputs per item.
 * Cache fit: activations stay on chip when input + output fit in L3 + the cores' L2s.
-* Which kernel PyTorch runs for a convolution (aten ConvParams::use_mkldnn, fp32, more than one
-  thread): oneDNN, except for an ungrouped batch-1 convolution whose window is at most 3 wide in a
-  dimension and whose input holds at most 20,480 elements, which runs PyTorch's own im2col + BLAS
-  GEMM (thnn_conv2d: squeeze-excite 1x1s, 1x1s and 3x3s on 7x7 maps of up to 417 channels). Such a
-  kernel is a GEMM: kernel_class "matmul" (its efficiency and overhead, no oneDNN layout passes, its
-  weights packed by the BLAS at the pointwise rate: estimate/roofline.weight_layout_s).
 * Subnormal operands (fp32): a core that takes a microcode assist for a SIMD instruction with a
   subnormal input or result (microarch subnormal_assist_cycles: Intel; absent on AMD and Arm)
   spends assist_cycles = subnormal_ops / lanes × subnormal_assist_cycles / busy cores on them,
@@ -34,7 +28,6 @@ from dataclasses import replace
 
 from chipcal.model.chip import Chip, Engine
 from chipcal.model.mapping.base import (
-    CONV_CLASSES,
     Allocation,
     Traffic,
     best,
@@ -103,20 +96,6 @@ def onchip_capacity(chip: Chip) -> float:
 
 
 blocking_capacity = onchip_capacity   # GEMM blocks use the whole on-chip level
-
-
-NATIVE_CONV_ELEMENTS = 20480     # aten ConvParams::use_mkldnn: "for some case, native is faster"
-NATIVE_CONV_WINDOW = 3
-
-
-def kernel_class(subgraph, precision: str, bytes_scale: float) -> str:
-    """The class of kernel PyTorch eager runs for `subgraph` on a CPU (module docstring)."""
-    p = subgraph.parallelism
-    if subgraph.op_class not in CONV_CLASSES or precision != "fp32" or p.groups != 1 or p.batch != 1:
-        return subgraph.op_class
-    wide = len(p.kernel) >= 2 and all(side > NATIVE_CONV_WINDOW for side in p.kernel[-2:])
-    elements = subgraph.input_bytes * bytes_scale / bytes_per_element(precision)
-    return subgraph.op_class if wide or elements > NATIVE_CONV_ELEMENTS else "matmul"
 
 
 SUBNORMAL_PRECISIONS = ("fp32",)   # subnormal_ops are counted on fp32 values (workload/subnormal.py)

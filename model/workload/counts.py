@@ -121,7 +121,7 @@ def _convolution(target, label, named, reads, writes) -> Part:
     depthwise = groups > 1 and groups == c_in
     op_class = "depthwise" if depthwise else ("conv1x1" if kernel == 1 else "conv")
     par = Parallelism(n, c_out, out_spatial, out.numel(), depthwise, groups > 1, groups,
-                      c_out if depthwise else gemm.n, tuple(int(s) for s in w.shape[2:]))
+                      c_out if depthwise else gemm.n)
     return _part(target, label, "conv", op_class, "conv", gemm.macs, FLOP_PER_MAC * gemm.macs, gemm, par,
                  reads, writes)
 

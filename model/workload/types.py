@@ -68,7 +68,6 @@ class Parallelism:
     grouped: bool
     groups: int
     vector_dim: int         # length of the innermost dimension SIMD lanes run over
-    kernel: tuple[int, ...] = ()   # a convolution's window (kh, kw, ...); () for other work
 
 
 @dataclass(frozen=True)
