@@ -15,13 +15,18 @@
                          (eager), else the label (compute/memory/overhead) carrying the most
                          subgraph latency
 
-Autocast (`autocast=True`, torch.autocast / torch.cuda.amp): the weights stay in fp32 and every
-op with weights casts them to the run precision at each call, one more op before it (PyTorch
-autocast docs: the weight-cast cache lives only inside one autocast region). Under an eager runtime
-the host issues that cast like any op; its device time is the cast kernel's
-weights × (4 + bytes per element) / (bandwidth × bandwidth_efficiency) + the per-kernel overhead.
-Its energy is not counted (weights are < 1 % of a batch's traffic). At fp32 or wider there is
-nothing to cast. A captured graph (fused, compiled) pays no host cost for it and the cast is left out.
+Numerics (estimate/numerics.py): each subgraph computes in the precision the framework gives it
+(fp32 on a TF32 GPU follows `fp32_mode`; `autocast=True` is torch.autocast: per-op policy, fp32
+weights cast at every call, activation casts at each dtype boundary). Under an eager runtime the
+host issues each cast like any op; a cast's device time is its bytes / (bandwidth ×
+bandwidth_efficiency) + the per-kernel overhead, and its bytes are charged DRAM and on-chip
+energy. A captured graph (fused, compiled) fuses the casts into its kernels: no cast kernels.
+
+Layout (PyTorch runtimes on a GPU): eager PyTorch keeps activations NCHW unless `memory_format` is
+channels_last, and cuDNN's NCHW paths reach a far smaller share of tensor-core peak than its NHWC
+ones: the parameters of today's PyTorch (mapping.params.PYTORCH_GPU_NCHW) carry that for NCHW
+convolutions on tensor cores. torch.compile's Inductor converts convolutions to channels-last
+itself (PYTORCH_GPU), and fused runtimes (TensorRT) pick NHWC.
 
 Steady-state inference: when all weights plus the largest subgraph's activations fit in on-chip
 memory, weights are not re-read from DRAM (`weights_on_chip`). A precision no engine of the chip
@@ -36,9 +41,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 
 from chipcal.model.chip import Chip
-from chipcal.model.estimate.host import host_cost, run_queue
+from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, host_cost, run_queue
 from chipcal.model.estimate.memory import MemoryProfile, memory_profile
-from chipcal.model.estimate.roofline import SubgraphEstimate, chip_context, estimate_subgraph
+from chipcal.model.estimate.numerics import Cast, OpNumerics, plan, switches
+from chipcal.model.estimate.roofline import (
+    HOST_ISSUED_CLASS_COSTS,
+    SubgraphEstimate,
+    chip_context,
+    estimate_subgraph,
+)
 from chipcal.model.estimate.schedule import StageEstimate, schedule
 from chipcal.model.estimate.throttle import power_limited_fraction
 from chipcal.model.mapping import onchip_capacity
@@ -105,10 +116,15 @@ class Prediction:
     host_s: float = 0.0             # Σ host issue time
     host_wait_s: float = 0.0        # device idle waiting for the host
     host_source: str = ""
-    autocast: bool = False          # weights cast from fp32 at every call (eager: one more host op each)
-    clock_fraction: float = 1.0     # engine clocks ÷ listed clocks: < 1 when the TDP limits them (throttle.py)
-    listed_clock_latency_s: float = NAN   # latency at the listed clocks, whatever the power
-    listed_clock_power_w: float = NAN     # average power at the listed clocks
+    autocast: bool = False          # torch.autocast: per-op precision, casts (estimate/numerics.py)
+    fp32_mode: str = "pytorch"      # what fp32 means on a TF32 GPU (estimate/numerics.py FP32_MODES)
+    memory_format: str = "nchw"     # activations' layout in a PyTorch runtime (MEMORY_FORMATS)
+    framework: str = DEFAULT_FRAMEWORK   # the eager runtime's framework generation (host cost)
+    numerics: str = ""              # the framework switches the prediction assumes, in words
+    clock_fraction: float = 1.0     # engine clocks ÷ the clocks it runs at when the power allows (a GPU's
+                                    # boost, Chip.at_boost): < 1 when the TDP limits them (throttle.py)
+    listed_clock_latency_s: float = NAN   # latency at those clocks, whatever the power
+    listed_clock_power_w: float = NAN     # average power at those clocks
     params_source: str = ""
     subgraphs: tuple[SubgraphEstimate, ...] = field(default=(), repr=False)
     stages: tuple[StageEstimate, ...] = field(default=(), repr=False)
@@ -164,18 +180,27 @@ def weights_stay_on_chip(workload, chip: Chip, bytes_scale: float) -> bool:
     return weights + working <= onchip_capacity(chip)
 
 
-def autocast_cast_s(subgraph, estimate: SubgraphEstimate, chip: Chip, precision: str, params: FamilyParams,
-                    trace_bpe: float) -> float:
-    """Device time of the fp32 -> `precision` weight cast autocast runs before `subgraph`; 0 when
-    the subgraph has no weights or no MAC work, or `precision` is not narrower than fp32 (nothing
-    to cast; module docstring)."""
-    if subgraph.weight_bytes <= 0 or not is_mac_work(subgraph) or BYTES_PER_ELEMENT[precision] >= BYTES_PER_ELEMENT["fp32"]:
-        return 0.0
-    elements = subgraph.weight_bytes / trace_bpe
-    moved = elements * (BYTES_PER_ELEMENT["fp32"] + BYTES_PER_ELEMENT[precision])
-    clock = next(e.clock_hz for e in chip.engines if e.name == estimate.engine)
-    return (moved / (chip.memory.bandwidth_bytes_per_s * params.bandwidth_efficiency)
-            + params.overhead_s["elementwise"] + params.overhead_cycles / clock)
+def cast_kernel_s(nbytes: float, chip: Chip, engine_clock_hz: float, params: FamilyParams) -> tuple[float, float]:
+    """(device time, extra host issue time) of a cast kernel moving `nbytes` (read + write): a
+    memory-bound elementwise kernel; its class cost is the host's on a GPU (roofline.host_issue_s)."""
+    class_cost = params.overhead_s["elementwise"]
+    host_side = chip.kind == HOST_ISSUED_CLASS_COSTS
+    device = (nbytes / (chip.memory.bandwidth_bytes_per_s * params.bandwidth_efficiency)
+              + (0.0 if host_side else class_cost) + params.overhead_cycles / engine_clock_hz)
+    return device, class_cost if host_side else 0.0
+
+
+def weight_cast(subgraph, numerics: OpNumerics, trace_bpe: float) -> Cast | None:
+    """The fp32 -> low-precision weight cast autocast runs before a MAC subgraph at every call
+    (PyTorch autocast docs: the weight-cast cache lives only inside one autocast region); None
+    for a subgraph without weights or MAC work, or that computes at fp32 or wider."""
+    if subgraph.weight_bytes <= 0 or not is_mac_work(subgraph) \
+            or BYTES_PER_ELEMENT[numerics.precision] >= BYTES_PER_ELEMENT["fp32"]:
+        return None
+    return Cast(subgraph.weight_bytes / trace_bpe, BYTES_PER_ELEMENT["fp32"], BYTES_PER_ELEMENT[numerics.precision])
+
+
+MEMORY_FORMATS = ("nchw", "channels_last")
 
 
 def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
@@ -197,64 +222,109 @@ def producer_layout_bytes(workload, subgraph, layout_passes: float) -> float:
 
 def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = None,
             calibration: CalibrationParams | None = None, runtime: str = "fused",
-            host_overhead_s: float | None = None, autocast: bool = False) -> Prediction:
+            host_overhead_s: float | None = None, autocast: bool = False, fp32_mode: str = "pytorch",
+            memory_format: str = "nchw", framework: str = DEFAULT_FRAMEWORK,
+            host_source: str = "given (--host-overhead-s)", repeated: bool = False) -> Prediction:
     """Predict `workload` (a characterized Workload) on `chip` at `precision` under `runtime`.
 
     `params` overrides everything; otherwise the calibration applies if it was fitted on this chip,
     else the family defaults (mapping.params.params_for). `host_overhead_s` overrides the per-op
-    host cost of an eager runtime (estimate/host.py). The workload should be partitioned for the
-    runtime (mapping.params.runtime_fuses). `autocast`: weights cast from fp32 at every call
-    (module docstring). A run whose average power at the listed clocks exceeds the TDP is
-    predicted at the power-limited clock (throttle.py; bottleneck "power").
+    host cost of an eager runtime (estimate/host.py; `host_source` says where it came from), else
+    the default of the `framework` generation. The workload should be partitioned for the
+    runtime (mapping.params.runtime_fuses). `autocast`, `fp32_mode` and `memory_format`: the
+    module docstring (Numerics, Layout). `repeated`: the time per call of back-to-back calls (a
+    timer's average, host.run_queue) instead of one call's latency. A run whose average power at the
+    listed clocks exceeds the TDP is predicted at the power-limited clock (throttle.py; bottleneck "power").
     """
     if params is None:
-        params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
+        params = params_for(chip.name, chip.kind, calibration, chip.active_mode, runtime, framework, memory_format)
+    if memory_format not in MEMORY_FORMATS:
+        raise ValueError(f"unknown memory format {memory_format!r}; valid: {', '.join(MEMORY_FORMATS)}")
+    setup = _Setup(runtime, host_overhead_s, autocast, fp32_mode, memory_format, framework, host_source, repeated)
 
     def at(c: Chip) -> Prediction:
-        return _predict_at_clock(workload, c, precision, params, runtime, host_overhead_s, autocast)
+        return _predict_at_clock(workload, c, precision, params, setup)
 
-    listed = at(chip)
+    running = chip.at_boost()           # a GPU boosts past its listed clocks while the power allows
+    spec_peak = chip.peak_flop_per_s(precision) or 0.0
+
+    def against_spec(p: Prediction) -> Prediction:
+        """Efficiencies and the peak against the datasheet (listed) peak, whatever the clock."""
+        if not p.supported or not spec_peak or p.peak_flop_per_s == spec_peak:
+            return p
+        scale = p.peak_flop_per_s / spec_peak
+        return replace(p, peak_flop_per_s=spec_peak, compute_efficiency=p.compute_efficiency * scale,
+                       subgraphs=tuple(replace(e, compute_efficiency=e.compute_efficiency * scale)
+                                       for e in p.subgraphs))
+
+    listed = at(running)
     if not (listed.supported and chip.tdp_limits_clock and listed.avg_power_w > chip.tdp_w):
-        return listed
+        return against_spec(listed)
     fraction = power_limited_fraction(
-        lambda s: listed.avg_power_w if s == 1.0 else at(chip.at_clock_fraction(s)).avg_power_w, chip.tdp_w)
-    limited = at(chip.at_clock_fraction(fraction))
-    # efficiencies stay against the listed peak (every engine's peak scales by the fraction)
-    return replace(limited, clock_fraction=fraction, bottleneck="power",
-                   listed_clock_latency_s=listed.latency_s, listed_clock_power_w=listed.avg_power_w,
-                   peak_flop_per_s=listed.peak_flop_per_s,
-                   compute_efficiency=limited.compute_efficiency * fraction,
-                   subgraphs=tuple(replace(e, compute_efficiency=e.compute_efficiency * fraction)
-                                   for e in limited.subgraphs))
+        lambda s: listed.avg_power_w if s == 1.0 else at(running.at_clock_fraction(s)).avg_power_w, chip.tdp_w)
+    limited = at(running.at_clock_fraction(fraction))
+    # efficiencies stay against the running chip's peak (every engine's peak scales by the fraction)
+    return against_spec(replace(limited, clock_fraction=fraction, bottleneck="power",
+                                listed_clock_latency_s=listed.latency_s, listed_clock_power_w=listed.avg_power_w,
+                                peak_flop_per_s=listed.peak_flop_per_s,
+                                compute_efficiency=limited.compute_efficiency * fraction,
+                                subgraphs=tuple(replace(e, compute_efficiency=e.compute_efficiency * fraction)
+                                                for e in limited.subgraphs)))
 
 
-def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams, runtime: str,
-                      host_overhead_s: float | None, autocast: bool) -> Prediction:
+@dataclass(frozen=True)
+class _Setup:
+    """How the run is launched: predict's keyword arguments, passed down as one."""
+
+    runtime: str
+    host_overhead_s: float | None
+    autocast: bool
+    fp32_mode: str
+    memory_format: str
+    framework: str
+    host_source: str
+    repeated: bool
+
+
+def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams, setup: _Setup) -> Prediction:
     """`predict` with `chip`'s engines at their listed clocks, whatever the power."""
+    runtime = setup.runtime
     if not chip.supports(precision):
         return unsupported(workload, chip, precision,
                            f"{chip_label(chip)} has no engine for {precision}; it runs {', '.join(chip.precisions)}",
                            runtime)
     trace_bpe = trace_bytes_per_element(workload)
     scale = BYTES_PER_ELEMENT[precision] / trace_bpe
+    numerics = plan(workload, chip, precision, trace_bpe, setup.fp32_mode, setup.autocast)
     ctx = chip_context(chip, precision)
     resident = weights_stay_on_chip(workload, chip, scale)
     try:
-        estimates = tuple(estimate_subgraph(sg, chip, precision, params, trace_bpe, resident, ctx,
-                                            producer_layout_bytes(workload, sg, params.layout_passes))
-                          for sg in workload.subgraphs)
+        estimates = tuple(estimate_subgraph(sg, chip, n.precision, params, trace_bpe, resident,
+                                            chip_context(chip, n.precision),
+                                            producer_layout_bytes(workload, sg, params.layout_passes), n.scales)
+                          for sg, n in zip(workload.subgraphs, numerics, strict=True))
     except UnsupportedPrecision as exc:
         return unsupported(workload, chip, precision, str(exc), runtime)
     sched = schedule(estimates, workload.stages, workload.critical_path)
     latency = sched.latency_s
-    host = host_cost(chip, runtime, params, host_overhead_s)
+    host = host_cost(chip, runtime, params, setup.host_overhead_s, setup.framework, setup.host_source)
     queue = None
-    if host is not None:  # eager: one stream in program order behind the host
+    cast_bytes = 0.0
+    if host is not None:  # eager: one stream in program order behind the host; casts are kernels of their own
         device: list[float] = []
-        for sg, e in sorted(zip(workload.subgraphs, estimates, strict=True), key=lambda pair: pair[1].index):
-            cast = autocast_cast_s(sg, e, chip, precision, params, trace_bpe) if autocast else 0.0
-            device += [cast, e.latency_s] if cast > 0 else [e.latency_s]
-        queue = run_queue(device, host)
+        issue: list[float] = []
+        order = sorted(zip(workload.subgraphs, numerics, estimates, strict=True), key=lambda t: t[2].index)
+        for sg, n, e in order:
+            clock = next(en.clock_hz for en in chip.engines if en.name == e.engine)
+            wcast = weight_cast(sg, n, trace_bpe) if setup.autocast else None
+            for c in (*n.casts, *((wcast,) if wcast else ())):
+                d, h = cast_kernel_s(c.bytes, chip, clock, params)
+                device.append(d)
+                issue.append(h)
+                cast_bytes += c.bytes
+            device.append(e.latency_s)
+            issue.append(e.host_issue_s)
+        queue = run_queue(device, host, issue, setup.repeated, params.host_call_s)
         latency = queue.latency_s
     mem = memory_profile(workload, scale)
 
@@ -265,7 +335,7 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
     utilization = min(1.0, unit_time / latency) if latency > 0 else 0.0
     units = round(sum(e.units_allocated * e.busy_s for e in estimates) / busy) if busy > 0 else 0
     compute_j = sum(e.compute_energy_j for e in estimates)
-    memory_j = sum(e.memory_energy_j for e in estimates)
+    memory_j = sum(e.memory_energy_j for e in estimates) + cast_bytes * (ctx.dram_j_per_byte + ctx.onchip_j_per_byte)
     static_j = ctx.static_w * latency
     energy = compute_j + memory_j + static_j
     attained = flop / latency if latency > 0 else 0.0
@@ -291,7 +361,9 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
         static_energy_j=static_j, wasted_energy_j=ctx.static_w * latency * (1.0 - utilization),
         weights_on_chip=resident, host_per_op_s=host.per_op_s if host else 0.0,
         host_s=queue.host_s if queue else 0.0, host_wait_s=queue.host_wait_s if queue else 0.0,
-        host_source=host.source if host else "", autocast=autocast, params_source=params.source,
+        host_source=host.source if host else "", autocast=setup.autocast, fp32_mode=setup.fp32_mode,
+        memory_format=setup.memory_format, framework=setup.framework,
+        numerics=switches(chip, precision, setup.fp32_mode, setup.autocast), params_source=params.source,
         listed_clock_latency_s=latency, listed_clock_power_w=energy / latency if latency > 0 else NAN,
         subgraphs=estimates, stages=sched.stages, memory=mem,
     )
