@@ -92,7 +92,7 @@ def _subgraphs(df: Dataflow, ops: tuple[Op, ...], drafts: list[Draft], op_of: li
             input_bytes=b.input_bytes, weight_bytes=b.weight_bytes, output_bytes=b.output_bytes,
             bytes_saved_by_fusion=unfused - (b.input_bytes + b.weight_bytes + b.output_bytes),
             parallelism=dom.parallelism, gemm=dom.gemm, depends_on=tuple(depends_on[g]), stage=level[g],
-            threads=dom.threads))
+            threads=dom.threads, subnormal_ops=sum(op.subnormal_ops for op in members_ops)))
     return tuple(result)
 
 

@@ -35,6 +35,7 @@ class Event:
     part: Part
     read_from: tuple[int | None, ...]   # per read: event that wrote the version read (None: weight/input)
     obj_from: tuple[int | None, ...]    # per read: event that produced the tensor object
+    subnormal_ops: float = 0.0          # the call's operations on subnormal operands (first part)
 
 
 @dataclass(eq=False)
@@ -81,7 +82,7 @@ def build_dataflow(capture: Capture) -> Dataflow:
         return is_weight(id(t))
 
     for call in capture.calls:
-        for part in _parts(call, weight_check):
+        for n, part in enumerate(_parts(call, weight_check)):
             index = len(df.events)
             read_from, obj_from = [], []
             for t in part.reads:
@@ -108,7 +109,8 @@ def build_dataflow(capture: Capture) -> Dataflow:
                 df.obj_producer[id(t)] = index
                 if derived:
                     df.weight_ids.add(id(t))
-            df.events.append(Event(index, call.owner, part, tuple(read_from), tuple(obj_from)))
+            df.events.append(Event(index, call.owner, part, tuple(read_from), tuple(obj_from),
+                                   call.subnormal_ops if n == 0 else 0.0))
     df.final_writer = writer
     outputs = tensors_in(capture.output)
     df.output_ids = {id(t) for t in outputs}

@@ -101,6 +101,7 @@ class Op:
     gemm: GemmShape | None
     classified: bool        # False -> its unclassified work counted as zero and flagged
     terms: tuple[Term, ...] = ()
+    subnormal_ops: float = 0.0   # element-operations on subnormal fp32 operands (workload/subnormal.py)
 
     @property
     def arithmetic_intensity(self) -> float:
@@ -138,6 +139,7 @@ class Subgraph:
     depends_on: tuple[int, ...]  # subgraph indices whose outputs it reads
     stage: int                   # execution stage (longest dependency chain before it)
     threads: int                 # thread-level parallelism of its dominant op (Op.threads)
+    subnormal_ops: float = 0.0   # its ops' element-operations on subnormal fp32 operands
 
     @property
     def bytes_read(self) -> int:
