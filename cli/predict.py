@@ -26,6 +26,7 @@ from chipcal.cli.common import (
     output_file,
     plot_path,
     positive_float,
+    positive_int,
     positive_int_list,
     print_json,
     print_table,
@@ -48,8 +49,11 @@ from chipcal.model.mapping.params import (
     runtime_fuses,
 )
 from chipcal.model.precision import PRECISIONS
+from chipcal.model.workload.llm_config import PHASES, PRESETS, is_llm
 
 MB = 1e6
+DEFAULT_CONTEXT = 512
+DEFAULT_NEW_TOKENS = 128
 
 
 # --- arguments ---------------------------------------------------------------------------------
@@ -68,19 +72,29 @@ def non_negative_float(text: str) -> float:
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = Parser(prog=prog or "chipcal predict", description=__doc__.splitlines()[0])
     p.add_argument("--model", type=csv_list, required=True,
-                   help="comma-separated torchvision model names (e.g. resnet50,mobilenet_v2)")
+                   help="comma-separated torchvision model names (e.g. resnet50,mobilenet_v2), LLMs (a preset: "
+                        f"{', '.join(PRESETS)}; or PATH/config.json; docs/llm.md) or your own model "
+                        "(path/to/file.py:factory or package.module:factory; the file is executed)")
     p.add_argument("--hardware", type=csv_list, default=["all"],
                    help="comma-separated registry names (NAME@MODE for a power mode), 'local' for "
                         "this machine's CPU, or 'all' (default: all)")
     p.add_argument("--batch", type=positive_int_list, default=[1], help="batch sizes, e.g. 1,8,64 (default 1)")
-    p.add_argument("--precision", type=csv_choices("precision", PRECISIONS), default=["fp32"],
-                   help=f"comma-separated precisions ({', '.join(PRECISIONS)}; default fp32)")
+    p.add_argument("--precision", type=csv_choices("precision", PRECISIONS), default=None,
+                   help=f"comma-separated precisions ({', '.join(PRECISIONS)}; default fp32, LLMs bf16; "
+                        "for an LLM int8/int4 are weight-only with bf16 compute)")
     p.add_argument("--calibration", metavar="DIR",
                    help="calibration directory written by `chipcal calibrate` (applies to its chip only)")
-    p.add_argument("--runtime", choices=RUNTIMES, default="fused",
+    p.add_argument("--runtime", choices=RUNTIMES, default=None,
                    help="fused: one kernel per fused subgraph (TensorRT/XLA); compiled: torch.compile with "
                         "CUDA graphs; eager: one kernel per op, each issued by the host (PyTorch eager). "
-                        "A calibrated chip uses its calibration's runtime. Default fused")
+                        "A calibrated chip uses its calibration's runtime. Default fused; LLMs: compiled "
+                        "(static KV cache, CUDA graphs) or eager (Hugging Face generate), default compiled")
+    p.add_argument("--phase", choices=PHASES, default=None,
+                   help="LLMs: prefill (time to first token) or decode (tokens/s; default)")
+    p.add_argument("--context", type=at_most(positive_int, 1 << 24), default=None, metavar="N",
+                   help=f"LLMs: prompt tokens per sequence (default {DEFAULT_CONTEXT})")
+    p.add_argument("--new-tokens", type=at_most(positive_int, 1 << 24), default=None, metavar="M",
+                   help=f"LLMs: tokens generated per sequence, the KV cache growing from N (default {DEFAULT_NEW_TOKENS})")
     p.add_argument("--host-overhead-s", type=non_negative_float, metavar="S",
                    help="eager runtime: host issue cost per op in seconds (default: the calibration's "
                         "dispatch probe, else the host-class default, docs/validation.md)")
@@ -387,6 +401,21 @@ def _body(args: argparse.Namespace) -> int:
         sys.stderr.write(f"warning: calibration is for {calibration.chip}, which is not among the chips "
                          "predicted; every chip keeps its family defaults\n")
     source = WorkloadSource(use_cache=not args.no_cache, notify=lambda line: sys.stderr.write(line + "\n"))
+    llms = [is_llm(m) for m in args.model]
+    if any(llms):
+        if not all(llms):
+            raise UsageError("LLMs and other models are predicted in separate calls (different fields)")
+        from chipcal.cli.predict_llm import run_llm
+
+        args.phase = args.phase or "decode"
+        args.context = args.context or DEFAULT_CONTEXT
+        args.new_tokens = args.new_tokens or DEFAULT_NEW_TOKENS
+        return run_llm(args, chips, calibration, source)
+    for flag, value in (("--phase", args.phase), ("--context", args.context), ("--new-tokens", args.new_tokens)):
+        if value is not None:
+            raise UsageError(f"{flag} is for LLMs; {', '.join(args.model)} is not one")
+    args.precision = args.precision or ["fp32"]
+    args.runtime = args.runtime or "fused"
     try:
         pairs = predict_all(args.model, chips, args.batch, args.precision, calibration, source.get,
                             args.runtime, args.host_overhead_s, args.autocast)

@@ -197,7 +197,8 @@ def producer_layout_bytes(workload, subgraph, layout_passes: float) -> float:
 
 def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = None,
             calibration: CalibrationParams | None = None, runtime: str = "fused",
-            host_overhead_s: float | None = None, autocast: bool = False) -> Prediction:
+            host_overhead_s: float | None = None, autocast: bool = False,
+            trailing_ops_s: Sequence[float] = ()) -> Prediction:
     """Predict `workload` (a characterized Workload) on `chip` at `precision` under `runtime`.
 
     `params` overrides everything; otherwise the calibration applies if it was fitted on this chip,
@@ -205,13 +206,16 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
     host cost of an eager runtime (estimate/host.py). The workload should be partitioned for the
     runtime (mapping.params.runtime_fuses). `autocast`: weights cast from fp32 at every call
     (module docstring). A run whose average power at the listed clocks exceeds the TDP is
-    predicted at the power-limited clock (throttle.py; bottleneck "power").
+    predicted at the power-limited clock (throttle.py; bottleneck "power"). `trailing_ops_s`:
+    device times of ops an eager host issues after the workload's own, before it waits for the
+    device (generate's per-token loop, estimate/llm.py); their energy is not counted.
     """
     if params is None:
         params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
 
     def at(c: Chip) -> Prediction:
-        return _predict_at_clock(workload, c, precision, params, runtime, host_overhead_s, autocast)
+        return _predict_at_clock(workload, c, precision, params, runtime, host_overhead_s, autocast,
+                                 tuple(trailing_ops_s))
 
     listed = at(chip)
     if not (listed.supported and chip.tdp_limits_clock and listed.avg_power_w > chip.tdp_w):
@@ -229,7 +233,8 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
 
 
 def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams, runtime: str,
-                      host_overhead_s: float | None, autocast: bool) -> Prediction:
+                      host_overhead_s: float | None, autocast: bool,
+                      trailing_ops_s: tuple[float, ...] = ()) -> Prediction:
     """`predict` with `chip`'s engines at their listed clocks, whatever the power."""
     if not chip.supports(precision):
         return unsupported(workload, chip, precision,
@@ -254,7 +259,7 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
         for sg, e in sorted(zip(workload.subgraphs, estimates, strict=True), key=lambda pair: pair[1].index):
             cast = autocast_cast_s(sg, e, chip, precision, params, trace_bpe) if autocast else 0.0
             device += [cast, e.latency_s] if cast > 0 else [e.latency_s]
-        queue = run_queue(device, host)
+        queue = run_queue(device + list(trailing_ops_s), host)
         latency = queue.latency_s
     mem = memory_profile(workload, scale)
 
