@@ -50,6 +50,7 @@ from chipcal.model.mapping.params import (
 )
 from chipcal.model.precision import PRECISIONS
 from chipcal.model.workload.llm_config import PHASES, PRESETS, is_llm
+from chipcal.model.workload.user_model import is_user_model
 
 MB = 1e6
 DEFAULT_CONTEXT = 512
@@ -69,9 +70,18 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def model_list(text: str) -> list[str]:
+    """argparse type: comma-separated model names, lowercased except paths and file.py:factory specs
+    (a file name keeps its case)."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("empty list")
+    return [item if is_user_model(item) or item.lower().endswith(".json") else item.lower() for item in items]
+
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = Parser(prog=prog or "chipcal predict", description=__doc__.splitlines()[0])
-    p.add_argument("--model", type=csv_list, required=True,
+    p.add_argument("--model", type=model_list, required=True,
                    help="comma-separated torchvision model names (e.g. resnet50,mobilenet_v2), LLMs (a preset: "
                         f"{', '.join(PRESETS)}; or PATH/config.json; docs/llm.md) or your own model "
                         "(path/to/file.py:factory or package.module:factory; the file is executed)")

@@ -120,8 +120,9 @@ class WorkloadSource:
         header = {"step": key.slug}
         step = self._load(path, header, "llm_step") if path else None
         if step is None:
-            from chipcal.model.workload.llm import characterize_step
+            from chipcal.model.workload.llm import characterize_step, transformers_module
 
+            transformers_module(key.config.name)        # refused in one line, before the note
             self.notify(f"characterizing {key.config.name} {key.phase} at batch {key.batch}, "
                         f"{key.cached + key.tokens} tokens (torch, meta tensors)...")
             step = characterize_step(key)

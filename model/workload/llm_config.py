@@ -292,6 +292,13 @@ def step_key(config: LlmConfig, runtime: str, phase: str, batch: int, context: i
                    plan.codegen)
 
 
+def counting_key(config: LlmConfig, phase: str, batch: int, context: int, new_tokens: int) -> StepKey:
+    """The forward `chipcal workload` counts: traced in float32 as every model it counts, with a
+    dynamic cache (the decode step at the mean context) and the fused partition."""
+    key = step_key(config, "eager", phase, batch, context, new_tokens, "fp32")
+    return StepKey(config, phase, batch, key.tokens, key.cached, 0, "float32", fuse=True, codegen=False)
+
+
 def expected_experts_rounded(config: LlmConfig, tokens: int) -> int:
     """Whole experts a capture routes `tokens` tokens to: the expected count, rounded, at least k."""
     if not config.experts:
