@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -47,6 +48,7 @@ RUNTIME_MODEL = {
 # published runtimes that run under torch.autocast: weights cast from fp32 at every call
 # (estimate/prediction.py, "Autocast")
 AUTOCAST_RUNTIMES = ("pytorch-eager-amp",)
+NHWC_RUNTIMES = ("tensorflow",)     # frameworks whose GPU activations are NHWC by default
 UNITS = ("ms", "s", "samples/s")
 SPLITS = ("fit", "test")
 COLUMNS = ("model", "chip", "batch", "precision", "runtime", "value", "unit", "framework", "host_cpu",
@@ -98,6 +100,12 @@ class Measurement:
     @property
     def autocast(self) -> bool:
         return self.runtime in AUTOCAST_RUNTIMES
+
+    @property
+    def framework_generation(self) -> str:
+        """The eager framework's generation for its host cost (estimate.host.FRAMEWORKS): PyTorch
+        2.x where the framework column says so, else the corpus's 2020-21 frameworks (pytorch1)."""
+        return "pytorch2" if re.search(r"(pytorch|torch) 2\.", self.framework.lower()) else "pytorch1"
 
 
 def _check(path: Path, row: int, record: dict) -> Measurement:
@@ -208,8 +216,13 @@ def compare(rows: Sequence[Measurement], workload: Callable[[str, int, bool], ob
         chip = registry.get(m.chip)
         rt = m.model_runtime
         fam = params(chip) if params is not None else params_for(chip.name, chip.kind)
+        # a row's fp32 is what its label says: fp32 math (the sources name TF32 rows tf32);
+        # TensorFlow keeps activations NHWC on a GPU (Keras data_format channels_last), PyTorch and
+        # Paddle NCHW
         p = predict(workload(m.model, m.batch, runtime_fuses(rt)), chip, m.precision, params=fam,
-                    runtime=rt, host_overhead_s=host_overhead_s, autocast=m.autocast)
+                    runtime=rt, host_overhead_s=host_overhead_s, autocast=m.autocast, fp32_mode="strict",
+                    framework=m.framework_generation,
+                    memory_format="channels_last" if m.runtime in NHWC_RUNTIMES else "nchw")
         published = m.latency_s
         pred = p.latency_s if p.supported else math.nan
         out.append(Comparison(row=m.row, model=m.model, chip=m.chip, batch=m.batch, precision=m.precision,

@@ -2,10 +2,12 @@
 
 Per chip and precision: spec peak; all-in power of a dense GEMM at the spec clock with its
 low-high band; TDP; the power-limited (DVFS) sustained clock and the sustainable peak with its
-fraction of spec; the verdict (sustainable / exceeds TDP even at the optimistic end / uncertain);
-and the published measured peak where the registry has one. `--fitted` uses the constants fitted
-on those measurements (calibrate/evidence.py, needs scipy) instead of the nominal ones, and
-`--evidence` prints the leave-one-chip-out validation instead. Does not import torch.
+fraction of spec; the verdict (from a sustained measurement where the registry has one, else
+from the model's band) and the sustained and burst measurements kept apart. The model runs with
+the constants fitted on the sustained measurements (model/fitted_constants.toml); `--sourced`
+uses every constant's sourced nominal value instead (physics only). `--evidence` prints the
+sourced, fitted and leave-one-chip-out predictions of every sustained measurement (needs scipy),
+and `--refit FILE` writes the fitted constants to FILE. Does not import torch.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from chipcal.cli.common import (
     Parser,
     csv_list,
     load_registry_warn,
+    output_file,
     plot_path,
     print_json,
     print_table,
@@ -24,6 +27,7 @@ from chipcal.cli.common import (
     run,
     save_figure,
 )
+from chipcal.model import power
 from chipcal.model.estimate.prediction import chip_label
 from chipcal.model.precision import PRECISIONS
 from chipcal.model.tdp import (
@@ -41,10 +45,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help=f"assess every chip at this precision ({', '.join(PRECISIONS)}); "
                         "default: each chip's headline precision (bf16/fp16, else int8, else fp32)")
     p.add_argument("--plot", type=plot_path, metavar="FILE", help="estimated vs spec TDP chart (.png/.svg)")
-    p.add_argument("--fitted", action="store_true",
-                   help="use the constants fitted on the registry's published measurements")
+    p.add_argument("--sourced", action="store_true",
+                   help="every uncertain constant at its sourced nominal value instead of the fitted ones")
     p.add_argument("--evidence", action="store_true",
-                   help="print the physics-only and leave-one-chip-out fitted errors on the measured chips")
+                   help="print the sourced, fitted and leave-one-chip-out predictions of every sustained measurement")
+    p.add_argument("--refit", metavar="FILE", type=output_file,
+                   help="fit the constants on the registry's sustained measurements and write them to FILE "
+                        "(the shipped file is model/fitted_constants.toml)")
     p.add_argument("--json", action="store_true", help="print an array of flat records")
     return p
 
@@ -70,9 +77,15 @@ def record(c: ChipTdpComparison) -> dict:
         "sustainable_fraction": c.sustainable_fraction,
         "sustainable_fraction_low": c.low.sustainable_fraction,
         "sustainable_fraction_high": c.high.sustainable_fraction,
-        "verdict": c.verdict,
-        "measured_peak_flop_per_s": c.measured_peak_flop_per_s, "measured_source": c.measured_source,
-        "measured_fraction": (None if c.measured is None else c.measured.flop_per_s / c.spec_peak_flop_per_s),
+        "clock_fraction": c.clock_fraction, "gemm_efficiency": c.gemm.efficiency,
+        "verdict": c.verdict, "verdict_basis": c.verdict_basis, "model_verdict": c.model_verdict,
+        "measured_peak_flop_per_s": c.measured_peak_flop_per_s, "measured_fraction": c.measured_fraction,
+        "measured_kind": None if c.measured is None else c.measured.kind,
+        "measured_clock_hz": None if c.measured is None else c.measured.sm_clock_hz,
+        "measured_power_w": None if c.measured is None else c.measured.board_power_w,
+        "measured_source": c.measured_source,
+        "burst_peak_flop_per_s": None if c.burst is None else c.burst.flop_per_s,
+        "burst_fraction": c.burst_fraction, "burst_source": None if c.burst is None else c.burst.source,
         "hypothetical": chip.hypothetical,
     }
 
@@ -83,7 +96,10 @@ NUMERIC_FIELDS = ("spec_peak_flop_per_s", "spec_clock_hz", "boost_clock_hz", "po
                   "compute_w", "memory_w", "static_w", "estimated_tdp_w", "combined_tdp_w", "ratio",
                   "max_sustainable_pj_per_mac", "margin", "sustained_clock_hz", "sustainable_peak_flop_per_s",
                   "sustainable_fraction", "sustainable_fraction_low", "sustainable_fraction_high",
-                  "measured_peak_flop_per_s", "measured_source", "measured_fraction", "engines", "peak_engine",
+                  "clock_fraction", "gemm_efficiency", "verdict_basis", "model_verdict",
+                  "measured_peak_flop_per_s", "measured_fraction", "measured_kind", "measured_clock_hz",
+                  "measured_power_w", "measured_source", "burst_peak_flop_per_s", "burst_fraction", "burst_source",
+                  "engines", "peak_engine",
                   *(f"{c}_at_spec_w" for c in COMPONENTS))
 
 
@@ -106,7 +122,7 @@ def _display(r: dict) -> dict:
             "P_spec_W": r["power_at_spec_w"], "band_W": band, "TDP_W": r["spec_tdp_w"],
             "f_sust_GHz": None if r["sustained_clock_hz"] is None else r["sustained_clock_hz"] / 1e9,
             "sust_TFLOPS": _tera(r["sustainable_peak_flop_per_s"]), "sust/spec": r["sustainable_fraction"],
-            "meas_TFLOPS": _tera(r["measured_peak_flop_per_s"]), "meas/spec": r["measured_fraction"],
+            "meas/spec": r["measured_fraction"], "burst/spec": r["burst_fraction"],
             "verdict": r["verdict"]}
 
 
@@ -140,19 +156,37 @@ def _plot(path: str, records: list[dict]) -> None:
 def _evidence(registry, as_json: bool) -> int:
     from chipcal.calibrate.evidence import validate
 
-    report = validate(registry)
+    report = validate(registry.chips.values())
     if as_json:
         print_json(r.record() for r in report.rows)
         return 0
-    print_table([{"hardware": r.chip, "prec": r.precision, "meas_TFLOPS": r.measured_flop_per_s / 1e12,
-                  "physics_TFLOPS": r.physics_flop_per_s / 1e12, "physics_err": r.physics_error,
-                  "loo_TFLOPS": r.loo_flop_per_s / 1e12, "loo_err": r.loo_error, "source": r.source}
+    print_table([{"hardware": r.chip, "prec": r.precision, "data": r.data, "fit": "yes" if r.in_fit else "no",
+                  "meas_TFLOPS": r.measured_flop_per_s / 1e12,
+                  "meas_GHz": None if r.measured_clock_hz is None else r.measured_clock_hz / 1e9,
+                  "sourced_err": r.sourced_error, "fitted_err": r.fitted_error, "loo_err": r.loo_error,
+                  "loo_GHz": r.loo_clock_hz / 1e9, "loo_P_err": r.loo_power_error}
                  for r in report.rows],
-                {"meas_TFLOPS": ".1f", "physics_TFLOPS": ".1f", "physics_err": "+.1%", "loo_TFLOPS": ".1f",
-                 "loo_err": "+.1%"})
-    print(f"median |error|: physics-only {report.physics_median_abs_error:.1%}, "
-          f"leave-one-chip-out fitted {report.loo_median_abs_error:.1%}; fitted on all: "
-          + ", ".join(f"{k}={v:.3g}" for k, v in report.fitted.items()))
+                {"meas_TFLOPS": ".1f", "meas_GHz": ".3f", "sourced_err": "+.1%", "fitted_err": "+.1%",
+                 "loo_err": "+.1%", "loo_GHz": ".3f", "loo_P_err": "+.1%"})
+    print("(throughput errors mean something for random data at the power limit; a zero-data row is "
+          "judged by loo_P_err, the power at its measured clock)")
+    print(f"median |error| of the random-data rows: sourced {report.median_abs_error('sourced'):.1%}, "
+          f"fitted {report.median_abs_error('fitted'):.1%}, leave-one-chip-out {report.median_abs_error('loo'):.1%}")
+    print("fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in report.fitted.values.items()))
+    over = [b for b in report.bursts if not b.within_ceiling]
+    print(f"bursts: {len(report.bursts) - len(over)} of {len(report.bursts)} within the burst ceiling"
+          + "".join(f"; {b.chip} {b.precision} {b.measured_flop_per_s / 1e12:.4g} > {b.ceiling_flop_per_s / 1e12:.4g}"
+                    " TFLOPS (boosts past its listed clock)" for b in over))
+    return 0
+
+
+def _refit(registry, path: str) -> int:
+    from chipcal.calibrate.evidence import fitted_constants_toml, validate
+
+    text = fitted_constants_toml(validate(registry.chips.values()))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(f"wrote {path}")
     return 0
 
 
@@ -161,26 +195,24 @@ def _body(args: argparse.Namespace) -> int:
     chips = resolve_chips(args.hardware, registry)
     if args.evidence:
         return _evidence(registry, args.json)
-    constants = None
-    if args.fitted:
-        from chipcal.calibrate.evidence import fit_constants
-
-        constants = fit_constants(registry.chips.values()).constants
+    if args.refit:
+        return _refit(registry, args.refit)
+    constants = power.SOURCED if args.sourced else power.NOMINAL
     records = []
     for chip in chips:
         if args.precision and not chip.supports(args.precision):
             records.append(unsupported_record(chip, args.precision))
-        elif constants is not None:
-            records.append(record(compare_chip(chip, args.precision, constants)))
         else:
-            records.append(record(compare_chip(chip, args.precision)))
+            records.append(record(compare_chip(chip, args.precision, constants)))
     if args.json:
         print_json(records)
     else:
         print_table([_display(r) for r in records],
                     {"nm": "g", "spec_TFLOPS": ".4g", "pJ/FLOP": ".2f", "P_spec_W": ".0f", "TDP_W": ".0f",
-                     "f_sust_GHz": ".3g", "sust_TFLOPS": ".4g", "sust/spec": ".2f", "meas_TFLOPS": ".4g",
-                     "meas/spec": ".2f"})
+                     "f_sust_GHz": ".3g", "sust_TFLOPS": ".4g", "sust/spec": ".2f", "meas/spec": ".2f",
+                     "burst/spec": ".2f"})
+        print("meas: sustained measurement (decides the verdict where there is one); burst: short window, "
+              "before the power limit acts")
     if args.plot:
         _plot(args.plot, records)
     return 0

@@ -36,8 +36,10 @@ from chipcal.cli.common import (
 )
 from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.chip import Chip
+from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, FRAMEWORKS
+from chipcal.model.estimate.numerics import AUTOCAST_PRECISIONS, FP32_MODES
 from chipcal.model.estimate.opportunities import Opportunity, opportunities, top_consumers
-from chipcal.model.estimate.prediction import Prediction, predict
+from chipcal.model.estimate.prediction import MEMORY_FORMATS, Prediction, predict
 from chipcal.model.estimate.throttle import with_power_limit
 from chipcal.model.local import LOCAL_CHIP_NAME, CpuSpec
 from chipcal.model.mapping.params import (
@@ -68,6 +70,14 @@ def non_negative_float(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a number >= 0")
     return value
+
+
+LOCAL_HOST = "local"
+
+
+def host_seconds(text: str) -> float | str:
+    """--host-overhead-s: seconds >= 0, or 'local' (this machine's dispatch probe)."""
+    return LOCAL_HOST if text.strip().lower() == LOCAL_HOST else non_negative_float(text)
 
 
 def model_list(text: str) -> list[str]:
@@ -105,12 +115,24 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help=f"LLMs: prompt tokens per sequence (default {DEFAULT_CONTEXT})")
     p.add_argument("--new-tokens", type=at_most(positive_int, 1 << 24), default=None, metavar="M",
                    help=f"LLMs: tokens generated per sequence, the KV cache growing from N (default {DEFAULT_NEW_TOKENS})")
-    p.add_argument("--host-overhead-s", type=non_negative_float, metavar="S",
-                   help="eager runtime: host issue cost per op in seconds (default: the calibration's "
-                        "dispatch probe, else the host-class default, docs/validation.md)")
+    p.add_argument("--host-overhead-s", type=host_seconds, metavar="S|local",
+                   help="eager runtime: host issue cost per op in seconds, or 'local' for this machine's "
+                        "dispatch probe (cached; the target's host is this one). Default: the calibration's "
+                        "probe, else the --framework default for the host class (docs/prediction.md)")
+    p.add_argument("--framework", choices=FRAMEWORKS, default=DEFAULT_FRAMEWORK,
+                   help="eager runtime: framework generation whose per-op host cost is the default "
+                        "(pytorch2: today's PyTorch; pytorch1: the 2020-21 hosts of the validation corpus)")
     p.add_argument("--autocast", action="store_true",
-                   help="eager runtime: weights kept in fp32 and cast to the precision at every call "
-                        "(torch.autocast / AMP): one more host-issued op before every op with weights")
+                   help="torch.autocast to the precision (bf16/fp16): per-op precision (norms, softmax, "
+                        "reductions in fp32), fp32 weights cast at every call, activation casts at each dtype "
+                        "boundary (eager: each cast is one more host-issued kernel)")
+    p.add_argument("--fp32-mode", choices=FP32_MODES, default="pytorch",
+                   help="what fp32 means on a GPU with TF32: pytorch (default: cuDNN convolutions in TF32, "
+                        "matmuls in fp32, as PyTorch's defaults), strict (no TF32), tf32 (convolutions and "
+                        "matmuls in TF32)")
+    p.add_argument("--memory-format", choices=MEMORY_FORMATS, default="nchw",
+                   help="activation layout of a PyTorch runtime: nchw (default; cuDNN transposes around "
+                        "tensor-core convolutions in eager) or channels_last")
     p.add_argument("--power-limit-w", type=positive_float, metavar="W",
                    help="board power limit every chip is held to (nvidia-smi --power-limit) in place of "
                         "its TDP: a run over it is predicted at the clock that meets it")
@@ -383,11 +405,12 @@ def roofline_plot(preds: Sequence[Prediction], path: str) -> None:
 def predict_all(models: Sequence[str], chips: Sequence[Chip], batches: Sequence[int],
                 precisions: Sequence[str], calibration: CalibrationParams | None,
                 workload: Callable[[str, int, bool], object], runtime: str = "fused",
-                host_overhead_s: float | None = None, autocast: bool = False) -> list[tuple[Chip, Prediction]]:
+                host_overhead_s: float | None = None, autocast: bool = False,
+                **launch) -> list[tuple[Chip, Prediction]]:
     """Every (model, batch, chip, precision) prediction with its chip; each model characterized
     once per batch and runtime, not once per chip. The calibrated chip is predicted under the
-    runtime its calibration was fitted on; every other chip under `runtime`. `autocast`: weights
-    cast from fp32 at every call (estimate/prediction.py)."""
+    runtime its calibration was fitted on; every other chip under `runtime`. `autocast` and
+    `launch` (fp32_mode, memory_format, framework, host_source): estimate/prediction.predict."""
     out = []
     for model in models:
         for batch in batches:
@@ -398,8 +421,18 @@ def predict_all(models: Sequence[str], chips: Sequence[Chip], batches: Sequence[
                 for precision in precisions:
                     out.append((chip, predict(w, chip, precision, calibration=calibration,
                                               runtime=chip_runtime, host_overhead_s=host_overhead_s,
-                                              autocast=autocast)))
+                                              autocast=autocast, **launch)))
     return out
+
+
+def _host(value: float | str | None, no_cache: bool) -> tuple[float | None, str]:
+    """(per-op host seconds or None for the default, where they came from) of --host-overhead-s."""
+    if value != LOCAL_HOST:
+        return value, "given (--host-overhead-s)"
+    from chipcal.measure.dispatch import local_dispatch
+
+    cost = local_dispatch(use_cache=not no_cache)
+    return cost.per_op_s, f"this machine's dispatch probe: {cost.method} (median of {cost.per_op.n})"
 
 
 def _body(args: argparse.Namespace) -> int:
@@ -411,6 +444,7 @@ def _body(args: argparse.Namespace) -> int:
         sys.stderr.write(f"warning: calibration is for {calibration.chip}, which is not among the chips "
                          "predicted; every chip keeps its family defaults\n")
     source = WorkloadSource(use_cache=not args.no_cache, notify=lambda line: sys.stderr.write(line + "\n"))
+    host_s, host_source = _host(args.host_overhead_s, args.no_cache)
     llms = [is_llm(m) for m in args.model]
     if any(llms):
         if not all(llms):
@@ -420,15 +454,19 @@ def _body(args: argparse.Namespace) -> int:
         args.phase = args.phase or "decode"
         args.context = args.context or DEFAULT_CONTEXT
         args.new_tokens = args.new_tokens or DEFAULT_NEW_TOKENS
-        return run_llm(args, chips, calibration, source)
+        return run_llm(args, chips, calibration, source, host_s, host_source)
     for flag, value in (("--phase", args.phase), ("--context", args.context), ("--new-tokens", args.new_tokens)):
         if value is not None:
             raise UsageError(f"{flag} is for LLMs; {', '.join(args.model)} is not one")
     args.precision = args.precision or ["fp32"]
     args.runtime = args.runtime or "fused"
+    if args.autocast and any(p not in AUTOCAST_PRECISIONS for p in args.precision):
+        raise UsageError(f"--autocast lowers to {' or '.join(AUTOCAST_PRECISIONS)}; --precision "
+                         f"{','.join(args.precision)} has others")
     try:
         pairs = predict_all(args.model, chips, args.batch, args.precision, calibration, source.get,
-                            args.runtime, args.host_overhead_s, args.autocast)
+                            args.runtime, host_s, args.autocast, fp32_mode=args.fp32_mode,
+                            memory_format=args.memory_format, framework=args.framework, host_source=host_source)
     except CalibrationError as exc:
         raise UsageError(str(exc)) from None
     preds = [p for _, p in pairs]

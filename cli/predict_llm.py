@@ -33,7 +33,7 @@ DEFAULT_PRECISION = "bf16"
 def check_args(args: argparse.Namespace) -> None:
     """LLM-only arguments and the options an LLM prediction does not take, as UsageErrors."""
     for flag, given in (("--by-layer", args.by_layer), ("--explain", args.explain), ("--plot", args.plot),
-                        ("--autocast", args.autocast)):
+                        ("--autocast", args.autocast), ("--memory-format", args.memory_format != "nchw")):
         if given:
             raise UsageError(f"{flag} is not available for LLMs; --json gives every count of the step")
     runtime = args.runtime or DEFAULT_RUNTIME
@@ -46,8 +46,10 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def predict_all_llm(args: argparse.Namespace, chips: Sequence[Chip], calibration: CalibrationParams | None,
-                    source) -> list[LlmPrediction]:
-    """Every (model, batch, chip, precision) LLM prediction; each forward characterized once."""
+                    source, host_s: float | None = None,
+                    host_source: str = "given (--host-overhead-s)") -> list[LlmPrediction]:
+    """Every (model, batch, chip, precision) LLM prediction; each forward characterized once.
+    `host_s`: the per-op host cost asked for (cli/predict.py's --host-overhead-s), None: default."""
     runtime = args.runtime or DEFAULT_RUNTIME
     out = []
     for name in args.model:
@@ -59,7 +61,9 @@ def predict_all_llm(args: argparse.Namespace, chips: Sequence[Chip], calibration
                                    if phase == "prefill" or args.phase == "decode" else None
                                    for phase in ("prefill", "decode"))
                 out += [predict_llm(config, prefill, decode, chip, precision, runtime, args.context,
-                                    args.new_tokens, calibration=calibration, host_overhead_s=args.host_overhead_s)
+                                    args.new_tokens, calibration=calibration, host_overhead_s=host_s,
+                                    host_source=host_source, framework=args.framework,
+                                    fp32_mode=args.fp32_mode)
                         for chip in chips]
     return out
 
@@ -115,9 +119,9 @@ def _table(preds: Sequence[LlmPrediction]) -> None:
 
 
 def run_llm(args: argparse.Namespace, chips: Sequence[Chip], calibration: CalibrationParams | None,
-            source) -> int:
+            source, host_s: float | None = None, host_source: str = "given (--host-overhead-s)") -> int:
     check_args(args)
-    preds = predict_all_llm(args, chips, calibration, source)
+    preds = predict_all_llm(args, chips, calibration, source, host_s, host_source)
     records = [p.record() for p in preds]
     if args.csv:
         import pandas as pd

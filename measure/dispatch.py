@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chipcal.measure import cache
 from chipcal.measure.timing import Measurement, time_callable
 
 OPS_PER_REPEAT = 3      # Conv2d, BatchNorm2d, ReLU
@@ -59,3 +60,28 @@ def probe_dispatch(repeats: int = 32, max_time_s: float = 1.0, min_samples: int 
     return DispatchCost(per_op=per_op, ops_per_call=ops,
                         method=f"chain of {repeats} x (Conv2d 1x1, BatchNorm2d, ReLU) on a 1x1x1x1 {device} tensor, "
                                f"1 thread, inference mode; time per call / {ops}")
+
+
+def local_dispatch(device: str | None = None, use_cache: bool = True) -> DispatchCost:
+    """This machine's dispatch probe on `device` (default: the first CUDA device, else the CPU),
+    from the measurement cache when an entry of this machine, torch and driver is there, else
+    probed now (about a second) and cached. `chipcal calibrate` probes the same chain."""
+    import torch
+
+    from chipcal.measure.system import fingerprint
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    fp = fingerprint()
+    path, key = cache.cache_path("dispatch", device, fp.slug), fp.cache_key(device)
+    notes: list[str] = []
+    entry = cache.load_or_empty(path, key, use_cache, notes).get("dispatch")
+    if isinstance(entry, dict):
+        try:
+            return DispatchCost(Measurement.from_dict(entry["per_op"]), int(entry["ops_per_call"]), str(entry["method"]))
+        except (KeyError, TypeError, ValueError):
+            cache.warn(f"ignoring corrupt dispatch entry in measurement cache {path}", notes)
+    cost = probe_dispatch(device=device)
+    if not cost.per_op.unstable:
+        cache.update(path, key, {"dispatch": {"per_op": cost.per_op.to_dict(), "ops_per_call": cost.ops_per_call,
+                                              "method": cost.method}})
+    return cost

@@ -75,18 +75,44 @@ class PowerMode:
     memory_bandwidth_bytes_per_s: float | None = None
 
 
+MEASURED_KINDS = ("sustained", "burst")
+MEASURED_DATA = ("random", "zeros")
+
+
 @dataclass(frozen=True)
 class Measured:
-    """A published measurement of the chip under sustained dense GEMM, with its citation."""
+    """A measurement of the chip's dense GEMM throughput, with its citation and how it was taken.
+
+    kind: "sustained" (held until clock and power settle under the power limit: what the
+    sustained-peak model is judged against) or "burst" (a short window, before the governor acts:
+    a ceiling on the kernel's efficiency, not a sustained figure). window: how long or how many
+    calls; power_state: the limit it ran under; data: "random" operands or all "zeros". A sustained
+    row with `fit` False checks the model but does not set its constants (`not_fit_because` says why).
+    """
 
     precision: str
-    flop_per_s: float              # best sustained dense GEMM throughput
+    flop_per_s: float              # dense GEMM throughput in the window
     title: str
     url: str
     date: str
+    kind: str
+    window: str
+    power_state: str
     notes: str = ""
+    data: str = "random"
     board_power_w: float | None = None
     sm_clock_hz: float | None = None
+    fit: bool = True
+    not_fit_because: str = ""
+
+    @property
+    def sustained(self) -> bool:
+        return self.kind == "sustained"
+
+    @property
+    def source(self) -> str:
+        """One line: kind, window, citation."""
+        return f"{self.kind} ({self.window}; {self.power_state}): {self.title}, {self.url} ({self.date})"
 
 
 @dataclass(frozen=True)
@@ -117,9 +143,15 @@ class Chip:
     # (every datasheet part); False where tdp_w is an assumed share (a VM's slice of a CPU)
     tdp_limits_clock: bool = True
 
-    def measured_for(self, precision: str) -> Measured | None:
-        """The published sustained-GEMM measurement at `precision` (None if there is none)."""
-        return next((m for m in self.measured if m.precision == precision), None)
+    def sustained_for(self, precision: str) -> Measured | None:
+        """The sustained measurement on random data at `precision` (None if there is none)."""
+        return next((m for m in self.measured if m.precision == precision and m.sustained and m.data == "random"),
+                    None)
+
+    def burst_for(self, precision: str) -> Measured | None:
+        """The fastest burst (short-window) measurement at `precision` (None if there is none)."""
+        bursts = [m for m in self.measured if m.precision == precision and not m.sustained and m.data == "random"]
+        return max(bursts, key=lambda m: m.flop_per_s, default=None)
 
     @property
     def precisions(self) -> tuple[str, ...]:

@@ -2,28 +2,39 @@
 
 Energy per MAC at the boost voltage, for one engine at one precision:
 
-    E_dyn = (1 + c_clk) x [ E_arith x (1 + issue)                                datapath + issue
-                            + s x (b_rf x E_rf + b_l1 x E_l1 + b_l2 x E_l2)      operand delivery
-                            + b_l2 x 8 x e_wire x d ]                            on-chip network
+    E_data  = E_arith                                                            datapath
+            + s x (b_rf x E_rf + b_l1 x E_l1 + b_l2 x E_l2)                      operand delivery
+            + b_l2 x 8 x e_wire x d                                              on-chip network
+    E_issue = E_arith x issue                                                    instruction issue
+    E_clk   = c_clk x (E_data + E_issue)                                         clock tree, control
     b_rf = rf_operands x bytes(p) + rf_accumulator x acc_bytes(p)   (per MAC, from the datapath's reuse)
     b_l1 = l1 x bytes(p),  b_l2 = l2 x bytes(p)
 
-E_arith is technology.mac_energy's datapath part; the reuse per circuit, SRAM energies by node
-and array size, wire energy e_wire (pJ/bit/mm) over distance d, the delivery scale s and the
-clock/control fraction c_clk are in technology.py. DRAM traffic of an L2-blocked GEMM with
-square b x b tiles of A, B, C in an on-chip capacity S: b = sqrt(S / (3 bytes(p))), DRAM bytes
-per MAC = 2 bytes(p) / b.
+E_arith is technology.mac_energy's datapath part (multiply at the operand precision, add at the
+accumulator's); the reuse per circuit, SRAM energies by node and array size, wire energy e_wire
+(pJ/bit/mm) over distance d, the delivery scale s and the clock/control fraction c_clk are in
+technology.py. DRAM traffic of an L2-blocked GEMM with square b x b tiles of A, B, C in an on-chip
+capacity S: b = sqrt(S / (3 bytes(p))), DRAM bytes per MAC = 2 bytes(p) / b.
 
-Power at clock f (V(f) relative to the boost voltage: a floor v0 up to knee x f_boost, then
-linear to 1 at f_boost):
+A GEMM kernel does work in a fraction eta of the engine's MAC slots (technology.GEMM_EFFICIENCY:
+tile edges, prologue, stalls); its data switches the datapath and the operands it moves at
+activity a = floor + (1 - floor) x x (x = 1 random operands, 0 all zeros; technology.ACTIVITY_FLOOR).
+The clock tree toggles in every cycle of every unit, busy or not. Power at clock f (V(f) relative
+to the boost voltage: a floor v0 up to knee x f_boost, then linear to 1 at f_boost):
 
-    P(f) = MACs/clock x f x [E_dyn x V(f)^2 + DRAM bytes/MAC x E_DRAM] + P_static x V(f)
+    P(f) = MACs/clock x f x [V(f)^2 x (eta x (a x E_data + E_issue) + E_clk) + eta x DRAM bytes/MAC x E_DRAM]
+           + P_static x V(f)
 
-P_static is the chip's sourced idle_w, else static_fraction x TDP (leakage at temperature);
-it scales with V (leakage current ~ constant over the DVFS range at fixed temperature). The
-sustained clock solves P(f) = TDP, capped at the engine's spec clock (the clock its datasheet
-peak assumes). Sustainable peak = 2 x MACs/clock x sustained clock. P is linear in f below the
-knee and a cubic above it, so the root is closed-form (numpy.roots), no iterative solver.
+P_static is the chip's sourced idle_w, else static_fraction x TDP (leakage at temperature); it
+scales with V (leakage current ~ constant over the DVFS range at fixed temperature). The sustained
+clock solves P(f) = TDP at the kernel's eta, capped at the engine's spec clock (the clock its
+datasheet peak assumes); the sustained throughput is 2 x MACs/clock x sustained clock x eta, and
+the spec peak is sustainable when the kernel holds the spec clock inside the TDP. P is linear in
+f below the knee and a cubic above it, so the root is closed-form (numpy.roots).
+
+The constants the model uses by default (NOMINAL) are those fitted on sustained measurements
+(model/hardware/fitted_constants.toml, written by `compare_tdp_registry --refit`); SOURCED keeps
+every band's sourced nominal value (physics only).
 """
 
 from __future__ import annotations
@@ -39,16 +50,20 @@ from chipcal.model.chip import Chip, Engine
 from chipcal.model.precision import BYTES_PER_ELEMENT, FLOP_PER_MAC
 from chipcal.model.technology import (
     ACCUMULATOR_BYTES,
+    ACTIVITY_FLOOR,
     CLOCK_CONTROL_FRACTION,
     DELIVERY_SCALE,
+    FITTABLE,
     NOC_DISTANCE_MM,
     NOC_PJ_PER_BIT_MM,
     PJ,
+    RANDOM_DATA,
     STATIC_FRACTION_BAND,
     V_FLOOR,
     V_KNEE,
     check_memory_type,
     check_reuse,
+    gemm_efficiency,
     mac_energy,
     mma_reuse,
     sram_energy_per_byte_j,
@@ -56,6 +71,7 @@ from chipcal.model.technology import (
 
 # SRAM level each reuse level is charged at (array sizes of technology.SRAM_64BIT_PJ).
 RF_LEVEL, L1_LEVEL, L2_LEVEL = "register_file", "l1", "l2"
+FITTED_FILE = "fitted_constants.toml"
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,7 @@ class Constants:
     noc_pj_per_bit_mm: float
     noc_distance_mm: float
     dram_end: str          # "nominal" | "low" | "high": which end of the DRAM pJ/bit range
+    activity_floor: float = ACTIVITY_FLOOR.nominal
 
     def replace(self, **kw) -> Constants:
         return dataclasses.replace(self, **kw)
@@ -81,12 +98,55 @@ def _at(end: str) -> Constants:
     # power-optimistic end is the top of its band.
     knee = {"low": V_KNEE.high, "high": V_KNEE.low, "nominal": V_KNEE.nominal}[end]
     return Constants(pick(DELIVERY_SCALE), pick(CLOCK_CONTROL_FRACTION), pick(STATIC_FRACTION_BAND),
-                     pick(V_FLOOR), knee, pick(NOC_PJ_PER_BIT_MM), pick(NOC_DISTANCE_MM), end)
+                     pick(V_FLOOR), knee, pick(NOC_PJ_PER_BIT_MM), pick(NOC_DISTANCE_MM), end,
+                     pick(ACTIVITY_FLOOR))
 
 
-NOMINAL = _at("nominal")
-OPTIMISTIC = _at("low")     # every constant at the end of its band that costs least power
-PESSIMISTIC = _at("high")
+@dataclass(frozen=True)
+class FittedConstants:
+    """The constants fitted on sustained measurements (calibrate/evidence.py) as shipped: the
+    values, the band each keeps after the fit (the spread of the leave-one-out fits), and what
+    they were fitted on."""
+
+    values: dict[str, float]
+    low: dict[str, float]
+    high: dict[str, float]
+    source: str
+    circuits: tuple[str, ...]      # engine circuits the sustained rows ran on: where the fitted band holds
+
+
+def load_fitted(text: str | None = None) -> FittedConstants | None:
+    """The shipped fitted constants (model/fitted_constants.toml), None where there is no file."""
+    import tomllib
+    from importlib import resources
+
+    if text is None:
+        path = resources.files("chipcal.model").joinpath(FITTED_FILE)
+        if not path.is_file():
+            return None
+        text = path.read_text()
+    data = tomllib.loads(text)
+    return FittedConstants({k: float(data["values"][k]) for k in FITTABLE},
+                           {k: float(data["low"][k]) for k in FITTABLE},
+                           {k: float(data["high"][k]) for k in FITTABLE}, str(data["source"]),
+                           tuple(data["circuits"]))
+
+
+SOURCED = _at("nominal")        # every constant at its sourced nominal value (physics only)
+FITTED = load_fitted()
+NOMINAL = SOURCED.replace(**FITTED.values) if FITTED else SOURCED
+
+
+def band(circuit: str | None = None) -> tuple[Constants, Constants]:
+    """(optimistic, pessimistic) constants: every constant at the end of its band that costs least
+    / most power. For a circuit the sustained measurements ran on, the fitted constants keep the
+    band the fits left them (FittedConstants.low/high); elsewhere they keep their sourced band."""
+    low, high = _at("low"), _at("high")
+    if FITTED is None or circuit not in FITTED.circuits:
+        return low, high
+    # a later knee costs less power: the knee's optimistic end is the top of its band
+    return (low.replace(**{k: (FITTED.high if k == "v_knee" else FITTED.low)[k] for k in FITTABLE}),
+            high.replace(**{k: (FITTED.low if k == "v_knee" else FITTED.high)[k] for k in FITTABLE}))
 
 
 @dataclass(frozen=True)
@@ -104,10 +164,21 @@ class MacBreakdown:
     dram_j_per_byte: float
 
     @property
+    def data_j(self) -> float:
+        """The part that switches with the operands' bits: datapath, operand delivery, network."""
+        return self.arithmetic_j + self.register_file_j + self.l1_j + self.l2_j + self.network_j
+
+    @property
     def dynamic_j(self) -> float:
-        """Core dynamic energy per MAC (everything but DRAM), scales with V^2."""
-        return (self.arithmetic_j + self.issue_j + self.register_file_j + self.l1_j + self.l2_j
-                + self.network_j + self.clock_control_j)
+        """Core dynamic energy per MAC (everything but DRAM) with every slot busy on random data,
+        at the boost voltage; scales with V^2."""
+        return self.data_j + self.issue_j + self.clock_control_j
+
+    def slot_j(self, efficiency: float, activity_factor: float) -> float:
+        """Core dynamic energy per MAC slot per clock at the boost voltage: a kernel does work in
+        `efficiency` of the slots with its data switching at `activity_factor`, and the clock tree
+        toggles in every slot (module docstring)."""
+        return efficiency * (activity_factor * self.data_j + self.issue_j) + self.clock_control_j
 
     @property
     def dram_j(self) -> float:
@@ -222,9 +293,20 @@ def voltage(f: float, f_boost: float, k: Constants) -> float:
     return k.v_floor + (1 - k.v_floor) * (f - f_knee) / (f_boost - f_knee)
 
 
+def activity_factor(activity: float, k: Constants) -> float:
+    """Switching of the data relative to random operands: floor + (1 - floor) x activity
+    (activity 1 random, 0 all zeros; technology.ACTIVITY_FLOOR)."""
+    if not 0 <= activity <= 1:
+        raise ValueError(f"data activity must be in [0, 1] (1 random, 0 zeros), got {activity!r}")
+    return k.activity_floor + (1 - k.activity_floor) * activity
+
+
 @dataclass(frozen=True)
 class GemmPower:
-    """A dense GEMM on one engine: power at the spec clock and the power-limited clock."""
+    """A dense GEMM on one engine: power at the spec clock and the power-limited clock.
+
+    `efficiency` is the kernel's large-GEMM efficiency (technology.GEMM_EFFICIENCY), `activity` the
+    data's switching (1 random, 0 zeros)."""
 
     chip: str
     engine: str
@@ -236,24 +318,33 @@ class GemmPower:
     mac: MacBreakdown
     static_w: float
     constants: Constants
+    efficiency: float = 1.0
+    activity: float = RANDOM_DATA
 
-    def power_w(self, f: float) -> float:
+    def power_w(self, f: float, efficiency: float | None = None) -> float:
+        """Board power at engine clock f running the kernel (`efficiency` overrides its own)."""
+        eta = self.efficiency if efficiency is None else efficiency
         v = voltage(f, self.boost_clock_hz, self.constants)
+        a = activity_factor(self.activity, self.constants)
         rate = self.macs_per_clock * f
-        return rate * (self.mac.dynamic_j * v * v + self.mac.dram_j) + self.static_w * v
+        return rate * (self.mac.slot_j(eta, a) * v * v + eta * self.mac.dram_j) + self.static_w * v
 
-    def components_w(self, f: float) -> dict[str, float]:
-        """Power at clock f split by component (watts)."""
+    def components_w(self, f: float, efficiency: float | None = None) -> dict[str, float]:
+        """Power at clock f split by component (watts), the kernel running (or `efficiency`)."""
+        eta = self.efficiency if efficiency is None else efficiency
         v = voltage(f, self.boost_clock_hz, self.constants)
+        a = activity_factor(self.activity, self.constants)
         rate = self.macs_per_clock * f * v * v
+        work = rate * eta * a
         m = self.mac
-        return {"arithmetic_w": rate * m.arithmetic_j, "issue_w": rate * m.issue_j,
-                "register_file_w": rate * m.register_file_j, "l1_w": rate * m.l1_j, "l2_w": rate * m.l2_j,
-                "network_w": rate * m.network_j, "clock_control_w": rate * m.clock_control_j,
-                "dram_w": self.macs_per_clock * f * m.dram_j, "static_w": self.static_w * v}
+        return {"arithmetic_w": work * m.arithmetic_j, "issue_w": rate * eta * m.issue_j,
+                "register_file_w": work * m.register_file_j, "l1_w": work * m.l1_j, "l2_w": work * m.l2_j,
+                "network_w": work * m.network_j, "clock_control_w": rate * m.clock_control_j,
+                "dram_w": self.macs_per_clock * f * eta * m.dram_j, "static_w": self.static_w * v}
 
     @property
     def power_at_spec_w(self) -> float:
+        """Power of the kernel held at the spec clock (the clock the datasheet peak assumes)."""
         return self.power_w(self.spec_clock_hz)
 
     @property
@@ -262,13 +353,14 @@ class GemmPower:
 
     @property
     def sustained_clock_hz(self) -> float:
-        """Highest clock <= spec clock with P(f) <= TDP (0 if static power alone exceeds it)."""
+        """Highest clock <= spec clock at which the kernel draws <= TDP (0 if static power alone
+        exceeds it)."""
         if self.power_w(self.spec_clock_hz) <= self.tdp_w:
             return self.spec_clock_hz
         k, fb = self.constants, self.boost_clock_hz
         f_knee = min(k.v_knee * fb, self.spec_clock_hz)
-        a = self.macs_per_clock * self.mac.dynamic_j
-        d = self.macs_per_clock * self.mac.dram_j
+        a = self.macs_per_clock * self.mac.slot_j(self.efficiency, activity_factor(self.activity, k))
+        d = self.macs_per_clock * self.efficiency * self.mac.dram_j
         if self.power_w(f_knee) >= self.tdp_w:
             # linear region: P = f (a v0^2 + d) + static v0
             f = (self.tdp_w - self.static_w * k.v_floor) / (a * k.v_floor ** 2 + d)
@@ -283,22 +375,40 @@ class GemmPower:
         return min(inside, key=lambda r: abs(self.power_w(r) - self.tdp_w))
 
     @property
-    def sustainable_peak_flop_per_s(self) -> float:
-        return FLOP_PER_MAC * self.macs_per_clock * self.sustained_clock_hz
-
-    @property
-    def sustainable_fraction(self) -> float:
+    def clock_fraction(self) -> float:
+        """Sustained clock / spec clock: what the power limit alone takes away."""
         return self.sustained_clock_hz / self.spec_clock_hz
 
     @property
+    def sustainable_peak_flop_per_s(self) -> float:
+        """What the kernel sustains: 2 x MACs/clock x sustained clock x efficiency."""
+        return FLOP_PER_MAC * self.macs_per_clock * self.sustained_clock_hz * self.efficiency
+
+    @property
+    def burst_peak_flop_per_s(self) -> float:
+        """What the kernel reaches before the governor acts, on a cold chip at its boost clock:
+        2 x MACs/clock x boost clock x efficiency (a ceiling for short-window measurements)."""
+        return FLOP_PER_MAC * self.macs_per_clock * self.boost_clock_hz * self.efficiency
+
+    @property
+    def sustainable_fraction(self) -> float:
+        """Sustained throughput / datasheet peak (clock fraction x kernel efficiency)."""
+        return self.sustainable_peak_flop_per_s / self.spec_peak_flop_per_s
+
+    @property
     def pj_per_flop_at_spec(self) -> float:
-        """All-in energy per FLOP at the spec clock's voltage, DRAM included (pJ)."""
+        """All-in core and DRAM energy per FLOP the kernel does at the spec clock's voltage (pJ):
+        idle slots' clock energy is shared over the FLOP done."""
         v = voltage(self.spec_clock_hz, self.boost_clock_hz, self.constants)
-        return (self.mac.dynamic_j * v * v + self.mac.dram_j) / FLOP_PER_MAC / PJ
+        slot = self.mac.slot_j(self.efficiency, activity_factor(self.activity, self.constants))
+        return (slot * v * v / self.efficiency + self.mac.dram_j) / FLOP_PER_MAC / PJ
 
 
-def gemm_power(chip: Chip, precision: str, k: Constants = NOMINAL, engine: Engine | None = None) -> GemmPower:
-    """Dense GEMM power model of `chip` at `precision` on `engine` (default: its peak engine)."""
+def gemm_power(chip: Chip, precision: str, k: Constants = NOMINAL, engine: Engine | None = None,
+               activity: float = RANDOM_DATA, efficiency: float | None = None) -> GemmPower:
+    """Dense GEMM power model of `chip` at `precision` on `engine` (default: its peak engine),
+    on data of `activity` (1 random), at the kernel `efficiency` (default: the engine circuit's
+    sourced large-GEMM efficiency)."""
     engine = engine or chip.engine_for(precision)
     if engine is None:
         raise ValueError(f"{chip.name} does not support {precision}; it runs {', '.join(chip.precisions)}")
@@ -307,7 +417,8 @@ def gemm_power(chip: Chip, precision: str, k: Constants = NOMINAL, engine: Engin
         raise ValueError(f"engine {engine.name} of {chip.name} does not run {precision}")
     mac = mac_breakdown(chip.process_nm, engine.circuit, precision, chip.memory.type, onchip_bytes(chip), k,
                         engine.mma_shape)
+    eta = gemm_efficiency(engine.circuit).nominal if efficiency is None else efficiency
     return GemmPower(chip=chip.name, engine=engine.name, precision=precision,
                      macs_per_clock=engine.units * rate, spec_clock_hz=engine.clock_hz,
                      boost_clock_hz=boost_clock_hz(chip, engine), tdp_w=chip.tdp_w, mac=mac,
-                     static_w=static_w(chip, k), constants=k)
+                     static_w=static_w(chip, k), constants=k, efficiency=eta, activity=activity)

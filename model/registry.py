@@ -11,7 +11,17 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from chipcal.model.chip import KINDS, REQUIRED_MICROARCH, Chip, Engine, Measured, Memory, PowerMode
+from chipcal.model.chip import (
+    KINDS,
+    MEASURED_DATA,
+    MEASURED_KINDS,
+    REQUIRED_MICROARCH,
+    Chip,
+    Engine,
+    Measured,
+    Memory,
+    PowerMode,
+)
 from chipcal.model.errors import ChipcalError, UnknownName
 from chipcal.model.precision import PRECISIONS
 from chipcal.model.technology import CIRCUITS, MEMORY_TYPES
@@ -255,8 +265,9 @@ def clocks_from_dict(data: dict, file: str) -> dict:
 
 
 def measured_from_dict(data: dict, file: str) -> tuple[Measured, ...]:
-    """Optional [[measured]] array: published sustained dense-GEMM results with citations
-    (precision, flop_per_s, title, url, date; optional board_power_w, sm_clock_hz, notes)."""
+    """Optional [[measured]] array: dense-GEMM measurements with citations (precision, flop_per_s,
+    title, url, date, kind = sustained | burst, window, power_state; optional data = random | zeros,
+    board_power_w, sm_clock_hz, notes, fit = false with not_fit_because)."""
     rows = data.get("measured", [])
     if not isinstance(rows, list):
         raise RegistryError(file, "measured", "must be an array of tables")
@@ -268,10 +279,23 @@ def measured_from_dict(data: dict, file: str) -> tuple[Measured, ...]:
         precision = _text(file, where, m, "precision")
         if precision not in PRECISIONS:
             raise RegistryError(file, where + "precision", f"unknown precision; valid: {', '.join(PRECISIONS)}")
+        kind = _text(file, where, m, "kind")
+        if kind not in MEASURED_KINDS:
+            raise RegistryError(file, where + "kind", f"must be one of {', '.join(MEASURED_KINDS)}")
+        operands = m.get("data", "random")
+        if operands not in MEASURED_DATA:
+            raise RegistryError(file, where + "data", f"must be one of {', '.join(MEASURED_DATA)}")
         optional = {k: _positive(file, where + k, m[k]) for k in ("board_power_w", "sm_clock_hz") if k in m}
+        fit = m.get("fit", True)
+        if not isinstance(fit, bool):
+            raise RegistryError(file, where + "fit", "must be true or false")
+        if not fit:
+            optional["not_fit_because"] = _text(file, where, m, "not_fit_because")
         out.append(Measured(precision=precision, flop_per_s=_positive(file, where + "flop_per_s", m.get("flop_per_s")),
                             title=_text(file, where, m, "title"), url=_text(file, where, m, "url"),
-                            date=_text(file, where, m, "date"), notes=_text(file, where, m, "notes", required=False),
+                            date=_text(file, where, m, "date"), kind=kind, window=_text(file, where, m, "window"),
+                            power_state=_text(file, where, m, "power_state"),
+                            notes=_text(file, where, m, "notes", required=False), data=operands, fit=fit,
                             **optional))
     return tuple(out)
 

@@ -9,9 +9,18 @@ For a registry chip at a precision (model/power.py has the formulas):
     f_sustained = the clock at which P = TDP (DVFS: V falls with f), capped at the spec clock
     sustainable peak = 2 x MACs/clock x f_sustained
 
-Verdict: `sustainable` when even the pessimistic end fits the TDP at the spec clock; `exceeds`
-when even the optimistic end does not; `uncertain` in between. A published measurement
-(registry `[[measured]]`) is shown beside it where one exists.
+The model runs with the constants fitted on sustained measurements (power.NOMINAL) and states
+the band those fits leave on the circuits they ran on (power.band); a large GEMM does work in a fraction
+eta of the MAC slots (technology.GEMM_EFFICIENCY), so sustainable peak = 2 x MACs/clock x
+f_sustained x eta and sustainable fraction = that / the datasheet peak.
+
+Verdict: where the registry holds a sustained measurement of the chip at the precision (random
+data), the evidence decides: the chip could not hold its spec clock inside the limit when its
+settled clock is more than MEASURED_CLOCK_TOLERANCE below it at the limit (or, without a clock,
+when its sustained fraction is below what the kernel efficiency alone explains), else it holds
+it. Otherwise the model decides: `sustainable` when even the pessimistic end fits the TDP at the
+spec clock; `exceeds` when even the optimistic end does not; `uncertain` in between. Bursts
+(short-window measurements) are shown apart: they bound the kernel, not the sustained clock.
 
 `estimate_tdp` gives the same decomposition for a hypothetical MAC array at a fixed clock.
 """
@@ -20,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chipcal.model import power
+from chipcal.model import power, technology
 from chipcal.model.chip import Chip, Engine, Measured
 from chipcal.model.precision import FLOP_PER_MAC, check_precision
 from chipcal.model.technology import (
@@ -33,6 +42,13 @@ from chipcal.model.technology import (
 VERDICT_OK = "sustainable"
 VERDICT_UNSUSTAINABLE = "exceeds TDP even at the optimistic end of the band"
 VERDICT_UNCERTAIN = "uncertain"
+VERDICT_MEASURED_EXCEEDS = "exceeds TDP (measured sustained)"
+VERDICT_MEASURED_OK = "sustainable (measured sustained)"
+EXCEEDS = (VERDICT_UNSUSTAINABLE, VERDICT_MEASURED_EXCEEDS)
+# a settled clock this far below the spec clock at the power limit is the limit's doing, not noise
+# (the H100's SGEMM clock oscillates 1950-1980 MHz with the power-cap event)
+MEASURED_CLOCK_TOLERANCE = 0.03
+AT_LIMIT = 0.95             # board power at >= 95 % of the TDP: the governor is holding the limit
 
 
 @dataclass(frozen=True)
@@ -117,7 +133,8 @@ def estimate_tdp(alus: int, frequency_hz: float, process_nm: float, circuit: str
         memory_w = dram_energy_per_byte_j(memory_type) * memory_bandwidth_bytes_per_s
     args = (alus, frequency_hz, process_nm, circuit, precision, memory_w)
     ends = {}
-    for name, k in (("nominal", power.NOMINAL), ("low", power.OPTIMISTIC), ("high", power.PESSIMISTIC)):
+    optimistic, pessimistic = power.band(circuit)
+    for name, k in (("nominal", power.NOMINAL), ("low", optimistic), ("high", pessimistic)):
         fraction = k.static_fraction if static_fraction is None else static_fraction
         ends[name] = _array_power(*args, fraction, k)
     mac, static, _ = ends["nominal"]
@@ -178,7 +195,8 @@ class ChipTdpComparison:
     low: power.GemmPower            # optimistic end of every band
     high: power.GemmPower           # pessimistic end
     engines: tuple[EngineTdp, ...]
-    measured: Measured | None
+    measured: Measured | None       # sustained, random data
+    burst: Measured | None = None   # the fastest short-window measurement
 
     @property
     def peak_engine(self) -> str:
@@ -267,7 +285,11 @@ class ChipTdpComparison:
         return self.gemm.sustainable_fraction
 
     @property
-    def verdict(self) -> str:
+    def clock_fraction(self) -> float:
+        return self.gemm.clock_fraction
+
+    @property
+    def model_verdict(self) -> str:
         if self.power_at_spec_high_w <= self.chip.tdp_w:
             return VERDICT_OK
         if self.power_at_spec_low_w > self.chip.tdp_w:
@@ -275,13 +297,47 @@ class ChipTdpComparison:
         return VERDICT_UNCERTAIN
 
     @property
+    def measured_verdict(self) -> str | None:
+        """What the sustained measurement says (module docstring), None without one."""
+        m = self.measured
+        if m is None:
+            return None
+        spec_clock = self.gemm.spec_clock_hz
+        if m.sm_clock_hz is not None:
+            at_limit = m.board_power_w is None or m.board_power_w >= AT_LIMIT * self.chip.tdp_w
+            held = m.sm_clock_hz >= (1 - MEASURED_CLOCK_TOLERANCE) * spec_clock
+            return VERDICT_MEASURED_OK if held or not at_limit else VERDICT_MEASURED_EXCEEDS
+        ceiling = technology.gemm_efficiency(self.peak_engine_circuit).low
+        return (VERDICT_MEASURED_EXCEEDS if m.flop_per_s < (1 - MEASURED_CLOCK_TOLERANCE) * ceiling
+                * self.spec_peak_flop_per_s else VERDICT_MEASURED_OK)
+
+    @property
+    def peak_engine_circuit(self) -> str:
+        return self.peak_engine_tdp.circuit
+
+    @property
+    def verdict(self) -> str:
+        return self.measured_verdict or self.model_verdict
+
+    @property
+    def verdict_basis(self) -> str:
+        return "measured" if self.measured is not None else "model"
+
+    @property
     def measured_peak_flop_per_s(self) -> float | None:
         return None if self.measured is None else self.measured.flop_per_s
 
     @property
+    def measured_fraction(self) -> float | None:
+        return None if self.measured is None else self.measured.flop_per_s / self.spec_peak_flop_per_s
+
+    @property
     def measured_source(self) -> str | None:
-        m = self.measured
-        return None if m is None else f"{m.title}, {m.url} ({m.date})"
+        return None if self.measured is None else self.measured.source
+
+    @property
+    def burst_fraction(self) -> float | None:
+        return None if self.burst is None else self.burst.flop_per_s / self.spec_peak_flop_per_s
 
 
 def compare_chip(chip: Chip, precision: str | None = None,
@@ -293,6 +349,7 @@ def compare_chip(chip: Chip, precision: str | None = None,
     peak = chip.engine_for(precision)
     if peak is None:
         raise ValueError(f"{chip.name} does not support {precision}; it runs {', '.join(chip.precisions)}")
+    optimistic, pessimistic = power.band(peak.circuit)
     engines = []
     for engine in chip.engines:
         p = assessed_precision(engine, precision)
@@ -302,7 +359,7 @@ def compare_chip(chip: Chip, precision: str | None = None,
                                  sum(v for k, v in c.items() if k not in ("dram_w", "static_w"))))
     return ChipTdpComparison(
         chip=chip, precision=precision, gemm=power.gemm_power(chip, precision, constants, peak),
-        low=power.gemm_power(chip, precision, power.OPTIMISTIC, peak),
-        high=power.gemm_power(chip, precision, power.PESSIMISTIC, peak),
-        engines=tuple(engines), measured=chip.measured_for(precision),
+        low=power.gemm_power(chip, precision, optimistic, peak),
+        high=power.gemm_power(chip, precision, pessimistic, peak),
+        engines=tuple(engines), measured=chip.sustained_for(precision), burst=chip.burst_for(precision),
     )

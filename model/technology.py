@@ -19,7 +19,10 @@ between 45 and 7 nm are interpolations; nodes below 7 nm (5, 4, 3) are extrapola
 `node_scale` says so. Marketing node names (TSMC 4N, Samsung 8N) are taken at face value.
 
 Precision scaling uses one baseline: the fp32 MAC. scale(p) = MAC45(p) / MAC45(fp32), with
-MAC = multiply + add of that precision (so the Horowitz ratios hold exactly at every node).
+MAC = multiply at the operand precision + add at the accumulator's (ACCUMULATOR: tensor cores,
+MXUs and AVX-512/AMX dot products multiply bf16/fp16/fp8/tf32 operands and accumulate in fp32,
+integer products in int32; Jouppi et al. ISCA 2021 price TPUv4i's bf16 MAC the same way), so the
+Horowitz ratios hold exactly at every node.
 """
 
 from __future__ import annotations
@@ -67,15 +70,32 @@ ARITHMETIC_45NM: dict[str, OpEnergy] = {
     "bf16": OpEnergy(1.1 * 0.21 / 0.34, 0.4 * 0.11 / 0.16,
                      "derived: Horowitz fp16 x Jouppi 2021 7 nm bf16/fp16 ratios"),
     # tf32: fp16-width mantissa multiplier, fp32 accumulate.
-    "tf32": OpEnergy(1.1, 0.9, "derived: fp16 multiplier (11-bit mantissa) + fp32 adder"),
+    "tf32": OpEnergy(1.1, 0.9, "derived: fp16 multiplier (11-bit mantissa) + fp32 adder (its accumulator)"),
     "fp64": OpEnergy(3.7 * (53 / 24) ** _FP_MULT_EXP, 0.9 * (53 / 24) ** _FP_ADD_EXP,
                      "derived: Horowitz fp32 scaled to a 53-bit mantissa by the fp16/fp32 power laws"),
     # fp8 (e4m3): 4-bit mantissa multiplier; accumulation at fp16 width.
     "fp8": OpEnergy(1.1 * (4 / 11) ** _FP_MULT_EXP, 0.4,
-                    "derived: Horowitz fp16 multiplier scaled to a 4-bit mantissa; fp16 adder"),
+                    "derived: Horowitz fp16 multiplier scaled to a 4-bit mantissa; fp16 adder (a MAC adds at "
+                    "its fp32 accumulator: ACCUMULATOR)"),
     "int4": OpEnergy(0.2 * (4 / 8) ** _INT_MULT_EXP, 0.03 * 4 / 8,
                      "derived: Horowitz int8 multiplier x (4/8)^1.98, adder linear in width"),
 }
+
+# The add of a MAC runs at the accumulator's width: fp32 for every narrower float (PTX mma/wgmma
+# .f32 accumulators; AMX TDPBF16PS; AVX-512 VDPBF16PS), int32 for integer products (IMMA, VPDPBUSD,
+# AMX TDPBUSD), fp64 for fp64. Horowitz 2014: 32-bit int add 0.1 pJ at 45 nm.
+ACCUMULATOR = {"fp64": "fp64", "fp32": "fp32", "tf32": "fp32", "bf16": "fp32", "fp16": "fp32", "fp8": "fp32",
+               "int8": "int32", "int4": "int32"}
+ADD_45NM_PJ = {"fp64": None, "fp32": 0.9, "int32": 0.1}   # fp64: its own table entry's adder
+
+
+def mac_45nm_pj(precision: str) -> float:
+    """One MAC at 45 nm: the multiplier of `precision` + the adder of its accumulator (pJ)."""
+    p = check_precision(precision)
+    acc = ACCUMULATOR[p]
+    add = ARITHMETIC_45NM[p].add_pj if ADD_45NM_PJ[acc] is None else ADD_45NM_PJ[acc]
+    return ARITHMETIC_45NM[p].mult_pj + add
+
 
 # --- process nodes ------------------------------------------------------------------------
 
@@ -107,9 +127,9 @@ def is_extrapolated(process_nm: float) -> bool:
 
 
 def precision_scale(precision: str) -> float:
-    """MAC energy of `precision` relative to fp32, from the 45 nm table (one baseline)."""
-    p = check_precision(precision)
-    return ARITHMETIC_45NM[p].mac_pj / ARITHMETIC_45NM["fp32"].mac_pj
+    """MAC energy of `precision` (multiply + accumulator add) relative to fp32, from the 45 nm
+    table (one baseline)."""
+    return mac_45nm_pj(precision) / mac_45nm_pj("fp32")
 
 
 def arithmetic_energy_per_mac_j(process_nm: float, precision: str) -> float:
@@ -330,8 +350,50 @@ STATIC_FRACTION_BAND = Band(0.15, 0.08, 0.25, "assumed: idle 8-15% of TDP (nvidi
 V_FLOOR = Band(0.70, 0.60, 0.80, "assumed: ~0.7 V floor vs ~1.05 V at boost on recent GPUs")
 V_KNEE = Band(0.5, 0.35, 0.65, "assumed: V starts to rise above 35-65% of the boost clock")
 
-# The constants fitted (within their bands) on published measurements; see calibrate/evidence.py.
-FITTABLE = ("delivery_scale", "clock_control_fraction", "static_fraction", "v_floor")
+# Switching activity of the data: dynamic energy of the datapath and of the operands it moves is
+# charged at a = floor + (1 - floor) x activity, activity 1 for random operands (what trained weights
+# and activations look like, the default) and 0 for all-zero operands; clock/control, issue and
+# static power do not depend on the data. An all-zero bf16 GEMM on an H100 SXM5 drew 448 W at
+# 1650 MHz against 698 W at 1365 MHz with random data (shared/machines/nvidia-h100-sxm5,
+# sustained-power.json, 2026-11-26); an A100 ran the same 8192^3 GEMM at 295 TFLOPS on zeros and
+# 257 on randn under its 400 W cap (H. He, "Strangely, Matrix Multiplications on GPUs Run Faster
+# When Given 'Predictable' Data!", thonking.ai, 2024). The band is what a floor can be; the value
+# the model uses is fitted on the H100 pair (calibrate/evidence.py).
+ACTIVITY_FLOOR = Band(0.1, 0.0, 0.5, "fitted: H100 SXM5 zeros vs random bf16 GEMM power (2026-11-26); "
+                      "band: a floor between none and half of the random-data switching (assumed)")
+RANDOM_DATA, ZERO_DATA = 1.0, 0.0    # activity of random-normal and of all-zero operands
+
+# The constants fitted (within their bands) on sustained measurements; see calibrate/evidence.py.
+# static_fraction is not among them: every chip with sustained evidence has a measured idle power.
+FITTABLE = ("delivery_scale", "clock_control_fraction", "v_floor", "v_knee", "activity_floor")
+
+
+# Fraction of the clock-implied peak (MACs/clock x the clock it runs at) that a large, tuned dense
+# GEMM attains on a circuit: tile edges, K-loop prologue/epilogue, waves and stalls that no power
+# limit explains. Sustained throughput = 2 x MACs/clock x sustained clock x efficiency.
+GEMM_EFFICIENCY: dict[str, Band] = {
+    "tensor_core": Band(0.90, 0.86, 0.95,
+                        "sustained large GEMMs as a fraction of 2 x MACs/clock x the SM clock measured with "
+                        "them: H100 SXM5 n = 8192 0.91-0.94 (shared/machines/nvidia-h100-sxm5, 2026-11-26); "
+                        "H200 SXM bf16 0.89, fp8 0.87; B200 bf16 0.90, fp8 0.87 (Bekman, ml-engineering "
+                        "MSMF table, 2026-08-10); A100 SXM4 cuBLAS bf16 8192^3 on zeros 295 TFLOPS >= 0.946 "
+                        "of 312 (H. He, thonking.ai, 2024)"),
+    "cuda_core": Band(0.78, 0.70, 0.90,
+                      "H100 SXM5 cuBLAS SGEMM n = 8192 held 6 s: 51.6 TFLOPS at 1965 MHz = 0.777 of "
+                      "2 x 16896 x 1.965 GHz (shared/machines/nvidia-h100-sxm5, 2026-11-26)"),
+    "x86_performance": Band(0.85, 0.70, 0.95,
+                            "assumed: oneMKL/oneDNN large SGEMM at 80-90% of SIMD peak (this project's "
+                            "CPU GEMM sweeps, docs/measurement.md)"),
+    "arm_core": Band(0.85, 0.70, 0.95, "assumed: same as x86 BLAS on NEON/SVE"),
+    "systolic_mac": Band(0.90, 0.80, 0.95,
+                         "assumed: a large matmul fills a 128x128 MXU except at its tile edges"),
+    "domain_flow": Band(0.90, 0.80, 0.95, "hypothetical: same reuse argument as a systolic array"),
+}
+
+
+def gemm_efficiency(circuit: str) -> Band:
+    """The large-GEMM efficiency band of `circuit` (GEMM_EFFICIENCY, nominal = the sourced value)."""
+    return GEMM_EFFICIENCY[check_circuit(circuit).name]
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,23 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
 from chipcal.cli import compare_tdp_registry, estimate_tdp, hardware
 from chipcal.cli import main as umbrella
-from chipcal.model import technology
+from chipcal.model import power, technology
+from chipcal.model.tdp import (
+    VERDICT_MEASURED_EXCEEDS,
+    VERDICT_MEASURED_OK,
+    VERDICT_OK,
+    VERDICT_UNCERTAIN,
+    VERDICT_UNSUSTAINABLE,
+)
+
+VERDICTS = (VERDICT_OK, VERDICT_UNCERTAIN, VERDICT_UNSUSTAINABLE, VERDICT_MEASURED_EXCEEDS, VERDICT_MEASURED_OK)
 
 
 def _one_line_error(rc, err):
@@ -26,9 +37,12 @@ def test_estimate_tdp_json_fields(cli):
     for field in ("process_nm", "circuit", "precision", "alus", "frequency_hz", "pj_per_mac", "tdp_w",
                   "peak_ops_per_s", "ops_per_w"):
         assert field in row
-    # hand-worked in test_tdp: 8.22825 pJ all-in; static 15% of the total
-    assert row["pj_per_mac"] == pytest.approx(8.22825)
-    assert row["tdp_w"] == pytest.approx(8.22825 / 0.85)
+    # hand-worked in test_tdp: (1 + c)(4.548 + 0.9375 s) pJ all-in at the shipped constants;
+    # static 15 % of the total
+    k = tomllib.loads((Path(power.__file__).with_name("fitted_constants.toml")).read_text())["values"]
+    pj = (1 + k["clock_control_fraction"]) * (4.548 + 0.9375 * k["delivery_scale"])
+    assert row["pj_per_mac"] == pytest.approx(pj, rel=1e-9, abs=0)
+    assert row["tdp_w"] == pytest.approx(pj / 0.85, rel=1e-9, abs=0)
     assert row["tdp_low_w"] < row["tdp_w"] < row["tdp_high_w"]
     assert row["frequency_hz"] == 1e9
 
@@ -90,20 +104,33 @@ def test_compare_registry_every_chip_has_the_issue_fields(cli, precision):
         if row["power_at_spec_w"] is None:
             continue
         assert row["power_at_spec_low_w"] <= row["power_at_spec_w"] <= row["power_at_spec_high_w"]
-        assert 0 <= row["sustainable_fraction"] <= 1
-        assert row["verdict"] in ("sustainable", "uncertain", "exceeds TDP even at the optimistic end of the band")
+        assert 0 <= row["sustainable_fraction"] <= row["clock_fraction"] <= 1
+        assert row["verdict"] in VERDICTS and row["verdict_basis"] in ("measured", "model")
+        assert (row["verdict_basis"] == "measured") == (row["measured_kind"] == "sustained")
     measured = [r for r in rows if r["measured_peak_flop_per_s"]]
+    bursts = [r for r in rows if r["burst_peak_flop_per_s"]]
     if precision is None:   # headline precisions: the evidence chips (bf16 or fp16)
-        assert len(measured) >= 6 and all("http" in r["measured_source"] for r in measured)
+        assert len(measured) >= 3 and all(r["measured_kind"] == "sustained" for r in measured)
+        assert len(bursts) >= 6 and all(r["burst_source"].startswith("burst (") for r in bursts)
+        assert all(r["measured_source"].startswith("sustained (") for r in measured)
 
 
 def test_compare_registry_evidence_table(cli):
     rc, out, _ = cli(compare_tdp_registry.main, ["--evidence", "--json"])
     rows = json.loads(out)
-    assert rc == 0 and len(rows) >= 6
+    assert rc == 0 and len(rows) >= 8
     for r in rows:
-        assert r["physics_error"] == pytest.approx(
-            r["physics_sustainable_peak_flop_per_s"] / r["measured_peak_flop_per_s"] - 1)
+        assert r["loo_error"] == pytest.approx(
+            r["loo_sustainable_peak_flop_per_s"] / r["measured_flop_per_s"] - 1, rel=1e-9)
+    rc, out, _ = cli(compare_tdp_registry.main, ["--evidence"])
+    assert rc == 0 and "leave-one-chip-out" in out and "h100-sxm5" in out
+
+
+def test_compare_registry_refit_writes_the_shipped_constants(cli, tmp_path):
+    path = tmp_path / "fitted.toml"
+    rc, out, _ = cli(compare_tdp_registry.main, ["--refit", str(path)])
+    assert rc == 0 and str(path) in out
+    assert path.read_text() == Path(power.__file__).with_name("fitted_constants.toml").read_text()
 
 
 def test_compare_registry_all_and_plot(cli, tmp_path):

@@ -334,14 +334,39 @@ def test_clocks_shapes_and_measured_evidence_are_parsed(registry):
     t4 = registry.get("t4")
     assert (t4.base_clock_hz, t4.boost_clock_hz) == (585e6, 1590e6)
     assert t4.engine_for("fp16").mma_shape == (16, 8, 8)
-    assert t4.measured_for("fp16").flop_per_s == 24e12 and t4.measured_for("int8") is None
+    assert t4.burst_for("fp16").flop_per_s == 24e12 and t4.burst_for("int8") is None
+    assert t4.sustained_for("fp16") is None           # a 0.6 s window: a burst, not sustained
     measured = [c for c in registry.chips.values() if c.measured]
     assert len(measured) >= 6
     for chip in measured:
         for m in chip.measured:
-            assert m.url.startswith("https://") and m.title and m.date
-            # a sustained measurement can not beat the datasheet by more than a boost-clock margin
+            assert (m.url.startswith("https://") or "this repository" in m.url) and m.title and m.date
+            assert m.kind in ("sustained", "burst") and m.window and m.power_state
+            # a measurement can not beat the datasheet by more than a boost-clock margin
             assert m.flop_per_s <= 1.05 * chip.peak_flop_per_s(m.precision)
+            if m.sustained and m.sm_clock_hz is not None:
+                # a sustained clock is a settled clock: at most the chip's boost
+                assert m.sm_clock_hz <= (chip.boost_clock_hz or chip.engine_for(m.precision).clock_hz)
+    h100 = registry.get("h100-sxm5")
+    assert h100.sustained_for("bf16").kind == "sustained" and h100.burst_for("bf16").kind == "burst"
+    assert h100.sustained_for("bf16").data == "random"
+
+
+def test_measured_rows_must_say_which_kind(tmp_path):
+    import tomllib
+
+    from chipcal.model.registry import chip_from_dict
+
+    doc = tomllib.loads((HARDWARE_DIR / "t4.toml").read_text())
+    del doc["measured"][0]["kind"]
+    with pytest.raises(RegistryError, match=r"measured\[0\]\.kind"):
+        chip_from_dict(doc, "t4.toml")
+    doc["measured"][0]["kind"] = "peak"
+    with pytest.raises(RegistryError, match=r"measured\[0\]\.kind"):
+        chip_from_dict(doc, "t4.toml")
+    doc["measured"][0].update(kind="sustained", fit=False)
+    with pytest.raises(RegistryError, match=r"not_fit_because"):
+        chip_from_dict(doc, "t4.toml")
 
 
 def test_duplicate_name_is_an_error_naming_the_second_file(tmp_path):

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import pytest
 
 from chipcal.calibrate.sustain import GemmObservation, SustainFitError, fit_sustain
+from chipcal.model import power
 
 GHZ = 1e9
 
@@ -15,13 +19,21 @@ def _obs(tflops: float, watts: float, clocks_ghz, sustained=False, precision="bf
                            tuple(c * GHZ for c in clocks_ghz), sustained)
 
 
+def _v(f_ghz: float) -> float:
+    """The shipped voltage curve (fitted v0, knee) for a 2 GHz boost: v0 up to knee x 2 GHz, then
+    linear to 1 at 2 GHz."""
+    k = tomllib.loads(Path(power.__file__).with_name("fitted_constants.toml").read_text())["values"]
+    knee = k["v_knee"] * 2.0
+    return k["v_floor"] if f_ghz <= knee else k["v_floor"] + (1 - k["v_floor"]) * (f_ghz - knee) / (2.0 - knee)
+
+
 def _sweep():
-    # Hand-made chip: 1 pJ/FLOP at boost voltage, 50 W static, boost 2 GHz. Nominal voltage curve:
-    # floor 0.7 up to 1 GHz (knee 0.5 x boost), then V = 0.7 + 0.3 (f - 1 GHz) / 1 GHz.
+    # Hand-made chip: 1 pJ/FLOP at boost voltage, 50 W static, boost 2 GHz:
     #   100 TFLOP/s at 2.0 GHz (V = 1):      50 + 100            = 150 W
     #   200 TFLOP/s at 2.0 GHz (V = 1):      50 + 200            = 250 W
-    #   400 TFLOP/s at 1.5 GHz (V = 0.85):   50 + 400 x 0.7225   = 339 W   (the sustained run)
-    return [_obs(100, 150, [2.0] * 3), _obs(200, 250, [2.0] * 3), _obs(400, 339, [1.6, 1.5, 1.4], sustained=True)]
+    #   400 TFLOP/s at 1.5 GHz:              50 + 400 x V(1.5)^2       (the sustained run)
+    return [_obs(100, 150, [2.0] * 3), _obs(200, 250, [2.0] * 3),
+            _obs(400, 50 + 400 * _v(1.5) ** 2, [1.6, 1.5, 1.4], sustained=True)]
 
 
 def test_fit_recovers_energy_static_and_sustained_clock():
@@ -47,7 +59,7 @@ def test_spec_inside_tdp_stays_quiet():
 
 
 def test_without_a_marked_run_the_fastest_is_the_sustained_one():
-    obs = [_obs(100, 150, [2.0]), _obs(400, 339, [1.5])]
+    obs = [_obs(100, 150, [2.0]), _obs(400, 50 + 400 * _v(1.5) ** 2, [1.5])]
     f = fit_sustain(obs, boost_clock_hz=2 * GHZ)
     assert f.sustained_clock_hz == 1.5 * GHZ and f.n == 2
 

@@ -41,8 +41,12 @@ def test_a_lower_clock_keeps_the_voltage_curve_and_a_power_mode_still_applies():
     t4 = chip("t4")   # 1590 MHz on CUDA and tensor cores, boost 1590 MHz
     half = t4.at_clock_fraction(0.5)
     assert [e.clock_hz for e in half.engines] == [795e6, 795e6]
-    # V(795 MHz) on the nominal curve: knee 0.5 x 1590 = 795 MHz, so the 0.70 floor
-    assert power.engine_voltage(half, half.engines[0]) == pytest.approx(0.70)
+    # V(795 MHz) on the sourced curve: knee 0.5 x 1590 = 795 MHz, so the 0.70 floor; on the fitted
+    # one (v0, knee): v0 + (1 - v0)(795 - knee x 1590) / ((1 - knee) x 1590)
+    assert power.engine_voltage(half, half.engines[0], power.SOURCED) == pytest.approx(0.70)
+    k = power.NOMINAL
+    expected = k.v_floor + (1 - k.v_floor) * (795e6 - k.v_knee * 1590e6) / ((1 - k.v_knee) * 1590e6)
+    assert power.engine_voltage(half, half.engines[0]) == pytest.approx(max(k.v_floor, expected), rel=1e-12)
     assert power.engine_voltage(t4, t4.engines[0]) == pytest.approx(1.0)
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
         t4.at_clock_fraction(1.5)

@@ -18,9 +18,13 @@ latency = Σ (h + d_i) (`synchronous`). Its per-op dispatch is part of the fitte
 Compiled (torch.compile with CUDA graphs) and fused (TensorRT, XLA) runtimes replay a captured
 graph: no per-op host cost (`host_cost` returns None).
 
-Default h per host class (fitted on the corpus's `fit` split, docs/validation.md):
+Default h per host class and framework generation (FRAMEWORKS):
     server    x86 server CPU driving a discrete accelerator (PCIe/SXM board)
     embedded  Arm cores of an SoC sharing LPDDR with the accelerator (Jetson, Coral)
+    pytorch2  today's PyTorch (2.x): the default of a prediction
+    pytorch1  the PyTorch 1.x hosts of the validation corpus (2020-21), kept for its rows
+A prediction can also take this machine's own dispatch probe (measure.dispatch, cached by a
+calibration) when the target's host is this one (`chipcal predict --host local`).
 """
 
 from __future__ import annotations
@@ -37,17 +41,33 @@ from chipcal.model.mapping.params import HOST_RUNTIMES, FamilyParams
 @dataclass(frozen=True)
 class HostClass:
     name: str
+    framework: str
     per_op_s: float
     source: str
 
 
-HOST_CLASSES: dict[str, HostClass] = {
-    "server": HostClass("server", 47e-6, "default: eager per-op issue cost (module call, dispatcher, "
-                        "kernel launch) on an x86 server host, 46.7 +- 2.5 us fitted on the validation "
-                        "corpus's fit split (PyTorch 1.8 on DGX-1 / DGX A100 hosts; docs/validation.md)"),
-    "embedded": HostClass("embedded", 94e-6, "default: assumed 2x the server host's per-op cost for the "
-                          "Arm cores of an SoC (lower single-thread speed; no corpus row constrains it, "
-                          "docs/validation.md)"),
+FRAMEWORKS = ("pytorch2", "pytorch1")
+DEFAULT_FRAMEWORK = "pytorch2"
+_SERVER_PT2 = 18.5e-6     # the H100 host's dispatch probe, torch 2.11 (tests/machines/nvidia-h100-sxm5)
+HOST_CLASSES: dict[tuple[str, str], HostClass] = {
+    ("server", "pytorch2"): HostClass(
+        "server", "pytorch2", _SERVER_PT2,
+        "default: eager per-op issue cost of PyTorch 2.x on an x86 server host, 18.5 us: the dispatch probe "
+        "(nn.Module Conv2d/BatchNorm2d/ReLU chain, inference mode) on the 16-core Xeon host of an H100 SXM5, "
+        "torch 2.11, 2026-11-26 (chipcal calibrate --device cuda)"),
+    ("server", "pytorch1"): HostClass(
+        "server", "pytorch1", 47e-6,
+        "PyTorch 1.x era: eager per-op issue cost (module call, dispatcher, kernel launch) on an x86 server "
+        "host, 46.7 +- 2.5 us fitted on the validation corpus's fit split (PyTorch 1.8 on DGX-1 / DGX A100 "
+        "hosts; docs/validation.md)"),
+    ("embedded", "pytorch2"): HostClass(
+        "embedded", "pytorch2", 2 * _SERVER_PT2,
+        "default: assumed 2x the server host's per-op cost for the Arm cores of an SoC (lower single-thread "
+        "speed; no measurement constrains it)"),
+    ("embedded", "pytorch1"): HostClass(
+        "embedded", "pytorch1", 94e-6,
+        "PyTorch 1.x era: assumed 2x the server host's per-op cost for the Arm cores of an SoC (no corpus "
+        "row constrains it, docs/validation.md)"),
 }
 
 
@@ -84,12 +104,20 @@ def host_class(chip: Chip) -> str:
     return "embedded" if chip.memory.type.startswith("lpddr") else "server"
 
 
+def check_framework(framework: str) -> str:
+    if framework not in FRAMEWORKS:
+        raise HostError(f"unknown framework generation {framework!r}; valid: {', '.join(FRAMEWORKS)}")
+    return framework
+
+
 def host_cost(chip: Chip, runtime: str, params: FamilyParams,
-              override_s: float | None = None) -> HostCost | None:
+              override_s: float | None = None, framework: str = DEFAULT_FRAMEWORK,
+              override_source: str = "given (--host-overhead-s)") -> HostCost | None:
     """The per-op host cost of running on `chip` under `runtime`; None for a captured graph.
 
-    Precedence: `override_s` (--host-overhead-s) > params.host_overhead_s (a calibration's dispatch
-    probe) > the host-class default (0 extra for a CPU, whose dispatch is in overhead_s).
+    Precedence: `override_s` (--host-overhead-s, or this machine's dispatch probe, named by
+    `override_source`) > params.host_overhead_s (a calibration's dispatch probe) > the default of
+    the host class and `framework` generation (0 extra for a CPU, whose dispatch is in overhead_s).
     """
     if runtime not in HOST_RUNTIMES:
         return None
@@ -98,12 +126,13 @@ def host_cost(chip: Chip, runtime: str, params: FamilyParams,
     if override_s is not None:
         if not math.isfinite(override_s) or override_s < 0:
             raise HostError(f"host overhead must be a finite number of seconds >= 0, got {override_s!r}")
-        return HostCost(override_s, synchronous, cls, "given (--host-overhead-s)")
+        return HostCost(override_s, synchronous, cls, override_source)
     if params.host_overhead_s is not None:
         return HostCost(params.host_overhead_s, synchronous, cls, params.source)
     if synchronous:
         return HostCost(0.0, True, cls, "CPU: per-op dispatch is part of overhead_s")
-    return HostCost(HOST_CLASSES[cls].per_op_s, False, cls, HOST_CLASSES[cls].source)
+    default = HOST_CLASSES[cls, check_framework(framework)]
+    return HostCost(default.per_op_s, False, cls, default.source)
 
 
 def run_queue(device_s: Sequence[float], host: HostCost) -> HostQueue:

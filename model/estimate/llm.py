@@ -44,7 +44,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 
 from chipcal.model.chip import Chip
-from chipcal.model.estimate.host import host_cost
+from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, host_cost
 from chipcal.model.estimate.prediction import (
     NAN,
     STATUS_OK,
@@ -247,9 +247,13 @@ def _unsupported(config: LlmConfig, chip: Chip, phase: str, batch: int, context:
 
 def predict_llm(config: LlmConfig, prefill: LlmStep, decode: LlmStep | None, chip: Chip, precision: str,
                 runtime: str, context: int, new_tokens: int, calibration: CalibrationParams | None = None,
-                host_overhead_s: float | None = None, params: FamilyParams | None = None) -> LlmPrediction:
+                host_overhead_s: float | None = None, params: FamilyParams | None = None,
+                host_source: str = "given (--host-overhead-s)", framework: str = DEFAULT_FRAMEWORK,
+                fp32_mode: str = "pytorch") -> LlmPrediction:
     """Predict a request of `context` prompt tokens and `new_tokens` generated, at the batch of
-    the steps, on `chip`. `decode` None: the prefill phase only (time to first token)."""
+    the steps, on `chip`. `decode` None: the prefill phase only (time to first token). The host
+    cost per op: `host_overhead_s` (named by `host_source`), else the calibration's, else the
+    `framework` default (host.py); `fp32_mode`: prediction.py."""
     if runtime not in LLM_RUNTIMES:
         raise LlmConfigError(f"LLM runtime must be one of {', '.join(LLM_RUNTIMES)}, got {runtime!r}")
     phase = "prefill" if decode is None else "decode"
@@ -268,7 +272,8 @@ def predict_llm(config: LlmConfig, prefill: LlmStep, decode: LlmStep | None, chi
         workload = weight_only(step.workload, scheme) if scheme else step.workload
         trailing = (loop,) * GENERATE_LOOP_OPS if runtime == "eager" else ()
         return predict(workload, chip, compute, params=params, runtime="eager" if plan.host_issued else "compiled",
-                       host_overhead_s=host_overhead_s, trailing_ops_s=trailing), workload
+                       host_overhead_s=host_overhead_s, host_source=host_source, framework=framework,
+                       fp32_mode=fp32_mode, trailing_ops_s=trailing), workload
 
     first, first_workload = run(prefill)
     if not first.supported:
@@ -288,7 +293,7 @@ def predict_llm(config: LlmConfig, prefill: LlmStep, decode: LlmStep | None, chi
     host_ops, host_per_op = 0, 0.0
     if step_plan(runtime, step.phase).host_issued:     # as run() queued them: one per subgraph + the loop
         host_ops = len(workload.subgraphs) + (GENERATE_LOOP_OPS if runtime == "eager" else 0)
-        host_per_op = host_cost(chip, "eager", params, host_overhead_s).per_op_s
+        host_per_op = host_cost(chip, "eager", params, host_overhead_s, framework, host_source).per_op_s
     host_bound = tokens / (host_ops * host_per_op) if host_ops and host_per_op > 0 else math.inf
     bandwidth_bound = tokens / (counts.must_move_bytes / chip.memory.bandwidth_bytes_per_s)
     return LlmPrediction(

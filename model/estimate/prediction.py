@@ -15,13 +15,20 @@
                          (eager), else the label (compute/memory/overhead) carrying the most
                          subgraph latency
 
-Autocast (`autocast=True`, torch.autocast / torch.cuda.amp): the weights stay in fp32 and every
-op with weights casts them to the run precision at each call, one more op before it (PyTorch
-autocast docs: the weight-cast cache lives only inside one autocast region). Under an eager runtime
-the host issues that cast like any op; its device time is the cast kernel's
-weights × (4 + bytes per element) / (bandwidth × bandwidth_efficiency) + the per-kernel overhead.
-Its energy is not counted (weights are < 1 % of a batch's traffic). At fp32 or wider there is
-nothing to cast. A captured graph (fused, compiled) pays no host cost for it and the cast is left out.
+Numerics (estimate/numerics.py): each subgraph computes in the precision the framework gives it
+(fp32 on a TF32 GPU follows `fp32_mode`; `autocast=True` is torch.autocast: per-op policy, fp32
+weights cast at every call, activation casts at each dtype boundary). Under an eager runtime the
+host issues each cast like any op; a cast's device time is its bytes / (bandwidth ×
+bandwidth_efficiency) + the per-kernel overhead, and its bytes are charged DRAM and on-chip
+energy. A captured graph (fused, compiled) fuses the casts into its kernels: no cast kernels.
+
+Layout (PyTorch runtimes on a GPU): eager keeps activations NCHW unless `memory_format` is
+channels_last, and cuDNN's tensor-core convolutions work in NHWC, so each such convolution
+(conv, conv1x1 in TF32/bf16/fp16/fp8/int8; not depthwise, not CUDA-core fp32) transposes its input
+and its output: one layout pass each (mapping.base.traffic's layout_passes; NVIDIA, "Convolutional
+Layers User's Guide", Tensor Core layouts: NCHW inputs are transposed to NHWC). torch.compile's
+Inductor converts convolutions to channels-last itself (its layout optimization), and fused
+runtimes (TensorRT) pick NHWC: no passes.
 
 Steady-state inference: when all weights plus the largest subgraph's activations fit in on-chip
 memory, weights are not re-read from DRAM (`weights_on_chip`). A precision no engine of the chip
@@ -36,8 +43,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 
 from chipcal.model.chip import Chip
-from chipcal.model.estimate.host import host_cost, run_queue
+from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, host_cost, run_queue
 from chipcal.model.estimate.memory import MemoryProfile, memory_profile
+from chipcal.model.estimate.numerics import TF32_CONV_CLASSES, Cast, OpNumerics, plan, switches
 from chipcal.model.estimate.roofline import SubgraphEstimate, chip_context, estimate_subgraph
 from chipcal.model.estimate.schedule import StageEstimate, schedule
 from chipcal.model.estimate.throttle import power_limited_fraction
@@ -105,7 +113,11 @@ class Prediction:
     host_s: float = 0.0             # Σ host issue time
     host_wait_s: float = 0.0        # device idle waiting for the host
     host_source: str = ""
-    autocast: bool = False          # weights cast from fp32 at every call (eager: one more host op each)
+    autocast: bool = False          # torch.autocast: per-op precision, casts (estimate/numerics.py)
+    fp32_mode: str = "pytorch"      # what fp32 means on a TF32 GPU (estimate/numerics.py FP32_MODES)
+    memory_format: str = "nchw"     # activations' layout in a PyTorch runtime (MEMORY_FORMATS)
+    framework: str = DEFAULT_FRAMEWORK   # the eager runtime's framework generation (host cost)
+    numerics: str = ""              # the framework switches the prediction assumes, in words
     clock_fraction: float = 1.0     # engine clocks ÷ listed clocks: < 1 when the TDP limits them (throttle.py)
     listed_clock_latency_s: float = NAN   # latency at the listed clocks, whatever the power
     listed_clock_power_w: float = NAN     # average power at the listed clocks
@@ -164,18 +176,37 @@ def weights_stay_on_chip(workload, chip: Chip, bytes_scale: float) -> bool:
     return weights + working <= onchip_capacity(chip)
 
 
-def autocast_cast_s(subgraph, estimate: SubgraphEstimate, chip: Chip, precision: str, params: FamilyParams,
-                    trace_bpe: float) -> float:
-    """Device time of the fp32 -> `precision` weight cast autocast runs before `subgraph`; 0 when
-    the subgraph has no weights or no MAC work, or `precision` is not narrower than fp32 (nothing
-    to cast; module docstring)."""
-    if subgraph.weight_bytes <= 0 or not is_mac_work(subgraph) or BYTES_PER_ELEMENT[precision] >= BYTES_PER_ELEMENT["fp32"]:
+def cast_kernel_s(nbytes: float, chip: Chip, engine_clock_hz: float, params: FamilyParams) -> float:
+    """Device time of a cast kernel moving `nbytes` (read + write): a memory-bound elementwise kernel."""
+    return (nbytes / (chip.memory.bandwidth_bytes_per_s * params.bandwidth_efficiency)
+            + params.overhead_s["elementwise"] + params.overhead_cycles / engine_clock_hz)
+
+
+def weight_cast(subgraph, numerics: OpNumerics, trace_bpe: float) -> Cast | None:
+    """The fp32 -> low-precision weight cast autocast runs before a MAC subgraph at every call
+    (PyTorch autocast docs: the weight-cast cache lives only inside one autocast region); None
+    for a subgraph without weights or MAC work, or that computes at fp32 or wider."""
+    if subgraph.weight_bytes <= 0 or not is_mac_work(subgraph) \
+            or BYTES_PER_ELEMENT[numerics.precision] >= BYTES_PER_ELEMENT["fp32"]:
+        return None
+    return Cast(subgraph.weight_bytes / trace_bpe, BYTES_PER_ELEMENT["fp32"], BYTES_PER_ELEMENT[numerics.precision])
+
+
+MEMORY_FORMATS = ("nchw", "channels_last")
+TENSOR_CORE = "tensor_core"
+
+
+def layout_passes(subgraph, chip: Chip, numerics: OpNumerics, params: FamilyParams, runtime: str,
+                  memory_format: str) -> float:
+    """Layout passes around `subgraph` (module docstring, Layout): a GPU's NCHW tensor-core
+    convolution under eager PyTorch transposes its input and output (1); a CPU's are its
+    FamilyParams' (oneDNN's reorders); else 0."""
+    if chip.kind != "gpu":
+        return params.layout_passes
+    if runtime != "eager" or memory_format != "nchw" or subgraph.op_class not in TF32_CONV_CLASSES:
         return 0.0
-    elements = subgraph.weight_bytes / trace_bpe
-    moved = elements * (BYTES_PER_ELEMENT["fp32"] + BYTES_PER_ELEMENT[precision])
-    clock = next(e.clock_hz for e in chip.engines if e.name == estimate.engine)
-    return (moved / (chip.memory.bandwidth_bytes_per_s * params.bandwidth_efficiency)
-            + params.overhead_s["elementwise"] + params.overhead_cycles / clock)
+    engine = chip.engine_for(numerics.precision)
+    return 1.0 if engine is not None and engine.circuit == TENSOR_CORE else 0.0
 
 
 def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
@@ -186,36 +217,40 @@ def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
     return max(share, key=share.get) if share else "none"
 
 
-def producer_layout_bytes(workload, subgraph, layout_passes: float) -> float:
+def producer_layout_bytes(workload, subgraph, passes: dict[int, float]) -> float:
     """Traced bytes the layout passes of `subgraph`'s convolution producers read last: each
-    reorders its channel-blocked output into the tensor `subgraph` reads (mapping.base.traffic)."""
-    if not layout_passes:
-        return 0.0
-    return layout_passes * sum(workload.subgraphs[p].output_bytes for p in subgraph.depends_on
-                               if workload.subgraphs[p].op_class in CONV_CLASSES)
+    reorders its channel-blocked output into the tensor `subgraph` reads (mapping.base.traffic).
+    `passes`: subgraph index -> its layout passes."""
+    return sum(passes[p] * workload.subgraphs[p].output_bytes for p in subgraph.depends_on
+               if workload.subgraphs[p].op_class in CONV_CLASSES and passes[p])
 
 
 def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = None,
             calibration: CalibrationParams | None = None, runtime: str = "fused",
-            host_overhead_s: float | None = None, autocast: bool = False,
-            trailing_ops_s: Sequence[float] = ()) -> Prediction:
+            host_overhead_s: float | None = None, autocast: bool = False, fp32_mode: str = "pytorch",
+            memory_format: str = "nchw", framework: str = DEFAULT_FRAMEWORK,
+            host_source: str = "given (--host-overhead-s)", trailing_ops_s: Sequence[float] = ()) -> Prediction:
     """Predict `workload` (a characterized Workload) on `chip` at `precision` under `runtime`.
 
     `params` overrides everything; otherwise the calibration applies if it was fitted on this chip,
     else the family defaults (mapping.params.params_for). `host_overhead_s` overrides the per-op
-    host cost of an eager runtime (estimate/host.py). The workload should be partitioned for the
-    runtime (mapping.params.runtime_fuses). `autocast`: weights cast from fp32 at every call
-    (module docstring). A run whose average power at the listed clocks exceeds the TDP is
-    predicted at the power-limited clock (throttle.py; bottleneck "power"). `trailing_ops_s`:
+    host cost of an eager runtime (estimate/host.py; `host_source` says where it came from), else
+    the default of the `framework` generation. The workload should be partitioned for the
+    runtime (mapping.params.runtime_fuses). `autocast`, `fp32_mode` and `memory_format`: the
+    module docstring (Numerics, Layout). A run whose average power at the listed clocks exceeds the
+    TDP is predicted at the power-limited clock (throttle.py; bottleneck "power"). `trailing_ops_s`:
     device times of ops an eager host issues after the workload's own, before it waits for the
     device (generate's per-token loop, estimate/llm.py); their energy is not counted.
     """
     if params is None:
         params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
+    if memory_format not in MEMORY_FORMATS:
+        raise ValueError(f"unknown memory format {memory_format!r}; valid: {', '.join(MEMORY_FORMATS)}")
+    setup = _Setup(runtime, host_overhead_s, autocast, fp32_mode, memory_format, framework, host_source,
+                   tuple(trailing_ops_s))
 
     def at(c: Chip) -> Prediction:
-        return _predict_at_clock(workload, c, precision, params, runtime, host_overhead_s, autocast,
-                                 tuple(trailing_ops_s))
+        return _predict_at_clock(workload, c, precision, params, setup)
 
     listed = at(chip)
     if not (listed.supported and chip.tdp_limits_clock and listed.avg_power_w > chip.tdp_w):
@@ -232,34 +267,57 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
                                    for e in limited.subgraphs))
 
 
-def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams, runtime: str,
-                      host_overhead_s: float | None, autocast: bool,
-                      trailing_ops_s: tuple[float, ...] = ()) -> Prediction:
+@dataclass(frozen=True)
+class _Setup:
+    """How the run is launched: predict's keyword arguments, passed down as one."""
+
+    runtime: str
+    host_overhead_s: float | None
+    autocast: bool
+    fp32_mode: str
+    memory_format: str
+    framework: str
+    host_source: str
+    trailing_ops_s: tuple[float, ...] = ()
+
+
+def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams, setup: _Setup) -> Prediction:
     """`predict` with `chip`'s engines at their listed clocks, whatever the power."""
+    runtime = setup.runtime
     if not chip.supports(precision):
         return unsupported(workload, chip, precision,
                            f"{chip_label(chip)} has no engine for {precision}; it runs {', '.join(chip.precisions)}",
                            runtime)
     trace_bpe = trace_bytes_per_element(workload)
     scale = BYTES_PER_ELEMENT[precision] / trace_bpe
+    numerics = plan(workload, chip, precision, trace_bpe, setup.fp32_mode, setup.autocast)
     ctx = chip_context(chip, precision)
     resident = weights_stay_on_chip(workload, chip, scale)
+    passes = {sg.index: layout_passes(sg, chip, n, params, runtime, setup.memory_format)
+              for sg, n in zip(workload.subgraphs, numerics, strict=True)}
     try:
-        estimates = tuple(estimate_subgraph(sg, chip, precision, params, trace_bpe, resident, ctx,
-                                            producer_layout_bytes(workload, sg, params.layout_passes))
-                          for sg in workload.subgraphs)
+        estimates = tuple(estimate_subgraph(sg, chip, n.precision, params, trace_bpe, resident,
+                                            chip_context(chip, n.precision),
+                                            producer_layout_bytes(workload, sg, passes), n.scales, passes[sg.index])
+                          for sg, n in zip(workload.subgraphs, numerics, strict=True))
     except UnsupportedPrecision as exc:
         return unsupported(workload, chip, precision, str(exc), runtime)
     sched = schedule(estimates, workload.stages, workload.critical_path)
     latency = sched.latency_s
-    host = host_cost(chip, runtime, params, host_overhead_s)
+    host = host_cost(chip, runtime, params, setup.host_overhead_s, setup.framework, setup.host_source)
     queue = None
-    if host is not None:  # eager: one stream in program order behind the host
+    cast_bytes = 0.0
+    if host is not None:  # eager: one stream in program order behind the host; casts are kernels of their own
         device: list[float] = []
-        for sg, e in sorted(zip(workload.subgraphs, estimates, strict=True), key=lambda pair: pair[1].index):
-            cast = autocast_cast_s(sg, e, chip, precision, params, trace_bpe) if autocast else 0.0
-            device += [cast, e.latency_s] if cast > 0 else [e.latency_s]
-        queue = run_queue(device + list(trailing_ops_s), host)
+        order = sorted(zip(workload.subgraphs, numerics, estimates, strict=True), key=lambda t: t[2].index)
+        for sg, n, e in order:
+            clock = next(en.clock_hz for en in chip.engines if en.name == e.engine)
+            wcast = weight_cast(sg, n, trace_bpe) if setup.autocast else None
+            for c in (*n.casts, *((wcast,) if wcast else ())):
+                device.append(cast_kernel_s(c.bytes, chip, clock, params))
+                cast_bytes += c.bytes
+            device.append(e.latency_s)
+        queue = run_queue(device + list(setup.trailing_ops_s), host)
         latency = queue.latency_s
     mem = memory_profile(workload, scale)
 
@@ -270,7 +328,7 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
     utilization = min(1.0, unit_time / latency) if latency > 0 else 0.0
     units = round(sum(e.units_allocated * e.busy_s for e in estimates) / busy) if busy > 0 else 0
     compute_j = sum(e.compute_energy_j for e in estimates)
-    memory_j = sum(e.memory_energy_j for e in estimates)
+    memory_j = sum(e.memory_energy_j for e in estimates) + cast_bytes * (ctx.dram_j_per_byte + ctx.onchip_j_per_byte)
     static_j = ctx.static_w * latency
     energy = compute_j + memory_j + static_j
     attained = flop / latency if latency > 0 else 0.0
@@ -296,7 +354,9 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
         static_energy_j=static_j, wasted_energy_j=ctx.static_w * latency * (1.0 - utilization),
         weights_on_chip=resident, host_per_op_s=host.per_op_s if host else 0.0,
         host_s=queue.host_s if queue else 0.0, host_wait_s=queue.host_wait_s if queue else 0.0,
-        host_source=host.source if host else "", autocast=autocast, params_source=params.source,
+        host_source=host.source if host else "", autocast=setup.autocast, fp32_mode=setup.fp32_mode,
+        memory_format=setup.memory_format, framework=setup.framework,
+        numerics=switches(chip, precision, setup.fp32_mode, setup.autocast), params_source=params.source,
         listed_clock_latency_s=latency, listed_clock_power_w=energy / latency if latency > 0 else NAN,
         subgraphs=estimates, stages=sched.stages, memory=mem,
     )

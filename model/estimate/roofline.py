@@ -235,19 +235,25 @@ def weight_layout_s(subgraph, weight_bytes: float, params: FamilyParams) -> floa
 
 def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams,
                       trace_bytes_per_element: float = 4.0, weights_on_chip: bool = False,
-                      context: ChipContext | None = None, producer_layout_bytes: float = 0.0) -> SubgraphEstimate:
+                      context: ChipContext | None = None, producer_layout_bytes: float = 0.0,
+                      scales: tuple[float, float, float] | None = None,
+                      layout_passes: float | None = None) -> SubgraphEstimate:
     """Roofline estimate of one fused subgraph (module docstring has the formulas).
 
     `trace_bytes_per_element` is the element size the workload was traced in (fp32: 4); byte
-    counts are rescaled by BYTES_PER_ELEMENT[precision] / trace_bytes_per_element.
+    counts are rescaled by BYTES_PER_ELEMENT[precision] / trace_bytes_per_element, or by `scales`
+    (input, weight, output) where they differ (estimate.numerics).
     `weights_on_chip`: the model's weights stay on chip between inferences (no DRAM weight reads).
-    `producer_layout_bytes`: mapping.base.traffic (prediction.producer_layout_bytes works it out).
+    `producer_layout_bytes`: mapping.base.traffic (prediction.producer_layout_bytes works it out);
+    `layout_passes` replaces params.layout_passes for this subgraph (prediction.layout_passes).
     Raises mapping.UnsupportedPrecision if no engine of `chip` runs `precision`.
     """
     ctx = context if context is not None else chip_context(chip, precision)
     scale = BYTES_PER_ELEMENT[precision] / trace_bytes_per_element
-    alloc = map_subgraph(subgraph, chip, precision, scale, weights_on_chip, params.layout_passes,
-                         producer_layout_bytes)
+    s_in, s_w, s_out = scales if scales is not None else (scale,) * 3
+    passes = params.layout_passes if layout_passes is None else layout_passes
+    alloc = map_subgraph(subgraph, chip, precision, scale, weights_on_chip, passes, producer_layout_bytes,
+                         scales)
     flop = float(subgraph.flop)
     eff = params.efficiency[subgraph.op_class]
     if is_mac_work(subgraph) and alloc.lane_fill > 0:
@@ -261,8 +267,8 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     kernel = flop > 0 or alloc.onchip_bytes > 0
     overhead = (params.overhead_s[subgraph.op_class] + params.switch_overhead_s
                 + params.overhead_cycles / engine.clock_hz) if kernel else 0.0
-    memory += first_touch_s(subgraph.output_bytes * scale, params) if kernel else 0.0
-    reorder = weight_layout_s(subgraph, subgraph.weight_bytes * scale, params) if kernel else 0.0
+    memory += first_touch_s(subgraph.output_bytes * s_out, params) if kernel else 0.0
+    reorder = weight_layout_s(subgraph, subgraph.weight_bytes * s_w, params) if kernel else 0.0
     work = max(compute, memory) + reorder
     latency = work + overhead
     if not kernel:
@@ -283,7 +289,7 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
                if kernel else 0.0)
     compute_j = macs * mac_j + other_flop * vec_j + clock_j
     dram_j = alloc.dram_bytes * ctx.dram_j_per_byte
-    reorder_bytes = 2.0 * subgraph.weight_bytes * scale if reorder else 0.0     # read OIHW, write blocked
+    reorder_bytes = 2.0 * subgraph.weight_bytes * s_w if reorder else 0.0     # read OIHW, write blocked
     onchip_j = (alloc.onchip_bytes + reorder_bytes) * ctx.onchip_j_per_byte * v2
     static_j = ctx.static_w * latency
     wasted_j = ctx.static_w * (overhead + work * (1.0 - alloc.utilization))

@@ -26,12 +26,13 @@ MAPPERS = {"cpu": cpu, "gpu": gpu, "tpu": tpu, "kpu": kpu}
 @recent(maxsize=1 << 15)
 def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
                  weights_on_chip: bool = False, layout_passes: float = 0.0,
-                 producer_layout_bytes: float = 0.0) -> Allocation:
+                 producer_layout_bytes: float = 0.0, scales: tuple[float, float, float] | None = None) -> Allocation:
     """Allocate `subgraph` on `chip` at `precision`; `bytes_scale` rescales the traced byte counts
     (BYTES_PER_ELEMENT[precision] / bytes per element of the traced dtype); `weights_on_chip`
     says the model's weights stay in on-chip memory between inferences (no DRAM weight reads);
     `layout_passes` the runtime's layout reorders around each convolution (FamilyParams), and
-    `producer_layout_bytes` what the producers' reorders left beside this subgraph's input (base.traffic).
+    `producer_layout_bytes` what the producers' reorders left beside this subgraph's input, and
+    `scales` per-tensor byte factors where inputs, weights and outputs differ in dtype (base.traffic).
 
     The traffic is worked out here, once for every family: activations stay resident in the
     family's on-chip capacity; GEMM operands are blocked for its `blocking_capacity` (the same
@@ -39,7 +40,7 @@ def map_subgraph(subgraph, chip: Chip, precision: str, bytes_scale: float,
     mapper = MAPPERS[chip.kind]
     resident = mapper.onchip_capacity(chip)
     moved = traffic(subgraph, bytes_scale, resident, mapper.blocking_capacity(chip), precision, weights_on_chip,
-                    layout_passes, producer_layout_bytes)
+                    layout_passes, producer_layout_bytes, scales)
     return mapper.allocate(subgraph, chip, precision, moved)
 
 

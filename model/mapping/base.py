@@ -177,7 +177,7 @@ class Traffic(NamedTuple):
 
 def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_capacity: float,
             precision: str, weights_on_chip: bool, layout_passes: float = 0.0,
-            producer_layout_bytes: float = 0.0) -> Traffic:
+            producer_layout_bytes: float = 0.0, scales: tuple[float, float, float] | None = None) -> Traffic:
     """The DRAM bytes, on-chip bytes and whether activations stay on chip, for one subgraph.
 
     Weights come from DRAM unless `weights_on_chip` (the caller decided that the whole model's
@@ -199,14 +199,17 @@ def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_cap
     subgraph's): what a convolution producer's last layout pass read while writing this
     subgraph's input (its channel-blocked output, as large as that input), which sits in the cache
     beside the input when this subgraph starts and counts toward the input's residency too.
+    `scales` (input, weight, output) replaces `bytes_scale` where the three are stored in different
+    dtypes (autocast: estimate.numerics).
     """
-    a_in = subgraph.input_bytes * bytes_scale
-    w = subgraph.weight_bytes * bytes_scale
-    out = subgraph.output_bytes * bytes_scale
+    s_in, s_w, s_out = scales if scales is not None else (bytes_scale,) * 3
+    a_in = subgraph.input_bytes * s_in
+    w = subgraph.weight_bytes * s_w
+    out = subgraph.output_bytes * s_out
     passes = layout_passes if subgraph.op_class in CONV_CLASSES else 0.0
     layout = 2.0 * passes * (a_in + out)
     compulsory = a_in + w + out
-    held = producer_layout_bytes * bytes_scale
+    held = producer_layout_bytes * s_in
     resident = resident_capacity > 0 and (1.0 + passes) * (a_in + out) + held <= resident_capacity
     dram = (0.0 if weights_on_chip else w) + (0.0 if resident and (subgraph.depends_on or weights_on_chip) else a_in) \
         + (0.0 if resident else out + layout)
