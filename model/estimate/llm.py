@@ -14,8 +14,10 @@ cache and memory fit, from two characterized forwards (a prefill, a decode step)
                             read + KV cache written; nothing else, no efficiency
     host_bound_tokens_per_s tokens of the step / (host-issued ops × host cost per op); inf when
                             a captured graph replays the step (no per-op host cost)
-    bottleneck              "host" when the device waits for the host longer than it works, else
-                            the step's (memory, compute, overhead, power)
+    bottleneck              "host" when the host takes at least as long to issue the step's ops as
+                            the device takes to run them (the slower side of the queue sets the
+                            pace: tokens/s is then the host bound), else the step's (memory,
+                            compute, overhead, power)
 
 Counts of the step (exact, SI): MACs; weight bytes read; KV-cache bytes read = B × tokens
 attended × KV bytes per token (a dynamic cache attends to the cached tokens plus the new ones,
@@ -295,6 +297,8 @@ def predict_llm(config: LlmConfig, prefill: LlmStep, decode: LlmStep | None, chi
         host_ops = len(workload.subgraphs) + (GENERATE_LOOP_OPS if runtime == "eager" else 0)
         host_per_op = host_cost(chip, "eager", params, host_overhead_s, framework, host_source).per_op_s
     host_bound = tokens / (host_ops * host_per_op) if host_ops and host_per_op > 0 else math.inf
+    device_busy = pred.serial_latency_s + (loop * GENERATE_LOOP_OPS if runtime == "eager" else 0.0)
+    host_paced = pred.host_per_op_s > 0 and pred.host_s >= device_busy and not pred.power_limited
     bandwidth_bound = tokens / (counts.must_move_bytes / chip.memory.bandwidth_bytes_per_s)
     return LlmPrediction(
         model=config.name, chip=chip_label(chip), kind=chip.kind, phase=phase, batch=batch, context=context,
@@ -303,7 +307,7 @@ def predict_llm(config: LlmConfig, prefill: LlmStep, decode: LlmStep | None, chi
         tokens_per_s=tokens / pred.latency_s, time_to_first_token_s=first.latency_s,
         time_per_output_token_s=pred.latency_s if decode is not None else NAN,
         bandwidth_bound_tokens_per_s=bandwidth_bound, host_bound_tokens_per_s=host_bound,
-        bottleneck=pred.bottleneck, params=prefill.params, weight_bytes=weights, kv_bytes_per_token=kv_per_token,
+        bottleneck="host" if host_paced else pred.bottleneck, params=prefill.params, weight_bytes=weights, kv_bytes_per_token=kv_per_token,
         kv_cache_bytes=kv_cache, activation_peak_bytes=activations, memory_bytes=memory,
         memory_capacity_bytes=capacity, devices_needed=max(1, math.ceil(memory / capacity)),
         step_macs=counts.macs, step_flop=counts.flop, step_weight_bytes_read=counts.weight_bytes_read,
