@@ -387,3 +387,18 @@ def test_measure_model_efficiency_times_an_llm_from_a_config(cli, tiny_config, m
     assert row["phase"] == "decode" and row["cached_tokens"] == 32 + 3 and row["n"] >= 2
     assert row["tokens_per_s"] == pytest.approx(1 / row["latency_s"])
     assert row["flop"] > 0 and row["delivered_flop_per_s"] == pytest.approx(row["flop"] / row["latency_s"])
+
+
+def test_a_cached_llm_prediction_imports_neither_torch_nor_transformers(source, tiny_config):
+    import subprocess
+    import sys
+
+    root = str(source._directory().parent)
+    argv = ["--model", tiny_config, "--hardware", "h100-sxm5", "--context", "64", "--json"]
+    code = ("import sys; from chipcal.cli import predict; rc = predict.main(sys.argv[1:]); "
+            "print(rc, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    env = {**__import__("os").environ, "CHIPCAL_CACHE_DIR": root}
+    first = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env)
+    assert first.returncode == 0, first.stderr                       # characterizes and caches
+    again = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env)
+    assert again.stdout.strip().splitlines()[-1] == "0 False False", again.stderr
