@@ -150,6 +150,9 @@ def keep_defaults(params, defaults, classes: Sequence[str]):
     if not classes:
         return params
     eff, over = dict(params.efficiency), dict(params.overhead_s)
+    tensor = dict(params.tensor_efficiency) if params.tensor_efficiency is not None else None
     for c in classes:
         eff[c], over[c] = defaults.efficiency[c], defaults.overhead_s[c]
-    return dataclasses.replace(params, efficiency=eff, overhead_s=over)
+        if tensor is not None:
+            tensor[c] = defaults.class_efficiency(c, "tensor_core")
+    return dataclasses.replace(params, efficiency=eff, overhead_s=over, tensor_efficiency=tensor)

@@ -5,11 +5,15 @@ CLI summary and the refit; calibrate.store reads and writes it (`to_dict`/`from_
 calibrate.records). Prediction needs only `ParametersDocument`, the part a hand-written file
 may hold alone (`{"schema", "parameters", "chip"?}`); it hands the model a CalibrationParams.
 
-Schema: every file written so far says SCHEMA. Sections added to it later (`skipped`,
+Schema: SCHEMA. Sections added to it later (`skipped`,
 `dispatch`, `first_touch`, `layout`, `throttle_note`, `crossval`, `rerun`, `threads`, the chains, a peak's `support`, a fit's
 `unconstrained`, the validation's noise and model count) have defaults, so older files still
 load. A change that old files cannot meet by a default gets a new tag and a migration function
-from the old one.
+from the old one: `upgrade` reads SCHEMA_1 files (before 2026-11-26), whose power section held
+one energy per FLOP fitted over every precision's rows (the fp32 CUDA-core GEMMs set it); /2
+holds one per precision at its sustained point (`PrecisionEnergy`), and the figures of the old
+fit are dropped on reading (UPGRADE_1_DROPS). Their raw power rows stay, and
+calibrate.refit.refit_power fits them again.
 """
 
 from __future__ import annotations
@@ -26,7 +30,23 @@ from chipcal.model.local import LOCAL_CHIP_NAME
 from chipcal.model.mapping.base import CONV_CLASSES
 from chipcal.model.mapping.params import RUNTIMES, CalibrationError, CalibrationParams, FamilyParams
 
-SCHEMA = "chipcal.calibration/1"
+SCHEMA_1 = "chipcal.calibration/1"
+SCHEMA = "chipcal.calibration/2"
+READABLE_SCHEMAS = (SCHEMA_1, SCHEMA)
+# the /1 power section's fields /2 no longer has: the one energy fit over all precisions
+UPGRADE_1_DROPS = ("j_per_flop", "physics_j_per_flop", "sustain_note", "sustain")
+
+
+def upgrade(data: object) -> object:
+    """A parsed document in the current schema's shape: a SCHEMA_1 document's power section
+    without the figures of its all-precision fit (UPGRADE_1_DROPS), tagged SCHEMA. Anything else
+    is returned as it is (the typed reading then judges it)."""
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA_1:
+        return data
+    power = data.get("power")
+    if isinstance(power, dict):
+        power = {k: v for k, v in power.items() if k not in UPGRADE_1_DROPS}
+    return {**data, "schema": SCHEMA, "power": power}
 
 record = dataclass(frozen=True, kw_only=True)
 
@@ -150,7 +170,9 @@ class ModelRow(Timed):
 
 @record
 class PowerRow(Record):
-    """One window of measure.power_curve: average power at a known throughput."""
+    """One window of the power curve of SCHEMA_1 runs (idle, GEMM sizes, triad, eight sustained
+    windows of the largest GEMM, all at the run's precision): average power at a known throughput.
+    Runs since write `HoldRow`s instead."""
 
     kind: str                  # idle, gemm, bandwidth, sustained
     label: str
@@ -163,11 +185,46 @@ class PowerRow(Record):
     warnings: tuple[str, ...]
     sm_clock_hz: tuple[float, ...] | None = field(default=None, metadata=OMIT_NONE)
 
+
+@record
+class HoldRow(Record):
+    """One kernel held until clock and power settled (measure.sustained.Hold): its sustained
+    point (the second half of the hold), its burst, and the samples taken after each batch."""
+
+    kind: str                  # idle, stream, gemm
+    label: str
+    precision: str | None
+    flop_per_call: float
+    bytes_per_call: float
+    settled: bool
+    duration_s: float
+    calls: int
+    sustained_flop_per_s: float | None
+    sustained_bytes_per_s: float | None
+    burst_flop_per_s: float | None
+    power_w: float | None            # energy counter's average over the settled part, else median_power_w
+    median_power_w: float | None
+    energy_power_w: float | None
+    sm_clock_hz: float | None        # median over the settled part
+    clock_events: tuple[str, ...]    # every reason seen (measure.throttle names)
+    sample_t_s: tuple[float, ...]
+    sample_calls: tuple[int, ...]
+    sample_power_w: tuple[float | None, ...]
+    sample_sm_clock_hz: tuple[float | None, ...]
+    sample_clock_events: tuple[int | None, ...]
+
     @classmethod
-    def of(cls, row: dict) -> PowerRow:
-        """From measure.power_curve's row (unchecked: the values are this run's own)."""
-        lists = {k: tuple(row[k]) for k in ("warnings", "sm_clock_hz") if k in row}
-        return cls(**{**row, **lists})
+    def of(cls, h) -> HoldRow:
+        """From a measure.sustained.Hold of this run."""
+        s = h.samples
+        return cls(kind=h.kind, label=h.label, precision=h.precision, flop_per_call=h.flop_per_call,
+                   bytes_per_call=h.bytes_per_call, settled=h.settled, duration_s=h.duration_s, calls=h.calls,
+                   sustained_flop_per_s=h.sustained_flop_per_s, sustained_bytes_per_s=h.sustained_bytes_per_s,
+                   burst_flop_per_s=h.burst_flop_per_s, power_w=h.power_w, median_power_w=h.median_power_w,
+                   energy_power_w=h.energy_power_w, sm_clock_hz=h.sm_clock_hz, clock_events=h.clock_events,
+                   sample_t_s=tuple(x.t_s for x in s), sample_calls=tuple(x.calls for x in s),
+                   sample_power_w=tuple(x.power_w for x in s), sample_sm_clock_hz=tuple(x.sm_clock_hz for x in s),
+                   sample_clock_events=tuple(x.clock_events for x in s))
 
 
 @record
@@ -179,7 +236,8 @@ class Observations(Record):
     layers: tuple[LayerRow, ...]
     chains: tuple[LayerRow, ...] = ()
     models: tuple[ModelRow, ...]
-    power: tuple[PowerRow, ...]
+    power: tuple[PowerRow, ...] = ()          # SCHEMA_1 runs
+    holds: tuple[HoldRow, ...] = ()
 
 
 @record
@@ -247,33 +305,56 @@ class RerunSection(Record):
 
 
 @record
-class SustainSection(Record):
-    """calibrate.sustain's fit: the clock the chip holds under sustained load (GPU)."""
+class PrecisionEnergy(Record):
+    """One precision on its engine at the point the chip sustains (calibrate.sustain): what it
+    ran at, the energy per FLOP fitted there, the physics model's figure, and the spec's need."""
 
-    j_per_flop_at_boost: float | None
-    static_w: float | None
-    sustained_clock_hz: float | None
+    precision: str
+    engine: str | None
+    source: str                       # "hold", or "sustained windows" of a SCHEMA_1 power curve
+    settled: bool | None              # None: a SCHEMA_1 run, which did not check
+    sustained_flop_per_s: float
+    burst_flop_per_s: float | None
+    sustained_power_w: float
+    sustained_clock_hz: float | None  # None: no clock sensor (CPU)
     boost_clock_hz: float | None
-    clock_fraction: float | None
-    sustained_flop_per_s: float | None
-    power_at_spec_w: float | None
-    rms_residual_w: float | None
+    clock_events: tuple[str, ...]
+    spec_flop_per_s: float | None
+    spec_clock_hz: float | None
+    tdp_w: float | None               # the power limit the run had (NVML), else the chip's TDP
+    bytes_per_flop: float             # DRAM bytes the held kernel moved per FLOP
+    j_per_flop_at_boost: float        # e_p: all-in core energy per FLOP at the boost voltage
+    j_per_flop_sustained: float       # e_p V(f_sustained)^2: per FLOP at the sustained point
+    j_per_flop_at_spec_clock: float | None     # e_p V(f_spec)^2 + DRAM bytes/FLOP x j_per_byte
+    physics_j_per_flop_at_spec: float | None   # model.power.gemm_power(chip, p).pj_per_flop_at_spec
+    power_at_spec_w: float | None     # static V(f_spec) + spec FLOP/s x j_per_flop_at_spec_clock
+
+    @property
+    def fraction_of_spec(self) -> float | None:
+        """Sustained throughput / the datasheet's dense peak."""
+        return self.sustained_flop_per_s / self.spec_flop_per_s if self.spec_flop_per_s else None
+
+    @property
+    def clock_fraction(self) -> float | None:
+        """Sustained SM clock / boost clock."""
+        if self.sustained_clock_hz is None or not self.boost_clock_hz:
+            return None
+        return self.sustained_clock_hz / self.boost_clock_hz
 
 
 @record
 class PowerSection(Record):
-    """Where power was read and, when it was, the energy fit against the physics energy."""
+    """Where power was read and, when it was, the energy fit (calibrate.sustain): static power
+    (the idle hold's), energy per DRAM byte (the triad's) and per FLOP for each precision held."""
 
     source: str
     available: bool
     reason: str | None = None
-    idle_w: float | None = field(default=None, metadata=OMIT_NONE)
-    j_per_flop: float | None = field(default=None, metadata=OMIT_NONE)
+    idle_w: float | None = field(default=None, metadata=OMIT_NONE)        # static power, at boost voltage
     j_per_byte: float | None = field(default=None, metadata=OMIT_NONE)
-    physics_j_per_flop: float | None = field(default=None, metadata=OMIT_NONE)
     physics_j_per_byte: float | None = field(default=None, metadata=OMIT_NONE)
-    sustain_note: str | None = field(default=None, metadata=OMIT_NONE)
-    sustain: SustainSection | None = field(default=None, metadata=OMIT_NONE)
+    precisions: tuple[PrecisionEnergy, ...] = ()
+    note: str | None = field(default=None, metadata=OMIT_NONE)            # why there is no energy fit
 
 
 @record
@@ -453,6 +534,11 @@ class CalibrationDocument(Record):
     threads: ThreadsSection | None = field(default=None, metadata=OMIT_NONE)
     plots: tuple[str, ...] = ()          # the plot files written beside it (calibrate.report)
     non_finite_values: NonFiniteValues | None = field(default=None, metadata=OMIT_NONE)
+
+    @classmethod
+    def from_dict(cls, data: object, where: str = "") -> CalibrationDocument:
+        """A document read from JSON; a SCHEMA_1 one through `upgrade`."""
+        return super().from_dict(upgrade(data), where)
 
     def calibration_params(self, path: Path) -> CalibrationParams:
         """The fitted parameters for prediction (`predict --calibration`)."""

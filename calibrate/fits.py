@@ -113,33 +113,6 @@ def fit_saturating_efficiency(work_flop: Sequence[float], efficiency: Sequence[f
     )
 
 
-def fit_power(power_w: Sequence[float], flop_per_s: Sequence[float], bytes_per_s: Sequence[float],
-              name: str = "power") -> FitResult:
-    """P = P_idle + e_flop·FLOP/s + e_byte·byte/s by bounded (non-negative) linear least squares.
-
-    e_flop is joules per FLOP and e_byte joules per DRAM byte: the measured counterparts of the
-    physics model's pJ/MAC (÷2) and DRAM pJ/byte.
-    """
-    p = np.asarray(power_w, dtype=float)
-    x = np.column_stack([np.ones_like(p), np.asarray(flop_per_s, float), np.asarray(bytes_per_s, float)])
-    if len(p) < 4:
-        raise ValueError("need at least 4 power observations to fit 3 parameters")
-    scale = np.maximum(np.max(np.abs(x), axis=0), 1e-30)  # condition the columns
-    sol = optimize.lsq_linear(x / scale, p, bounds=(0, np.inf))
-    coef = sol.x / scale
-    residuals = p - x @ coef
-    cov = _covariance(x / scale, residuals) / np.outer(scale, scale)
-    se = np.sqrt(np.clip(np.diag(cov), 0, None))
-    names = ("idle_w", "j_per_flop", "j_per_byte")
-    return FitResult(
-        name=name, model="P = idle_w + j_per_flop * FLOP/s + j_per_byte * byte/s (all >= 0)",
-        parameters=dict(zip(names, map(float, coef), strict=True)),
-        stderr=dict(zip(names, map(float, se), strict=True)),
-        residuals=tuple(map(float, residuals)), residual_space="watts",
-        r2=_r2(p, x @ coef), n=len(p),
-    )
-
-
 def fit_log_latency(names: Sequence[str], x0: Sequence[float],
                     predict: Callable[[dict[str, float]], np.ndarray],
                     measured_s: Sequence[float], name: str, model: str,

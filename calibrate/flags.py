@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from chipcal.calibrate.records import Record
 from chipcal.model.tdp import VERDICT_UNSUSTAINABLE, ChipTdpComparison
+
+if TYPE_CHECKING:          # calibrate.document imports Flag from here
+    from chipcal.calibrate.document import PrecisionEnergy
 
 MEASURED_VS_SPEC_MIN = 0.80      # measured peak below 80% of the datasheet's dense peak
 MEASURED_VS_PHYSICS_MIN = 0.70   # measured peak below 70% of the local physics peak
@@ -96,20 +100,57 @@ def measured_above_physics(precision: str, measured_flop_per_s: float, physics_f
                  "fraction": fraction, "clock_hz": clock_hz, "implied_clock_hz": clock_hz * fraction})
 
 
-def energy_exceeds_tdp(j_per_flop: float, spec_flop_per_s: float | None, tdp_w: float | None,
-                       idle_w: float = 0.0) -> Flag | None:
-    """Measured energy per FLOP × spec peak + idle above the TDP: the spec peak cannot be
-    reached inside the power limit at the efficiency this chip actually shows."""
-    if not spec_flop_per_s or not tdp_w or j_per_flop <= 0:
+def _sustained(e: PrecisionEnergy) -> str:
+    """What the precision's held GEMM sustained: throughput (fraction of spec), clock, power, reasons."""
+    clock = ("" if e.sustained_clock_hz is None else
+             f" at {e.sustained_clock_hz / 1e9:.3g} GHz" + (f" ({e.clock_fraction:.0%} of the "
+                                                              f"{e.boost_clock_hz / 1e9:.3g} GHz boost)"
+                                                              if e.clock_fraction is not None else ""))
+    spec = f" ({e.fraction_of_spec:.0%} of spec)" if e.fraction_of_spec is not None else ""
+    reasons = f", clock events: {', '.join(e.clock_events)}" if e.clock_events else ""
+    return (f"held back to back it sustained {e.sustained_flop_per_s / 1e12:.4g} TFLOP/s{spec}{clock} and "
+            f"{e.sustained_power_w:.0f} W{reasons}")
+
+
+def _sustained_values(e: PrecisionEnergy) -> dict[str, float | None]:
+    return {"sustained_flop_per_s": e.sustained_flop_per_s, "sustained_fraction_of_spec": e.fraction_of_spec,
+            "sustained_clock_hz": e.sustained_clock_hz, "boost_clock_hz": e.boost_clock_hz,
+            "clock_fraction": e.clock_fraction, "sustained_power_w": e.sustained_power_w}
+
+
+def energy_exceeds_tdp(e: PrecisionEnergy, idle_w: float) -> Flag | None:
+    """The energy per FLOP one precision was measured at, at its sustained point, times that
+    precision's spec peak, plus idle, above the power limit: that spec peak cannot be reached
+    inside the limit even at the voltage of the lower, sustained clock."""
+    if not e.spec_flop_per_s or not e.tdp_w or e.j_per_flop_sustained <= 0:
         return None
-    needed = j_per_flop * spec_flop_per_s + idle_w
-    if needed <= tdp_w:
+    needed = e.j_per_flop_sustained * e.spec_flop_per_s + idle_w
+    if needed <= e.tdp_w:
         return None
     return Flag("measured_energy_exceeds_tdp", "warning",
-                f"measured {j_per_flop * 1e12:.3g} pJ/FLOP x spec {spec_flop_per_s / 1e12:.3g} TFLOP/s "
-                f"+ {idle_w:.0f} W idle = {needed:.0f} W > {tdp_w:.0f} W TDP",
-                {"j_per_flop": j_per_flop, "spec_flop_per_s": spec_flop_per_s, "idle_w": idle_w,
-                 "needed_w": needed, "tdp_w": tdp_w})
+                f"{e.precision}: measured {e.j_per_flop_sustained * 1e12:.3g} pJ/FLOP at its sustained point x spec "
+                f"{e.spec_flop_per_s / 1e12:.4g} TFLOP/s + {idle_w:.0f} W idle = {needed:.0f} W > {e.tdp_w:.0f} W "
+                f"limit; {_sustained(e)}",
+                {"j_per_flop": e.j_per_flop_sustained, "spec_flop_per_s": e.spec_flop_per_s, "idle_w": idle_w,
+                 "needed_w": needed, "tdp_w": e.tdp_w, **_sustained_values(e)})
+
+
+def spec_beyond_tdp(e: PrecisionEnergy, static_w: float) -> Flag | None:
+    """The energy one precision was measured at (at boost voltage), taken to its spec clock's
+    voltage, with the static power, puts that precision's spec peak above the power limit."""
+    need = e.power_at_spec_w
+    if need is None or not e.tdp_w or need <= e.tdp_w:
+        return None
+    at_spec = (f" ({e.j_per_flop_at_spec_clock * 1e12:.3g} at the {e.spec_clock_hz / 1e9:.3g} GHz spec clock)"
+               if e.spec_clock_hz and e.sustained_clock_hz is not None else "")
+    return Flag(
+        "spec_beyond_tdp", "warning",
+        f"{e.precision}: measured {e.j_per_flop_at_boost * 1e12:.3g} pJ/FLOP at boost voltage{at_spec} and "
+        f"{static_w:.0f} W static put the {e.spec_flop_per_s / 1e12:.4g} TFLOP/s spec peak at {need:.0f} W > "
+        f"{e.tdp_w:.0f} W limit; {_sustained(e)}",
+        {"j_per_flop_at_boost": e.j_per_flop_at_boost, "j_per_flop_at_spec_clock": e.j_per_flop_at_spec_clock,
+         "static_w": static_w, "power_at_spec_w": need, "tdp_w": e.tdp_w, "spec_flop_per_s": e.spec_flop_per_s,
+         **_sustained_values(e)})
 
 
 def sag(quantity: str, samples: Sequence[float], unit: str,

@@ -2,7 +2,7 @@
 
 GEMM sweep -> saturating efficiency per precision; timed micro-layers -> per-op-class efficiency
 and overhead and the size curve (log-latency, soft-L1, log-normal prior on the family defaults,
-a grid-search start); layer chains -> the in-network switch overhead and memory factor. docs/calibration.md has
+a grid-search start); layer chains -> the in-network switch overhead and memory factor. docs/calibration-fits.md has
 the method.
 """
 
@@ -23,28 +23,31 @@ NETWORK_MEMORY_FACTOR_MAX = 4.0   # in-network on-chip time at most 4x the kerne
                                   # on-chip byte at DRAM speed (LLC plateau / DRAM 3.0-4.7 on the 2-vCPU VMs)
 
 
-def as_timed(workload, chip, precision: str, params):
-    """The prediction a timed eager PyTorch call is compared with: the eager runtime, so on a GPU
-    the host issues one op at a time at `params.host_overhead_s` (the dispatch probe) and the fitted
-    per-kernel overheads hold only what the device adds; on a CPU host and kernels share the cores
-    and the ops run in program order."""
+def as_timed(workload, chip, precision: str, params, fp32_mode: str = "pytorch"):
+    """The prediction a timed eager PyTorch call is compared with: the eager runtime, the time per
+    call of calls back to back (a timer's average: on a GPU the host runs a call ahead of its kernels,
+    so the slower side sets the pace, estimate.host.run_queue), under the math mode it was timed in
+    (`fp32_mode`: PyTorch's defaults unless the timing said otherwise). On a CPU host and kernels
+    share the cores and the ops run in program order."""
     from chipcal.model.estimate.prediction import predict
 
-    return predict(workload, chip, precision, params=params, runtime=RUNTIME)
+    return predict(workload, chip, precision, params=params, runtime=RUNTIME, fp32_mode=fp32_mode, repeated=True)
 
 
 def host_in_overheads(base, device: str, dispatch_per_op_s: float | None):
-    """(fit base, overhead floor) for a calibration on `device`: on a GPU the per-class
-    overhead_s hold the host's share of each op (issue, launch, device fixed cost), so the base
-    carries host cost 0 (an eager prediction with the result charges it once) and the overhead
-    prior starts at the dispatch probe's per-op cost. One host cost per op instead over-charged
-    cheap ops 2-3x on the H100 machine (probe 30 us per conv/BN/ReLU op, a lone max-pool 12.5 us).
+    """(fit base, overhead floor) for a calibration on `device`: on a GPU the per-class overhead_s
+    are the host's cost of issuing an op of that class (roofline.host_issue_s: the host runs ahead
+    of the kernels, not in series with them), so the base carries host cost 0 and every class's
+    overhead starts at the dispatch probe's per-op cost; the fit moves the classes the micro-layers
+    exercise (on the H100 machine a lone max-pool issued in 11.6 us, a conv+BN+ReLU in 62 us).
     On a CPU host and kernels share the cores: nothing changes."""
     from chipcal.measure.device import device_kind
 
     if device_kind(device) != "cuda":
         return base, 0.0
-    return dataclasses.replace(base, host_overhead_s=0.0), dispatch_per_op_s or 0.0
+    probe = dispatch_per_op_s or 0.0
+    return (dataclasses.replace(base, host_overhead_s=0.0,
+                                overhead_s={c: max(v, probe) for c, v in base.overhead_s.items()}), probe)
 
 
 def gemm_fits(gemm, chip) -> dict[str, FitResult]:
@@ -80,6 +83,17 @@ def gemm_informed(defaults, gemm_fit):
     return dataclasses.replace(defaults, efficiency=eff)
 
 
+def _runs_on_tensor_cores(op_class: str, chip, precision: str) -> bool:
+    """Whether a micro-layer of `op_class` timed at `precision` under PyTorch's defaults (as_timed)
+    runs on a GPU's tensor cores."""
+    from chipcal.model.estimate.numerics import op_precision
+
+    if chip.kind != "gpu":
+        return False
+    engine = chip.engine_for(op_precision(op_class, precision, chip))
+    return engine is not None and engine.circuit == "tensor_core"
+
+
 def fit_layer_params(observations: Sequence, chip, precision: str, base, overhead_floor_s: float = 0.0):
     """Fit efficiency[c] and overhead_s[c] for every op class the micro-layers exercise, and the
     size curve's half_efficiency_flop, through the predictor itself.
@@ -96,23 +110,34 @@ def fit_layer_params(observations: Sequence, chip, precision: str, base, overhea
 
     classes = sorted({sg.op_class for o in observations for sg in o.workload.subgraphs
                       if sg.flop > 0 or sg.bytes_written > 0})
+    # a GPU's host enters each timed call once before its ops (FamilyParams.host_call_s): alone, a
+    # micro-layer pays it for one to six ops, a network for ~200; without it the class costs take it
+    call = ["host_call_s"] if chip.kind == "gpu" else []
     names = ([f"efficiency.{c}" for c in classes] + [f"overhead_s.{c}" for c in classes]
-             + ["half_efficiency_flop"])
-    x0 = ([min(base.efficiency[c], 1.0) for c in classes]
+             + ["half_efficiency_flop"] + call)
+    x0 = ([min(base.class_efficiency(c, "tensor_core" if _runs_on_tensor_cores(c, chip, precision) else ""), 1.0)
+           for c in classes]
           + [max(base.overhead_s[c], overhead_floor_s, 1e-7) for c in classes]
-          + [max(base.half_efficiency_flop, 1.0)])
-    lower = [1e-3] * len(classes) + [1e-8] * len(classes) + [1.0]
-    upper = [EFFICIENCY_MAX] * len(classes) + [1e-2] * len(classes) + [1e12]
+          + [max(base.half_efficiency_flop, 1.0)] + [max(base.host_call_s, overhead_floor_s, 1e-7)] * len(call))
+    lower = [1e-3] * len(classes) + [1e-8] * len(classes) + [1.0] + [1e-8] * len(call)
+    upper = [EFFICIENCY_MAX] * len(classes) + [1e-2] * len(classes) + [1e12] + [1e-2] * len(call)
     measured = [o.measurement.median_s for o in observations]
+    # a class whose micro-layers ran on a GPU's tensor cores (fp32 convolutions in TF32 under
+    # PyTorch's defaults) says nothing of its CUDA-core work: its fitted efficiency is the tensor
+    # cores' (FamilyParams.tensor_efficiency), the CUDA cores keep their prior
+    on_tensor = {c for c in classes if _runs_on_tensor_cores(c, chip, precision)}
 
     def params_from(values: dict[str, float]):
         eff = dict(base.efficiency)
+        tensor = dict(base.tensor_efficiency or base.efficiency)
         over = dict(base.overhead_s)
         for c in classes:
-            eff[c] = values[f"efficiency.{c}"]
+            (tensor if c in on_tensor else eff)[c] = values[f"efficiency.{c}"]
             over[c] = values[f"overhead_s.{c}"]
         return dataclasses.replace(base, efficiency=eff, overhead_s=over,
-                                   half_efficiency_flop=values["half_efficiency_flop"])
+                                   tensor_efficiency=tensor if on_tensor else base.tensor_efficiency,
+                                   half_efficiency_flop=values["half_efficiency_flop"],
+                                   host_call_s=values.get("host_call_s", base.host_call_s))
 
     def predict_all(values: dict[str, float], which: Sequence[int] | None = None) -> np.ndarray:
         params = params_from(values)

@@ -19,6 +19,7 @@ from chipcal.calibrate.document import CalibrationDocument, LayerRow
 from chipcal.calibrate.layer_fits import as_timed, gemm_informed, host_in_overheads
 from chipcal.calibrate.micro import MicroFit, fit_micro
 from chipcal.measure.device import device_kind
+from chipcal.measure.models import MODEL_FP32_MODE
 from chipcal.measure.timing import Measurement
 
 
@@ -114,7 +115,17 @@ def refit(doc: CalibrationDocument, chip) -> Refit:
     checks = []
     for row in doc.observations.models:
         workload = characterize_model(row.model, batch=row.batch, fuse=False)
+        # models were timed by measure.models (MODEL_FP32_MODE), the micro-layers in PyTorch's defaults
         checks.append(ModelCheck(row.model, row.batch, row.median_s,
-                                 as_timed(workload, chip, precision, fit.params).latency_s,
-                                 as_timed(workload, chip, precision, defaults).latency_s))
+                                 as_timed(workload, chip, precision, fit.params, MODEL_FP32_MODE).latency_s,
+                                 as_timed(workload, chip, precision, defaults, MODEL_FP32_MODE).latency_s))
     return Refit(fit, tuple(checks))
+
+
+def refit_power(doc: CalibrationDocument, chip):
+    """The power section fitted again from `doc`'s recorded holds, or a SCHEMA_1 run's power curve,
+    with today's code (calibrate.power_fit): (power section, energy fit or None, flags)."""
+    from chipcal.calibrate.power_fit import power_section
+
+    return power_section(doc.power.source, doc.power.available, doc.power.reason, doc.observations.holds,
+                         doc.observations.power, chip, doc.fingerprint, doc.precision)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chipcal.calibrate.document import CalibrationDocument, FitRecord
+from chipcal.calibrate.document import CalibrationDocument, FitRecord, PowerSection
 from chipcal.calibrate.fits import UNCONSTRAINED_SE_LOG, saturating
 from chipcal.calibrate.selfcheck import REVERT_MARGIN, REVERT_MIN_LAYERS, CrossValSection
 from chipcal.measure.bandwidth import DRAM_WINDOW
@@ -19,7 +19,7 @@ PLOTS = {
     "gemm_efficiency.png": "GEMM efficiency vs problem size with the fitted saturating curve",
     "predicted_vs_measured.png": "Predicted vs measured latency per validation model",
     "roofline.png": "Local roofline with measured GEMM, layer and model points",
-    "power.png": "Power vs throughput (only when a power source exists)",
+    "power.png": "SM clock and power while each kernel is held (only when a power source exists)",
 }
 
 
@@ -190,11 +190,7 @@ def render_markdown(doc: CalibrationDocument) -> str:
         "## Power",
         "",
     ]
-    power = doc.power
-    if power.available:
-        lines.append(f"Source: {power.source}. Idle baseline {_si(power.idle_w, 'W')}.")
-    else:
-        lines.append(f"No power source: {power.reason}. Energy figures are physics-model estimates only.")
+    lines += _power_lines(doc.power)
     lines += ["", "## Flags", ""]
     if doc.flags:
         lines += [f"- **{f.code}** ({f.severity}): {f.message}" for f in doc.flags]
@@ -203,6 +199,40 @@ def render_markdown(doc: CalibrationDocument) -> str:
     lines += ["", "## Plots", ""]
     lines += [f"- [{name}]({name}): {desc}" for name, desc in PLOTS.items() if name in doc.plots]
     return "\n".join(lines) + "\n"
+
+
+def _pj(joules: float | None) -> str:
+    return "-" if joules is None else f"{joules * 1e12:.3g}"
+
+
+def _power_lines(power: PowerSection) -> list[str]:
+    """The power section: static power, energy per byte, and each precision's sustained point
+    with its energy per FLOP beside the physics model's (calibrate.sustain)."""
+    if not power.available:
+        return [f"No power source: {power.reason}. Energy figures are physics-model estimates only."]
+    lines = [f"Source: {power.source}. Static power (idle) {_si(power.idle_w, 'W')}"
+             + (f"; DRAM {_pj(power.j_per_byte)} pJ/byte from the triad (physics model "
+                f"{_pj(power.physics_j_per_byte)} pJ/byte)" if power.j_per_byte is not None else "") + "."]
+    if power.note:
+        lines.append(f"No energy fit: {power.note}.")
+    if not power.precisions:
+        return lines
+    lines += [
+        "",
+        "Each precision's GEMM held back to back until clock and power settled (its second half is the "
+        "sustained point); energy per FLOP fitted as P = static·V(f) + e·FLOP/s·V(f)² + pJ/byte·byte/s "
+        "with the model's V(f), at boost voltage and at the spec clock's voltage (with the GEMM's DRAM "
+        "bytes), beside the physics model's energy at the spec clock.",
+        "",
+        _table(["precision", "engine", "sustained", "of spec", "burst", "SM clock", "of boost", "power",
+                "clock events", "settled", "pJ/FLOP at boost", "at spec clock", "physics at spec"],
+               [[e.precision, e.engine or "-", _si(e.sustained_flop_per_s, "FLOP/s"), _pct(e.fraction_of_spec),
+                 _si(e.burst_flop_per_s, "FLOP/s"), _si(e.sustained_clock_hz, "Hz"), _pct(e.clock_fraction),
+                 _si(e.sustained_power_w, "W"), ", ".join(e.clock_events) or "-",
+                 {True: "yes", False: "no", None: e.source}[e.settled], _pj(e.j_per_flop_at_boost),
+                 _pj(e.j_per_flop_at_spec_clock), _pj(e.physics_j_per_flop_at_spec)] for e in power.precisions]),
+    ]
+    return lines
 
 
 def _crossval_lines(cv: CrossValSection | None) -> list[str]:
@@ -237,14 +267,14 @@ def _crossval_lines(cv: CrossValSection | None) -> list[str]:
     ]
 
 
-def _figure(size: tuple[float, float]):
-    """A matplotlib figure and axes (Agg backend: no display needed)."""
+def _figure(size: tuple[float, float], **subplots):
+    """A matplotlib figure and axes (Agg backend: no display needed); `subplots` as for plt.subplots."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=size)
+    return plt.subplots(figsize=size, **subplots)
 
 
 def _save(fig, ax, path: Path, title: str, xlabel: str, ylabel: str, log: str = "", legend_size: int | None = 8,
@@ -319,6 +349,19 @@ def plot_roofline(doc: CalibrationDocument, path: Path) -> None:
 
 
 def plot_power(doc: CalibrationDocument, path: Path) -> None:
+    """The holds' power and SM clock over time (a SCHEMA_1 run: its power curve, power against
+    throughput)."""
+    holds = doc.observations.holds
+    if holds:
+        fig, (clock_ax, ax) = _figure((7, 8), nrows=2, sharex=True)
+        for h in holds:
+            ax.plot(h.sample_t_s, [np.nan if p is None else p for p in h.sample_power_w], label=h.label)
+            clock_ax.plot(h.sample_t_s, [np.nan if c is None else c / 1e9 for c in h.sample_sm_clock_hz])
+        clock_ax.set_ylabel("SM clock (GHz)")
+        clock_ax.set_title("SM clock and power while each kernel is held")
+        clock_ax.grid(True, alpha=0.3)
+        _save(fig, ax, path, "", "time since the hold began (s)", "power (W)", legend_size=7, grid="major")
+        return
     fig, ax = _figure((7, 5))
     rows = doc.observations.power
     ax.scatter([r.flop_per_s for r in rows], [r.avg_power_w for r in rows])
@@ -333,7 +376,7 @@ def plot_writers(doc: CalibrationDocument) -> dict:
         "predicted_vs_measured.png": lambda p: plot_predicted_vs_measured(doc, p),
         "roofline.png": lambda p: plot_roofline(doc, p),
     }
-    if doc.observations.power:
+    if doc.observations.power or doc.observations.holds:
         writers["power.png"] = lambda p: plot_power(doc, p)
     return writers
 

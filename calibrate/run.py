@@ -4,7 +4,8 @@ Order (fit data and validation data never mix):
 1. fingerprint and the chip model (registry match, else the locally built chip);
 2. GEMM peak sweep per precision  -> saturating efficiency fit per precision;
 3. bandwidth probe                -> bandwidth_efficiency = measured / model bandwidth;
-4. power (where a source exists)  -> P = idle + e_flop·FLOP/s + e_byte·byte/s;
+4. power (where a source exists)  -> idle, triad and each native GEMM precision held until clock and
+   power settle (measure.sustained) -> static power, pJ/byte and pJ/FLOP per precision (calibrate.sustain);
 5. timing rounds, interleaved: micro-layers, layer chains, whole torchvision models;
 6. fits on the micro-layers and chains -> per-op-class efficiency and overhead, switch cost;
 7. validation: the models predicted (calibrated and default) vs measured; gap flags.
@@ -37,6 +38,7 @@ from chipcal.calibrate.micro import fit_micro
 from chipcal.calibrate.power_fit import power_section
 from chipcal.calibrate.threads import thread_section
 from chipcal.measure.timing import Measurement
+from chipcal.model.mapping.params import CalibrationError
 
 # validation: the classic set, plus structures no micro-layer or chain was built from (grouped
 # convs, inception branches, windowed attention, 7x7 depthwise)
@@ -127,7 +129,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     from chipcal.measure.identify import identify
     from chipcal.measure.layers import LayerSet, default_cases, default_chains
     from chipcal.measure.layout import conv_layout_passes
-    from chipcal.measure.models import measure_model
+    from chipcal.measure.models import MODEL_FP32_MODE, measure_model
     from chipcal.measure.peak import (
         default_precisions,
         default_shapes,
@@ -136,7 +138,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         measure_gemm_peak,
     )
     from chipcal.measure.power import open_power_source
-    from chipcal.measure.power_curve import power_curve
+    from chipcal.measure.power_phase import power_phase
+    from chipcal.measure.sustained import FULL_LIMITS, QUICK_LIMITS
     from chipcal.measure.system import fingerprint, local_chip
     from chipcal.model.local import LOCAL_CHIP_NAME
     from chipcal.model.mapping.params import default_params
@@ -231,15 +234,23 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         source="calibration",
     )
 
-    # 4. power
-    progress.phase("power", 1)
+    # 4. power: idle, the triad and each native GEMM precision, held until clock and power settle
     source = open_power_source(config.device)
-    if (power_rows := journal.get("power")) is None:
-        power_rows = power_curve(source, config.device, config.precision) if source.available else []
-        journal.put("power", power_rows)
-    power_doc, fits["power"], power_flags = power_section(source, power_rows, chip, fp, config.precision)
+    held = gemm.native_precisions if source.available else ()
+    progress.phase("power: idle, triad and each GEMM precision held until clock and power settle",
+                   2 + len(held) if source.available else 1)
+    if (holds := _journaled_holds(journal.get("power"))) is None:
+        holds = ()
+        if source.available:
+            limits = QUICK_LIMITS if config.quick else FULL_LIMITS
+            holds = tuple(cd.HoldRow.of(h) for h in power_phase(source, config.device, held, limits,
+                                                                  on_hold=lambda h: step(h.label)))
+        journal.put("power", [h.to_dict() for h in holds])
+    if not source.available:
+        step(source.name)
+    power_doc, fits["power"], power_flags = power_section(source.name, source.available, source.reason, holds, (),
+                                                          chip, fp, config.precision)
     flags += power_flags
-    step(source.name)
 
     # 4b. first touch of freshly mapped memory (CPU eager: outputs above the mmap threshold)
     first_touch = layout = None
@@ -282,7 +293,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     for name in config.models:
         for batch in config.batches:
             workload = characterize_model(name, batch=batch, fuse=False)  # eager: one kernel per op
-            call_s = as_timed(workload, chip, config.precision, defaults).latency_s
+            call_s = as_timed(workload, chip, config.precision, defaults, MODEL_FP32_MODE).latency_s
             if call_s > MODEL_MAX_CALL_S:
                 skipped_models.append(cd.SkippedModel(model=name, batch=batch, predicted_call_s=call_s,
                                                       limit_s=MODEL_MAX_CALL_S))
@@ -342,8 +353,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     model_rows = []
     for entry in plan:
         name, batch, workload = entry.name, entry.batch, entry.workload
-        predicted = as_timed(workload, chip, config.precision, params)
-        predicted_default = as_timed(workload, chip, config.precision, defaults)
+        predicted = as_timed(workload, chip, config.precision, params, MODEL_FP32_MODE)
+        predicted_default = as_timed(workload, chip, config.precision, defaults, MODEL_FP32_MODE)
         m = entry.measurement(config.rounds)
         model_rows.append(cd.ModelRow(model=name, batch=batch, flop=workload.flop,
                                       bytes=workload.bytes_read + workload.bytes_written,
@@ -438,7 +449,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
             layers=layer_rows,
             chains=chain_rows,
             models=tuple(model_rows),
-            power=tuple(cd.PowerRow.of(r) for r in power_rows),
+            holds=holds,
         ),
         fits=fits,
         parameters=cd.ParametersSection(chip=chip.name, runtime=RUNTIME, family_params=params),
@@ -481,6 +492,17 @@ class ModelPlan:
 
     def measurement(self, rounds: int) -> Measurement:
         return Measurement.from_samples(self.samples, method=f"{self.methods[-1]}; {rounds} interleaved rounds")
+
+
+def _journaled_holds(recorded) -> tuple[cd.HoldRow, ...] | None:
+    """The power phase's holds as the journal has them; None when it has none, or has the power
+    curve of older code (a list of windows, not holds: the phase is measured again)."""
+    if not isinstance(recorded, list):
+        return None
+    try:
+        return tuple(cd.HoldRow.from_dict(d) for d in recorded)
+    except CalibrationError:
+        return None
 
 
 def _round_noise(plan) -> float:

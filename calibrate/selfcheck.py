@@ -53,7 +53,7 @@ class ClassVerdict(Record):
         is the sum of its layers' times: by the median, the 1x1 convolutions with 16-24 input or
         output channels (0.1-0.4 ms at batch 1, 27-46% off either way) outvoted the bottleneck
         ones, the class went back to its prior and ResNeXt-50 came out 62-74% too slow
-        (docs/calibration.md).
+        (docs/findings/2026-11-25-self-check-time-weighted.md).
         With fewer own layers, each fold fits the class's efficiency and overhead on one layer or
         none: the fold's fit is weaker than the full fit, and the comparison would judge the fold,
         not the calibration (the quick suite's 2-layer classes)."""

@@ -18,7 +18,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from chipcal.calibrate.document import SCHEMA, CalibrationDocument, ParametersDocument
+from chipcal.calibrate.document import (
+    READABLE_SCHEMAS,
+    SCHEMA,
+    CalibrationDocument,
+    ParametersDocument,
+)
 from chipcal.model.errors import ResultsWriteError
 from chipcal.model.mapping.params import CalibrationError, CalibrationParams
 
@@ -189,7 +194,8 @@ def _no_constant(name: str) -> float:
 
 def _read(directory: str | Path) -> tuple[dict, Path]:
     """The JSON object in a run directory's calibration.json and the file's path; the schema
-    must be SCHEMA and NaN/Infinity literals are refused (CalibrationError, one line)."""
+    must be one this code reads (SCHEMA, or an older one calibrate.document upgrades) and
+    NaN/Infinity literals are refused (CalibrationError, one line)."""
     path = Path(directory) / CALIBRATION_FILE
     try:
         doc = json.loads(path.read_bytes(), parse_constant=_no_constant)
@@ -201,7 +207,7 @@ def _read(directory: str | Path) -> tuple[dict, Path]:
         raise CalibrationError(f"{path}: not a readable calibration document ({str(exc)[:80]})") from None
     if not isinstance(doc, dict):
         raise CalibrationError(f"{path}: not a calibration document (a JSON {type(doc).__name__}, expected an object)")
-    if doc.get("schema") != SCHEMA:
+    if doc.get("schema") not in READABLE_SCHEMAS:
         raise CalibrationError(f"{path}: schema {str(doc.get('schema'))[:40]!r}, expected {SCHEMA!r} "
                                "(an older or foreign file; run `chipcal calibrate` again)")
     return doc, path

@@ -1,6 +1,6 @@
 """Predictions checked against published measurements: the validation corpus and its comparison.
 
-The corpus (calibrate/data/corpus.csv, schema in docs/validation.md) holds one published
+The corpus (calibrate/data/corpus.csv, schema in docs/validation-corpus.md) holds one published
 inference measurement per row: model, chip, batch, precision, runtime, value + unit, framework,
 host CPU where stated, source (id, title, URL, date) and the split (`fit` or `test`, fixed per
 source). `compare` predicts each row with the physics model and returns one `Comparison` each;
@@ -48,8 +48,9 @@ RUNTIME_MODEL = {
 # published runtimes that run under torch.autocast: weights cast from fp32 at every call
 # (estimate/prediction.py, "Autocast")
 AUTOCAST_RUNTIMES = ("pytorch-eager-amp",)
-NHWC_RUNTIMES = ("tensorflow",)     # frameworks whose GPU activations are NHWC by default
 UNITS = ("ms", "s", "samples/s")
+# this project's own recorded measurements cite the file in this repository that holds them
+REPOSITORY_SOURCE = "repository: "
 SPLITS = ("fit", "test")
 COLUMNS = ("model", "chip", "batch", "precision", "runtime", "value", "unit", "framework", "host_cpu",
            "source", "source_title", "source_url", "source_date", "split", "note")
@@ -117,8 +118,8 @@ def _check(path: Path, row: int, record: dict) -> Measurement:
     for field in ("model", "chip", "source", "source_title", "source_url", "source_date"):
         if not str(record[field]).strip() or str(record[field]) == "nan":
             raise bad(field, "is empty")
-    if not str(record["source_url"]).startswith(("http://", "https://")):
-        raise bad("source_url", "is not a URL")
+    if not str(record["source_url"]).startswith(("http://", "https://", REPOSITORY_SOURCE)):
+        raise bad("source_url", f"is neither a URL nor '{REPOSITORY_SOURCE} <path>' (this project's own measurement)")
     if record["precision"] not in PRECISIONS:
         raise bad("precision", f"is not one of {', '.join(PRECISIONS)}")
     if record["runtime"] not in RUNTIME_MODEL:
@@ -207,22 +208,27 @@ class Comparison:
 
 
 def compare(rows: Sequence[Measurement], workload: Callable[[str, int, bool], object], registry,
-            params: Callable[[object], FamilyParams] | None = None,
-            host_overhead_s: float | None = None) -> tuple[Comparison, ...]:
+            params: Callable[[object, str, str], FamilyParams] | None = None,
+            host_overhead_s: float | None = None,
+            host_by_framework: dict[tuple[str, str], float] | None = None) -> tuple[Comparison, ...]:
     """Predict every row. `workload(model, batch, fuse)` returns the characterized workload;
-    `params(chip)` the parameters to use (default: the family defaults, mapping.params_for)."""
+    `params(chip, runtime, framework)` the parameters to use (default: mapping.params_for);
+    `host_overhead_s` the per-op host cost of every eager row, or `host_by_framework` that of the
+    rows of a (host class, framework generation) (others: their default, estimate.host)."""
+    from chipcal.model.estimate.host import host_class
+
     out = []
     for m in rows:
         chip = registry.get(m.chip)
         rt = m.model_runtime
-        fam = params(chip) if params is not None else params_for(chip.name, chip.kind)
-        # a row's fp32 is what its label says: fp32 math (the sources name TF32 rows tf32);
-        # TensorFlow keeps activations NHWC on a GPU (Keras data_format channels_last), PyTorch and
-        # Paddle NCHW
+        gen = m.framework_generation
+        fam = params(chip, rt, gen) if params is not None else params_for(chip.name, chip.kind, runtime=rt, framework=gen)
+        host = (host_overhead_s if host_by_framework is None
+                else host_by_framework.get((host_class(chip), m.framework_generation)))
+        # a row's fp32 is what its label says: fp32 math (the sources name TF32 rows tf32)
         p = predict(workload(m.model, m.batch, runtime_fuses(rt)), chip, m.precision, params=fam,
-                    runtime=rt, host_overhead_s=host_overhead_s, autocast=m.autocast, fp32_mode="strict",
-                    framework=m.framework_generation,
-                    memory_format="channels_last" if m.runtime in NHWC_RUNTIMES else "nchw")
+                    runtime=rt, host_overhead_s=host, autocast=m.autocast, fp32_mode="strict",
+                    framework=gen)
         published = m.latency_s
         pred = p.latency_s if p.supported else math.nan
         out.append(Comparison(row=m.row, model=m.model, chip=m.chip, batch=m.batch, precision=m.precision,
@@ -305,24 +311,22 @@ FIT_BOUNDS = {"host_server_s": (1e-7, 1e-3), "gpu_mac_efficiency_scale": (0.2, 1
               "gpu_k_loop_cycles_per_byte": (1e-3, 1e3)}
 
 
-def trial_params(values: dict[str, float]) -> Callable[[object], FamilyParams]:
-    """Family defaults with the fitted quantities replaced: the server host's per-op issue cost
-    (eager runtimes), one scale on the GPU efficiency of every MAC class, the GPU's fixed
-    per-kernel cost in clock cycles (its per-kernel cost in seconds set to 0) and the GPU's
-    K-loop cycles per byte."""
-    from chipcal.model.estimate.host import host_class
-    from chipcal.model.mapping.params import default_params
-
-    def params(chip) -> FamilyParams:
-        base = default_params(chip.kind)
+def trial_params(values: dict[str, float]) -> Callable[[object, str, str], FamilyParams]:
+    """Family defaults with the fitted quantities replaced: one scale on the GPU efficiency of
+    every MAC class, the GPU's fixed per-kernel cost in clock cycles (its per-kernel cost in seconds
+    set to 0) and the GPU's K-loop cycles per byte. The server host's per-op cost is fitted too,
+    for the pytorch1 rows (`fit_defaults` passes it to `compare` by framework generation)."""
+    def params(chip, runtime: str, framework: str) -> FamilyParams:
+        base = params_for(chip.name, chip.kind, runtime=runtime, framework=framework)
         if chip.kind == "cpu":
             return base
         changes: dict = {}
-        if host_class(chip) == "server":
-            changes["host_overhead_s"] = values["host_server_s"]
         if chip.kind == "gpu":
             s = values["gpu_mac_efficiency_scale"]
             changes["efficiency"] = {c: v * s if c in MAC_CLASSES else v for c, v in base.efficiency.items()}
+            if base.tensor_efficiency is not None:
+                changes["tensor_efficiency"] = {c: v * s if c in MAC_CLASSES else v
+                                                for c, v in base.tensor_efficiency.items()}
             changes["overhead_s"] = {c: 0.0 for c in base.overhead_s}
             changes["overhead_cycles"] = values["gpu_kernel_cycles"]
             changes["k_loop_cycles_per_byte"] = values["gpu_k_loop_cycles_per_byte"]
@@ -345,7 +349,10 @@ def fit_defaults(rows: Sequence[Measurement], workload: Callable[[str, int, bool
     names = list(FIT_START)
 
     def predicted(values: dict[str, float]):
-        out = np.array([c.predicted_latency_s for c in compare(rows, workload, registry, trial_params(values))])
+        # the fitted host cost is the server hosts' of the pytorch1 rows; others keep their default
+        out = np.array([c.predicted_latency_s for c in compare(
+            rows, workload, registry, trial_params(values),
+            host_by_framework={("server", "pytorch1"): values["host_server_s"]})])
         if on_evaluation is not None:
             on_evaluation()
         return out

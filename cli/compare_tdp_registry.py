@@ -172,7 +172,7 @@ def _evidence(registry, as_json: bool) -> int:
           "judged by loo_P_err, the power at its measured clock)")
     print(f"median |error| of the random-data rows: sourced {report.median_abs_error('sourced'):.1%}, "
           f"fitted {report.median_abs_error('fitted'):.1%}, leave-one-chip-out {report.median_abs_error('loo'):.1%}")
-    print("fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in report.fitted.values.items()))
+    print("fitted: " + ", ".join(f"{k}={round(v, 6):.3g}" for k, v in report.fitted.values.items()))
     over = [b for b in report.bursts if not b.within_ceiling]
     print(f"bursts: {len(report.bursts) - len(over)} of {len(report.bursts)} within the burst ceiling"
           + "".join(f"; {b.chip} {b.precision} {b.measured_flop_per_s / 1e12:.4g} > {b.ceiling_flop_per_s / 1e12:.4g}"

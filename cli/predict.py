@@ -499,7 +499,7 @@ def _llm_table(preds: Sequence[LlmPrediction]) -> None:
         share = p.tokens_per_s / p.bandwidth_bound_tokens_per_s
         host = ("no per-op host cost (captured graph)" if not math.isfinite(p.host_bound_tokens_per_s) else
                 f"host bound {_llm_rate(p.host_bound_tokens_per_s)} tok/s ({p.host_ops_per_step} host-issued ops "
-                f"per step at {p.host_per_op_s * 1e6:.3g} us)")
+                f"per step, {p.host_per_op_s * 1e6:.3g} us each on average)")
         notes.append(f"{p.model} on {p.chip}, {p.phase} at batch {p.batch}, {p.precision}, {p.runtime}: "
                      f"{_llm_rate(p.tokens_per_s)} tok/s = {share:.0%} of the bandwidth bound "
                      f"{_llm_rate(p.bandwidth_bound_tokens_per_s)} tok/s; {host}; bottleneck {p.bottleneck}; "
@@ -598,7 +598,7 @@ def _body(args: argparse.Namespace) -> int:
     found: dict[int, tuple[Opportunity, ...]] = {}
     if args.explain:
         for i, (chip, p) in enumerate(pairs):
-            params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
+            params = params_for(chip.name, chip.kind, calibration, chip.active_mode, p.runtime, p.framework)
             found[i] = opportunities(p, source.get(p.model, p.batch, p.fused), chip, params,
                                      workload_at=lambda b, m=p.model, f=p.fused: source.get(m, b, f),
                                      target_utilization=args.target_utilization)

@@ -6,7 +6,7 @@ By default glibc raises its mmap threshold to the largest block freed so far (up
 mmap threshold"). A forward pass whose working set grows and shrinks then maps and faults part of
 it again on every call, by an amount that depends on the process's allocation history: identical
 processes wrote 159-335 MB of fresh pages per mobilenet_v2 batch-8 call on the Zen 4 VM, which
-took it from 75 ms to 170 ms (docs/calibration.md). No workload model can predict that history.
+took it from 75 ms to 170 ms (docs/findings/2026-11-24-glibc-allocator-refaults.md). No workload model can predict that history.
 
 Setting both thresholds explicitly turns the dynamic rule off. With the mmap threshold at 1 GiB
 and no heap trim, blocks below 1 GiB come from a heap that keeps its high-water mark, so after

@@ -6,7 +6,7 @@ layout and its output back: two more passes over the activations, each reading a
 tensor. ONEDNN_VERBOSE on the 2-vCPU Zen 4 VM, depthwise 3x3/2 on 8x96x112x112: reorder 2.8 ms,
 convolution 1.8 ms, reorder 0.6 ms. At batch 1 the copies stay in the cache; at batch 8 a mobile
 network's high-resolution activations leave it, and the reorders run at DRAM speed
-(docs/calibration.md). model.mapping.base.traffic charges them through FamilyParams.layout_passes.
+(docs/findings/2026-11-24-onednn-layout-reorders.md). model.mapping.base.traffic charges them through FamilyParams.layout_passes.
 
 `conv_layout_passes` runs one small NCHW convolution under oneDNN's verbose mode and counts the
 reorders of its input and of its output: 1.0 when both are reordered, 0 where PyTorch does not

@@ -22,6 +22,9 @@ from chipcal.measure.timing import Measurement, budget_s, time_callable
 from chipcal.model.errors import OutOfMemory, UnsupportedPrecision
 
 MODEL_PRECISIONS = ("fp32", "bf16", "fp16")
+# what fp32 means in measure_model's timings (model.estimate.numerics.FP32_MODES): TF32 off for
+# matmul and cuDNN (`numerics`)
+MODEL_FP32_MODE = "strict"
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,27 @@ class PowerSource:
             w.t1 = time.monotonic()
         w.reading = self._reading(w, repetitions=1, idle_w=None, idle_s=0.0)
 
+    def meter(self) -> Callable[[], tuple[float | None, float | None]]:
+        """A reader for code that samples on its own schedule (measure.sustained): each call gives
+        (the sensor's power now or None, joules since the reader's first call or None without an
+        energy counter), the counters wrap-corrected as in a window (read often enough: RAPL wraps
+        after minutes, NVML's counter not in practice)."""
+        if not self.available:
+            raise PowerUnavailable(self.reason)
+        last: dict[str, float] = {}
+        total = 0.0
+
+        def read() -> tuple[float | None, float | None]:
+            nonlocal total
+            raw = self._read_counters()
+            for domain, value in raw.items():
+                if domain in last:
+                    total += self._delta(domain, last[domain], value)
+                last[domain] = value
+            return self._read_power(), (total if raw else None)
+
+        return read
+
     def idle_power_w(self, seconds: float) -> float:
         """Average power while this process sleeps for `seconds` (the idle baseline)."""
         with self.window() as w:

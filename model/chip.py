@@ -194,6 +194,19 @@ class Chip:
         valid = ", ".join(m.name for m in self.power_modes) or "none"
         raise KeyError(f"{self.name} has no power mode {name!r}; valid: {valid}")
 
+    def at_boost(self) -> Chip:
+        """This chip as its governor runs it when the power allows: a GPU's engines at its boost
+        clock where they are listed below it (the H100's tensor cores are listed at the 1.83 GHz
+        their datasheet peak assumes and run at 1.98 GHz until the power limit bites); other chips,
+        and a chip in a power mode (which fixes its clocks), unchanged."""
+        boost = self.boost_clock_hz
+        if self.kind != "gpu" or not boost or not self.tdp_limits_clock or self.active_mode:
+            return self
+        if all(e.clock_hz >= boost for e in self.engines):
+            return self
+        return dataclasses.replace(self, engines=tuple(_lowered(e, max(e.clock_hz, boost), e.units)
+                                                       for e in self.engines))
+
     def at_clock_fraction(self, fraction: float) -> Chip:
         """This chip with every engine clock at `fraction` of its listed clock (0 < fraction <= 1),
         on the same voltage-frequency curve: what its power governor does under a TDP."""

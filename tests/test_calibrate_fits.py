@@ -8,7 +8,6 @@ import pytest
 from chipcal.calibrate.fits import (
     FitResult,
     fit_log_latency,
-    fit_power,
     fit_saturating_efficiency,
     saturating,
 )
@@ -32,29 +31,6 @@ def test_saturating_fit_rejects_bad_input():
         fit_saturating_efficiency([1, 2], [0.1, 0.2])
     with pytest.raises(ValueError):
         fit_saturating_efficiency([1, 2, 3], [0.1, 0.0, 0.2])
-
-
-def test_power_fit_recovers_energy_per_flop_and_byte():
-    rng = np.random.default_rng(1)
-    flop = rng.uniform(0, 5e11, 40)
-    byte = rng.uniform(0, 2e10, 40)
-    # true: 30 W idle, 50 pJ/FLOP, 200 pJ/byte; 1 W noise
-    power = 30 + 50e-12 * flop + 200e-12 * byte + rng.normal(0, 1.0, 40)
-    fit = fit_power(power, flop, byte)
-    assert fit.parameters["idle_w"] == pytest.approx(30, abs=1.5)
-    assert fit.parameters["j_per_flop"] == pytest.approx(50e-12, rel=0.1)
-    assert fit.parameters["j_per_byte"] == pytest.approx(200e-12, rel=0.15)
-    assert all(v >= 0 for v in fit.parameters.values())
-    assert fit.r2 > 0.9
-
-
-def test_power_fit_respects_bounds():
-    # Power that falls with bandwidth cannot give a negative energy per byte.
-    flop = np.linspace(0, 1e12, 10)
-    byte = np.linspace(1e10, 0, 10)
-    power = 10 + 1e-11 * flop - 1e-10 * byte + 5
-    fit = fit_power(power, flop, byte)
-    assert fit.parameters["j_per_byte"] >= 0
 
 
 def test_log_latency_fit_recovers_efficiency_and_overhead():

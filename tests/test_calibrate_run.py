@@ -247,11 +247,41 @@ def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machi
     assert predict(w, other, "fp32", calibration=cal).latency_s == predict(w, other, "fp32").latency_s
 
 
+class SensedBoard:
+    """A power sensor (RAPL-like: power, no clock) and a power phase that holds each precision it
+    is given on a fake clock: idle 30 W; the triad 60 W at 60 GB/s; each GEMM 90 W at 1.5 TFLOP/s,
+    so static 30 W, (60 - 30) / 60 GB/s = 0.5 nJ/byte and (90 - 30) / 1.5 TFLOP/s = 40 pJ/FLOP."""
+
+    def __init__(self):
+        self.asked = []
+
+    def phase(self, source, device, precisions, limits, on_hold=None):
+        from chipcal.measure.sustained import SensorReading, hold
+
+        self.asked.append(tuple(precisions))
+        out = []
+        for kind, precision, watts, flop, nbytes in (("idle", None, 30.0, 0.0, 0.0), ("stream", None, 60.0, 0.0, 6e8),
+                                                     *(("gemm", p, 90.0, 1.5e10, 0.0) for p in precisions)):
+            t = [0.0]
+
+            def run(n, t=t):
+                t[0] += 0.01 * n
+
+            out.append(hold(run, lambda w=watts: SensorReading(w, None), kind=kind, label=kind, precision=precision,
+                            flop_per_call=flop, bytes_per_call=nbytes, limits=limits, clock=lambda t=t: t[0]))
+            if on_hold:
+                on_hold(out[-1])
+        return tuple(out)
+
+
 @pytest.mark.slow
 def test_interrupted_run_resumes_from_its_journal(fake_machine, small_suite, tmp_path, monkeypatch):
     from chipcal.calibrate.journal import Journal
-    from chipcal.measure import models, peak
+    from chipcal.measure import models, peak, power, power_phase
 
+    board = SensedBoard()
+    monkeypatch.setattr(power, "open_power_source", lambda device: power.PowerSource(available=True, reason=""))
+    monkeypatch.setattr(power_phase, "power_phase", board.phase)
     config = calrun.CalibrationConfig(quick=True, models=("resnet18",), batches=(1, 8))
     journal = Journal.create(tmp_path / "out", config)
     real_model = models.measure_model
@@ -278,6 +308,13 @@ def test_interrupted_run_resumes_from_its_journal(fake_machine, small_suite, tmp
     doc = calrun.run_calibration(config, journal=again).to_dict()
     assert len(remeasured) == 2          # quick: 2 rounds x 2 batches = 4 timings, 2 of them journaled
     assert doc["validation"]["n"] == 2
+    # the power phase ran once, on the sweep's native precisions, and its holds came from the journal
+    native = tuple(p["precision"] for p in doc["peaks"] if p["support"] == "native")
+    assert board.asked == [native] and [h["kind"] for h in doc["observations"]["holds"]] == [
+        "idle", "stream", *["gemm"] * len(native)]
+    energies = {e["precision"]: e["j_per_flop_at_boost"] / 1e-12 for e in doc["power"]["precisions"]}
+    assert energies == pytest.approx(dict.fromkeys(native, 40.0), rel=1e-6)
+    assert doc["power"]["idle_w"] == 30.0 and doc["power"]["j_per_byte"] / 1e-9 == pytest.approx(0.5, rel=1e-6)
 
 
 def test_a_journal_resumes_on_its_own_machine_and_torch_only(tmp_path):

@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from chipcal.calibrate import store
-from chipcal.calibrate.fits import FitResult, fit_power
+from chipcal.calibrate.fits import FitResult
+from chipcal.calibrate.sustain import EnergyPoint, fit_energy
 from chipcal.model.errors import ResultsWriteError
 
 
@@ -67,7 +68,9 @@ def test_load_rejects_foreign_json(tmp_path):
 
 def test_constant_power_readings_are_written_with_null_r2_and_a_reason(tmp_path):
     """A frozen power counter (every reading 42 W) has no variance: R² is undefined, not an error."""
-    fit = fit_power([42.0] * 5, [1e9, 2e9, 3e9, 4e9, 5e9], [1e8, 3e8, 2e8, 5e8, 4e8])
+    points = [EnergyPoint("idle", None, 42.0, 0.0, 0.0, None, "hold")] + [
+        EnergyPoint("gemm", "fp32", 42.0, f, 1e8, None, "hold") for f in (1e9, 2e9, 3e9, 4e9)]
+    fit = fit_energy(points, None).fit
     doc = {**_doc(1), "fits": {"power": fit.to_dict()}, "other": [1.0, float("inf")]}
     run = store.write_run(tmp_path, "box", "T", {"calibration.json": store.json_writer(doc)})
     text = (run / "calibration.json").read_text()
@@ -76,7 +79,7 @@ def test_constant_power_readings_are_written_with_null_r2_and_a_reason(tmp_path)
     assert loaded["fits"]["power"]["r2"] is None and "constant" in loaded["fits"]["power"]["r2_note"]
     assert loaded["other"] == [1.0, None]
     assert loaded["non_finite_values"]["paths"] == ["other[1] (inf)"]
-    assert FitResult.from_dict(loaded["fits"]["power"]).parameters["idle_w"] == pytest.approx(42.0)
+    assert FitResult.from_dict(loaded["fits"]["power"]).parameters["static_w"] == pytest.approx(42.0)
 
 
 def test_two_runs_finishing_in_the_same_second_get_two_directories(tmp_path):

@@ -13,7 +13,15 @@ from recorded import MACHINES, REFERENCE_RUN, reference_document
 from test_fuzz_loaders import cases
 
 from chipcal.calibrate import store
-from chipcal.calibrate.document import SCHEMA, CalibrationDocument, ParametersDocument
+from chipcal.calibrate.document import (
+    READABLE_SCHEMAS,
+    SCHEMA,
+    SCHEMA_1,
+    UPGRADE_1_DROPS,
+    CalibrationDocument,
+    ParametersDocument,
+    upgrade,
+)
 from chipcal.model.mapping.params import CalibrationError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,10 +42,12 @@ def _contained(raw: object, written: object, where: str = "") -> list[str]:
     return [] if raw == written else [where]
 
 
-def test_the_tree_holds_real_documents_of_one_schema():
-    """Every document written so far says SCHEMA: no older tag exists, so no migration step does."""
+def test_the_tree_holds_real_documents_of_the_readable_schemas():
+    """The documents written before the per-precision power section say SCHEMA_1 and are read
+    through `upgrade`; the tree holds some, so the upgrade is exercised on real files."""
     assert len(DOCUMENTS) >= 4
-    assert {json.loads(p.read_text())["schema"] for p in DOCUMENTS} == {SCHEMA}
+    assert {json.loads(p.read_text())["schema"] for p in DOCUMENTS} <= set(READABLE_SCHEMAS)
+    assert SCHEMA_1 in {json.loads(p.read_text())["schema"] for p in DOCUMENTS}
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -45,7 +55,11 @@ def test_round_trip_on_the_real_documents(path):
     raw = json.loads(path.read_text())
     doc = CalibrationDocument.from_dict(raw)
     assert CalibrationDocument.from_dict(doc.to_dict()) == doc
-    assert _contained(raw, doc.to_dict()) == []            # nothing the file holds is lost or changed
+    # nothing the file holds is lost or changed, but what the upgrade drops from a SCHEMA_1 power
+    # section (its all-precision energy fit) and the tag
+    dropped = {"schema"} | {f"power.{k}" for k in UPGRADE_1_DROPS}
+    assert {p.lstrip(".") for p in _contained(raw, doc.to_dict())} <= dropped
+    assert doc.schema == SCHEMA and doc.to_dict()["schema"] == SCHEMA
     # the figures as the file states them, read by attribute
     assert doc.machine_slug == raw["machine_slug"] and doc.chip.name == raw["chip"]["name"]
     assert [p.precision for p in doc.peaks] == [p["precision"] for p in raw["peaks"]]
@@ -55,10 +69,13 @@ def test_round_trip_on_the_real_documents(path):
 
 
 def test_the_newest_document_is_written_back_with_the_same_keys_and_values():
-    """The reference run has every section: to_dict gives back exactly what the file holds."""
+    """The reference run has every section: to_dict gives back exactly what the file holds, upgraded."""
     raw = reference_document()
     assert {"skipped", "dispatch", "first_touch", "throttle_note"} <= set(raw)
-    assert CalibrationDocument.from_dict(raw).to_dict() == raw
+    written = CalibrationDocument.from_dict(raw).to_dict()
+    # the sections SCHEMA added, empty for a run before it (a SCHEMA_1 run without a power sensor)
+    assert written["observations"].pop("holds") == [] and written["power"].pop("precisions") == []
+    assert written == upgrade(raw)
 
 
 def test_an_older_document_gets_the_defaults_of_the_sections_added_since():
@@ -154,28 +171,41 @@ def test_the_document_loader_refuses_damage_in_one_line(tmp_path):
     assert n["refused"] > 0 and n["accepted"] > 0
 
 
-def test_the_gpu_power_sections_round_trip():
-    """No checked-in run had a power sensor: the power rows, the energy fit and the sustain fit of
-    the fake NVML board (test_calibrate_power) stand in, written and read back through JSON."""
-    import dataclasses
+def test_the_gpu_power_sections_round_trip(tmp_path):
+    """No checked-in run had held its precisions: the recorded H100 traces replayed through the fake
+    NVML (test_calibrate_power) stand in, their holds, energy fit and flags written and read back
+    through JSON."""
+    from test_calibrate_power import replayed_holds
 
-    from test_calibrate_power import BOOST_HZ, STATIC_W, FakeNvml, rows
-    from test_measure_system import gpu_fp
-
-    from chipcal.calibrate.document import PowerRow
-    from chipcal.calibrate.power_fit import power_section
-    from chipcal.model.registry import load_registry
-
-    fp = dataclasses.replace(gpu_fp("NVIDIA H100 80GB HBM3", 132, 81559, 700), gpu_max_sm_clock_hz=BOOST_HZ)
-    section, fit, _ = power_section(FakeNvml(), rows(), load_registry().get("h100-sxm5"), fp, "bf16")
-    raw = reference_document()
-    raw["observations"]["power"] = [PowerRow.of(r).to_dict() for r in rows()]
+    rows, (section, fit, flags) = replayed_holds()
+    raw = upgrade(reference_document())
+    raw["observations"]["holds"] = [r.to_dict() for r in rows]
     raw["power"], raw["fits"]["power"] = section.to_dict(), fit.to_dict()
+    raw["flags"] = [f.to_dict() for f in flags]
     doc = CalibrationDocument.from_dict(json.loads(json.dumps(raw)))
     assert CalibrationDocument.from_dict(doc.to_dict()) == doc
-    assert doc.power.sustain.static_w == pytest.approx(STATIC_W, rel=1e-6)
-    assert doc.power.idle_w == pytest.approx(STATIC_W, rel=0.05) and doc.fits["power"].name == fit.name
-    assert len(doc.observations.power) == 6 and doc.observations.power[-1].sm_clock_hz == (BOOST_HZ,) * 20
+    assert doc.power == section and doc.observations.holds == rows and doc.fits["power"].name == "power"
+    assert [e.precision for e in doc.power.precisions] == ["fp32", "tf32", "fp16", "bf16", "fp8"]
+    assert doc.observations.holds[-1].sample_clock_events[-1] == 4       # sw_power_cap at the end of the fp8 trace
+    # the report: a row per precision with its engine and clock events, and the holds' power plot
+    from chipcal.calibrate.report import plot_writers, render_markdown
+
+    text = render_markdown(doc)
+    assert "physics at spec" in text and text.count("| tensor_cores |") == 4 and "| fp32 | cuda_cores |" in text
+    assert "sw_power_cap" in text and "Static power (idle) 127 W" in text
+    plot_writers(doc)["power.png"](tmp_path / "power.png")
+    assert (tmp_path / "power.png").stat().st_size > 10_000
+
+
+def test_a_schema_1_power_section_loses_only_its_all_precision_fit():
+    """The recorded H100 quick run (SCHEMA_1) fitted one 10.8 pJ/FLOP over every precision's rows:
+    read today, its power section keeps its source and rows, not that figure."""
+    raw = json.loads((MACHINES / "nvidia-h100-sxm5" / "calibration-quick.json").read_text())
+    assert raw["schema"] == SCHEMA_1 and raw["power"]["j_per_flop"] == pytest.approx(10.8e-12, rel=0.01)
+    doc = CalibrationDocument.from_dict(raw)
+    assert doc.power.available and doc.power.source == "nvml" and doc.power.precisions == ()
+    assert "j_per_flop" not in doc.to_dict()["power"] and len(doc.observations.power) == 14
+    assert doc.observations.holds == ()
 
 
 def test_reading_a_calibration_loads_no_fitting_code():

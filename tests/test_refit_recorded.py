@@ -66,7 +66,7 @@ RECORDED = [
     # Since the self-check weighs held-out layers by their time (calibrate.selfcheck.ClassVerdict):
     # 12.4 % / 23.7 %, conv1x1 and matmul back at their priors (was 8.3 % / 22.6 %); the same rule
     # took the Zen 5 main job of 2026-11-25 from 15.5 % / 44.9 % to 10.0 % / 16.2 % and 41 recorded
-    # runs from a mean median 11.5 % to 11.2 % (docs/calibration.md, 4a)
+    # runs from a mean median 11.5 % to 11.2 % (docs/calibration-fits.md, step 4a)
     ("amd-epyc-zen4-2vcpu", "calibration-quick-pinned.json", 12, 0.085, 0.13, 0.25, 1.9),
     # the same VM, --quick with the fourth chain (mobile blocks at batch 8) that separates the
     # in-network memory factor from the switch cost (results/.../20261124T231213Z): 9 models x

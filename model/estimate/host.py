@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from chipcal.model.chip import Chip
 from chipcal.model.errors import ChipcalError
-from chipcal.model.mapping.params import HOST_RUNTIMES, FamilyParams
+from chipcal.model.mapping.params import DEFAULT_FRAMEWORK, FRAMEWORKS, HOST_RUNTIMES, FamilyParams
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,6 @@ class HostClass:
     source: str
 
 
-FRAMEWORKS = ("pytorch2", "pytorch1")
-DEFAULT_FRAMEWORK = "pytorch2"
 _SERVER_PT2 = 18.5e-6     # the H100 host's dispatch probe, torch 2.11 (tests/machines/nvidia-h100-sxm5)
 HOST_CLASSES: dict[tuple[str, str], HostClass] = {
     ("server", "pytorch2"): HostClass(
@@ -135,17 +133,29 @@ def host_cost(chip: Chip, runtime: str, params: FamilyParams,
     return HostCost(default.per_op_s, False, cls, default.source)
 
 
-def run_queue(device_s: Sequence[float], host: HostCost) -> HostQueue:
-    """Latency of ops with device times `device_s` (program order) issued by `host`."""
-    h = host.per_op_s
+def run_queue(device_s: Sequence[float], host: HostCost, extra_host_s: Sequence[float] | None = None,
+              repeated: bool = False, call_s: float = 0.0) -> HostQueue:
+    """Latency of ops with device times `device_s` (program order) issued by `host`, op i costing
+    the host per_op_s + extra_host_s[i] (a GPU's per-class issue cost, roofline.host_issue_s), after
+    `call_s` of host time entering the call (FamilyParams.host_call_s).
+
+    `repeated`: the time per call of the sequence called back to back with no synchronisation
+    between calls (what a timer averaging many calls reports): the host runs a call ahead, so the
+    slower side sets the pace, max(Σ host, Σ device), and no call waits for its own issue."""
+    extra = list(extra_host_s) if extra_host_s is not None else [0.0] * len(device_s)
+    issue = [host.per_op_s + x for x in extra]
+    host_total = call_s + float(sum(issue))
     busy = float(sum(device_s))
     if host.synchronous:
-        return HostQueue(latency_s=busy + h * len(device_s), host_s=h * len(device_s),
-                         device_busy_s=busy, host_wait_s=h * len(device_s))
+        return HostQueue(latency_s=busy + host_total, host_s=host_total, device_busy_s=busy, host_wait_s=host_total)
+    if repeated:
+        return HostQueue(latency_s=max(host_total, busy), host_s=host_total, device_busy_s=busy,
+                         host_wait_s=max(0.0, host_total - busy))
     end = 0.0
     wait = 0.0
-    for i, d in enumerate(device_s):
-        issued = (i + 1) * h
+    issued = call_s
+    for h, d in zip(issue, device_s, strict=True):
+        issued += h
         wait += max(0.0, issued - end)
         end = max(issued, end) + d
-    return HostQueue(latency_s=end, host_s=h * len(device_s), device_busy_s=busy, host_wait_s=wait)
+    return HostQueue(latency_s=end, host_s=host_total, device_busy_s=busy, host_wait_s=wait)

@@ -12,8 +12,9 @@ cache and memory fit, from two characterized forwards (a prefill, a decode step)
     bandwidth_bound_tokens_per_s  tokens of the step / (bytes it must move / spec DRAM bandwidth):
                             weights read (a mixture of experts: the experts touched) + KV cache
                             read + KV cache written; nothing else, no efficiency
-    host_bound_tokens_per_s tokens of the step / (host-issued ops × host cost per op); inf when
-                            a captured graph replays the step (no per-op host cost)
+    host_bound_tokens_per_s tokens of the step / the host's time to issue its ops (per-op cost,
+                            class costs and call entry, host.run_queue); inf when a captured graph
+                            replays the step (no per-op host cost)
     bottleneck              "host" when the host takes at least as long to issue the step's ops as
                             the device takes to run them (the slower side of the queue sets the
                             pace: tokens/s is then the host bound), else the step's (memory,
@@ -46,12 +47,13 @@ import math
 from dataclasses import dataclass, field, fields, replace
 
 from chipcal.model.chip import Chip
-from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, host_cost
+from chipcal.model.estimate.host import DEFAULT_FRAMEWORK
 from chipcal.model.estimate.prediction import (
     NAN,
     STATUS_OK,
     STATUS_UNSUPPORTED,
     Prediction,
+    cast_kernel_s,
     chip_label,
     predict,
 )
@@ -136,12 +138,12 @@ def stored_weight_bytes(step: LlmStep, precision: str) -> float:
     return rest + scheme.matrix_bytes(step.matrix_params, scheme.group)
 
 
-def kernel_overhead_s(chip: Chip, precision: str, params: FamilyParams) -> float:
-    """Device time of a kernel with almost no work (one of generate's loop ops): the fixed
-    per-kernel cost of an elementwise kernel on the vector engine (roofline.py's overhead)."""
+def loop_op(chip: Chip, precision: str, params: FamilyParams) -> tuple[float, float]:
+    """(device time, extra host issue time) of one of generate's loop ops: a kernel with almost no
+    work, priced as an empty cast kernel on the vector engine (prediction.cast_kernel_s)."""
     vec = vector_engine(chip, precision)
     clock = vec[0].clock_hz if vec is not None else max(e.clock_hz for e in chip.engines)
-    return params.overhead_s["elementwise"] + params.switch_overhead_s + params.overhead_cycles / clock
+    return cast_kernel_s(0.0, chip, clock, params)
 
 
 @dataclass(frozen=True)
@@ -262,22 +264,21 @@ def predict_llm(config: LlmConfig, prefill: LlmStep, decode: LlmStep | None, chi
     batch = prefill.batch
     compute = compute_precision(precision)
     scheme = WEIGHT_ONLY.get(precision)
-    if params is None:
-        params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
-    if scheme is not None:
-        params = replace(params, k_loop_cycles_per_byte=params.k_loop_cycles_per_byte * scheme.bits
-                         / (8 * BYTES_PER_ELEMENT[scheme.compute]))
-    loop = kernel_overhead_s(chip, compute, params) if chip.supports(compute) else 0.0
 
-    def run(step: LlmStep) -> tuple[Prediction, Workload]:
-        plan = step_plan(runtime, step.phase)
+    def run(step: LlmStep) -> tuple[Prediction, Workload, tuple[tuple[float, float], ...]]:
+        step_runtime = "eager" if step_plan(runtime, step.phase).host_issued else "compiled"
+        chosen = params or params_for(chip.name, chip.kind, calibration, chip.active_mode, step_runtime, framework)
+        if scheme is not None:
+            chosen = replace(chosen, k_loop_cycles_per_byte=chosen.k_loop_cycles_per_byte * scheme.bits
+                             / (8 * BYTES_PER_ELEMENT[scheme.compute]))
         workload = weight_only(step.workload, scheme) if scheme else step.workload
-        trailing = (loop,) * GENERATE_LOOP_OPS if runtime == "eager" else ()
-        return predict(workload, chip, compute, params=params, runtime="eager" if plan.host_issued else "compiled",
+        trailing = (loop_op(chip, compute, chosen),) * GENERATE_LOOP_OPS \
+            if runtime == "eager" and chip.supports(compute) else ()
+        return predict(workload, chip, compute, params=chosen, runtime=step_runtime,
                        host_overhead_s=host_overhead_s, host_source=host_source, framework=framework,
-                       fp32_mode=fp32_mode, trailing_ops_s=trailing), workload
+                       fp32_mode=fp32_mode, trailing_ops=trailing), workload, trailing
 
-    first, first_workload = run(prefill)
+    first, first_workload, _ = run(prefill)
     if not first.supported:
         return _unsupported(config, chip, phase, batch, context, new_tokens, precision, runtime, first.reason)
     weights = stored_weight_bytes(prefill, precision)
@@ -288,17 +289,16 @@ def predict_llm(config: LlmConfig, prefill: LlmStep, decode: LlmStep | None, chi
     capacity = chip.memory.capacity_bytes
     if decode is None:
         pred, step, workload, tokens = first, prefill, first_workload, batch * context
+        trailing = ()
     else:
-        pred, workload = run(decode)
+        pred, workload, trailing = run(decode)
         step, tokens = decode, batch
     counts = step_counts(config, step, workload, precision)
-    host_ops, host_per_op = 0, 0.0
-    if step_plan(runtime, step.phase).host_issued:     # as run() queued them: one per subgraph + the loop
-        host_ops = len(workload.subgraphs) + (GENERATE_LOOP_OPS if runtime == "eager" else 0)
-        host_per_op = host_cost(chip, "eager", params, host_overhead_s, framework, host_source).per_op_s
-    host_bound = tokens / (host_ops * host_per_op) if host_ops and host_per_op > 0 else math.inf
-    device_busy = pred.serial_latency_s + (loop * GENERATE_LOOP_OPS if runtime == "eager" else 0.0)
-    host_paced = pred.host_per_op_s > 0 and pred.host_s >= device_busy and not pred.power_limited
+    host_issued = step_plan(runtime, step.phase).host_issued
+    host_ops = len(workload.subgraphs) + len(trailing) if host_issued else 0    # as predict queued them
+    host_bound = tokens / pred.host_s if host_issued and pred.host_s > 0 else math.inf
+    device_busy = pred.serial_latency_s + sum(d for d, _ in trailing)
+    host_paced = host_issued and pred.host_s >= device_busy and not pred.power_limited
     bandwidth_bound = tokens / (counts.must_move_bytes / chip.memory.bandwidth_bytes_per_s)
     return LlmPrediction(
         model=config.name, chip=chip_label(chip), kind=chip.kind, phase=phase, batch=batch, context=context,
@@ -313,6 +313,6 @@ def predict_llm(config: LlmConfig, prefill: LlmStep, decode: LlmStep | None, chi
         step_macs=counts.macs, step_flop=counts.flop, step_weight_bytes_read=counts.weight_bytes_read,
         step_kv_read_bytes=counts.kv_read_bytes, step_kv_written_bytes=counts.kv_written_bytes,
         step_activation_bytes=counts.activation_bytes, experts_touched=step.experts_touched,
-        host_ops_per_step=host_ops, generate_loop_ops=GENERATE_LOOP_OPS if runtime == "eager" else 0,
-        host_per_op_s=host_per_op, energy_per_token_j=pred.energy_j / tokens, avg_power_w=pred.avg_power_w,
-        params_source=params.source, prefill=first, step=pred if decode is not None else None)
+        host_ops_per_step=host_ops, generate_loop_ops=len(trailing) if decode is not None else 0,
+        host_per_op_s=pred.host_s / host_ops if host_ops else 0.0, energy_per_token_j=pred.energy_j / tokens, avg_power_w=pred.avg_power_w,
+        params_source=pred.params_source, prefill=first, step=pred if decode is not None else None)

@@ -95,7 +95,8 @@ def switches(chip: Chip, precision: str, fp32_mode: str, autocast: bool) -> str:
     return f"{precision} throughout"
 
 
-def _op_precision(op_class: str, precision: str, chip: Chip, fp32_mode: str) -> str:
+def op_precision(op_class: str, precision: str, chip: Chip, fp32_mode: str = "pytorch") -> str:
+    """The precision an op of `op_class` computes in when the run asks for `precision` (no autocast)."""
     if precision != "fp32" or chip.kind != "gpu" or not chip.supports("tf32") or fp32_mode == "strict":
         return precision
     tf32 = TF32_CONV_CLASSES + (TF32_MATMUL_CLASSES if fp32_mode == "tf32" else ())
@@ -119,7 +120,7 @@ def plan(workload, chip: Chip, precision: str, trace_bytes_per_element: float, f
     check_fp32_mode(fp32_mode)
     if not autocast:
         scale = BYTES_PER_ELEMENT[precision] / trace_bytes_per_element
-        return tuple(OpNumerics(_op_precision(sg.op_class, precision, chip, fp32_mode), scale, scale, scale)
+        return tuple(OpNumerics(op_precision(sg.op_class, precision, chip, fp32_mode), scale, scale, scale)
                      for sg in workload.subgraphs)
     if precision not in AUTOCAST_PRECISIONS:
         raise NumericsError(f"autocast lowers to {' or '.join(AUTOCAST_PRECISIONS)}, not {precision}")

@@ -22,13 +22,11 @@ host issues each cast like any op; a cast's device time is its bytes / (bandwidt
 bandwidth_efficiency) + the per-kernel overhead, and its bytes are charged DRAM and on-chip
 energy. A captured graph (fused, compiled) fuses the casts into its kernels: no cast kernels.
 
-Layout (PyTorch runtimes on a GPU): eager keeps activations NCHW unless `memory_format` is
-channels_last, and cuDNN's tensor-core convolutions work in NHWC, so each such convolution
-(conv, conv1x1 in TF32/bf16/fp16/fp8/int8; not depthwise, not CUDA-core fp32) transposes its input
-and its output: one layout pass each (mapping.base.traffic's layout_passes; NVIDIA, "Convolutional
-Layers User's Guide", Tensor Core layouts: NCHW inputs are transposed to NHWC). torch.compile's
-Inductor converts convolutions to channels-last itself (its layout optimization), and fused
-runtimes (TensorRT) pick NHWC: no passes.
+Layout (PyTorch runtimes on a GPU): eager PyTorch keeps activations NCHW unless `memory_format` is
+channels_last, and cuDNN's NCHW paths reach a far smaller share of tensor-core peak than its NHWC
+ones: the parameters of today's PyTorch (mapping.params.PYTORCH_GPU_NCHW) carry that for NCHW
+convolutions on tensor cores. torch.compile's Inductor converts convolutions to channels-last
+itself (PYTORCH_GPU), and fused runtimes (TensorRT) pick NHWC.
 
 Steady-state inference: when all weights plus the largest subgraph's activations fit in on-chip
 memory, weights are not re-read from DRAM (`weights_on_chip`). A precision no engine of the chip
@@ -45,8 +43,13 @@ from dataclasses import dataclass, field, fields, replace
 from chipcal.model.chip import Chip
 from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, host_cost, run_queue
 from chipcal.model.estimate.memory import MemoryProfile, memory_profile
-from chipcal.model.estimate.numerics import TF32_CONV_CLASSES, Cast, OpNumerics, plan, switches
-from chipcal.model.estimate.roofline import SubgraphEstimate, chip_context, estimate_subgraph
+from chipcal.model.estimate.numerics import Cast, OpNumerics, plan, switches
+from chipcal.model.estimate.roofline import (
+    HOST_ISSUED_CLASS_COSTS,
+    SubgraphEstimate,
+    chip_context,
+    estimate_subgraph,
+)
 from chipcal.model.estimate.schedule import StageEstimate, schedule
 from chipcal.model.estimate.throttle import power_limited_fraction
 from chipcal.model.mapping import onchip_capacity
@@ -118,9 +121,10 @@ class Prediction:
     memory_format: str = "nchw"     # activations' layout in a PyTorch runtime (MEMORY_FORMATS)
     framework: str = DEFAULT_FRAMEWORK   # the eager runtime's framework generation (host cost)
     numerics: str = ""              # the framework switches the prediction assumes, in words
-    clock_fraction: float = 1.0     # engine clocks ÷ listed clocks: < 1 when the TDP limits them (throttle.py)
-    listed_clock_latency_s: float = NAN   # latency at the listed clocks, whatever the power
-    listed_clock_power_w: float = NAN     # average power at the listed clocks
+    clock_fraction: float = 1.0     # engine clocks ÷ the clocks it runs at when the power allows (a GPU's
+                                    # boost, Chip.at_boost): < 1 when the TDP limits them (throttle.py)
+    listed_clock_latency_s: float = NAN   # latency at those clocks, whatever the power
+    listed_clock_power_w: float = NAN     # average power at those clocks
     params_source: str = ""
     subgraphs: tuple[SubgraphEstimate, ...] = field(default=(), repr=False)
     stages: tuple[StageEstimate, ...] = field(default=(), repr=False)
@@ -176,10 +180,14 @@ def weights_stay_on_chip(workload, chip: Chip, bytes_scale: float) -> bool:
     return weights + working <= onchip_capacity(chip)
 
 
-def cast_kernel_s(nbytes: float, chip: Chip, engine_clock_hz: float, params: FamilyParams) -> float:
-    """Device time of a cast kernel moving `nbytes` (read + write): a memory-bound elementwise kernel."""
-    return (nbytes / (chip.memory.bandwidth_bytes_per_s * params.bandwidth_efficiency)
-            + params.overhead_s["elementwise"] + params.overhead_cycles / engine_clock_hz)
+def cast_kernel_s(nbytes: float, chip: Chip, engine_clock_hz: float, params: FamilyParams) -> tuple[float, float]:
+    """(device time, extra host issue time) of a cast kernel moving `nbytes` (read + write): a
+    memory-bound elementwise kernel; its class cost is the host's on a GPU (roofline.host_issue_s)."""
+    class_cost = params.overhead_s["elementwise"]
+    host_side = chip.kind == HOST_ISSUED_CLASS_COSTS
+    device = (nbytes / (chip.memory.bandwidth_bytes_per_s * params.bandwidth_efficiency)
+              + (0.0 if host_side else class_cost) + params.overhead_cycles / engine_clock_hz)
+    return device, class_cost if host_side else 0.0
 
 
 def weight_cast(subgraph, numerics: OpNumerics, trace_bpe: float) -> Cast | None:
@@ -193,20 +201,6 @@ def weight_cast(subgraph, numerics: OpNumerics, trace_bpe: float) -> Cast | None
 
 
 MEMORY_FORMATS = ("nchw", "channels_last")
-TENSOR_CORE = "tensor_core"
-
-
-def layout_passes(subgraph, chip: Chip, numerics: OpNumerics, params: FamilyParams, runtime: str,
-                  memory_format: str) -> float:
-    """Layout passes around `subgraph` (module docstring, Layout): a GPU's NCHW tensor-core
-    convolution under eager PyTorch transposes its input and output (1); a CPU's are its
-    FamilyParams' (oneDNN's reorders); else 0."""
-    if chip.kind != "gpu":
-        return params.layout_passes
-    if runtime != "eager" or memory_format != "nchw" or subgraph.op_class not in TF32_CONV_CLASSES:
-        return 0.0
-    engine = chip.engine_for(numerics.precision)
-    return 1.0 if engine is not None and engine.circuit == TENSOR_CORE else 0.0
 
 
 def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
@@ -217,19 +211,21 @@ def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
     return max(share, key=share.get) if share else "none"
 
 
-def producer_layout_bytes(workload, subgraph, passes: dict[int, float]) -> float:
+def producer_layout_bytes(workload, subgraph, layout_passes: float) -> float:
     """Traced bytes the layout passes of `subgraph`'s convolution producers read last: each
-    reorders its channel-blocked output into the tensor `subgraph` reads (mapping.base.traffic).
-    `passes`: subgraph index -> its layout passes."""
-    return sum(passes[p] * workload.subgraphs[p].output_bytes for p in subgraph.depends_on
-               if workload.subgraphs[p].op_class in CONV_CLASSES and passes[p])
+    reorders its channel-blocked output into the tensor `subgraph` reads (mapping.base.traffic)."""
+    if not layout_passes:
+        return 0.0
+    return layout_passes * sum(workload.subgraphs[p].output_bytes for p in subgraph.depends_on
+                               if workload.subgraphs[p].op_class in CONV_CLASSES)
 
 
 def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = None,
             calibration: CalibrationParams | None = None, runtime: str = "fused",
             host_overhead_s: float | None = None, autocast: bool = False, fp32_mode: str = "pytorch",
             memory_format: str = "nchw", framework: str = DEFAULT_FRAMEWORK,
-            host_source: str = "given (--host-overhead-s)", trailing_ops_s: Sequence[float] = ()) -> Prediction:
+            host_source: str = "given (--host-overhead-s)", repeated: bool = False,
+            trailing_ops: Sequence[tuple[float, float]] = ()) -> Prediction:
     """Predict `workload` (a characterized Workload) on `chip` at `precision` under `runtime`.
 
     `params` overrides everything; otherwise the calibration applies if it was fitted on this chip,
@@ -237,34 +233,48 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
     host cost of an eager runtime (estimate/host.py; `host_source` says where it came from), else
     the default of the `framework` generation. The workload should be partitioned for the
     runtime (mapping.params.runtime_fuses). `autocast`, `fp32_mode` and `memory_format`: the
-    module docstring (Numerics, Layout). A run whose average power at the listed clocks exceeds the
-    TDP is predicted at the power-limited clock (throttle.py; bottleneck "power"). `trailing_ops_s`:
-    device times of ops an eager host issues after the workload's own, before it waits for the
-    device (generate's per-token loop, estimate/llm.py); their energy is not counted.
+    module docstring (Numerics, Layout). `repeated`: the time per call of back-to-back calls (a
+    timer's average, host.run_queue) instead of one call's latency. A run whose average power at the
+    listed clocks exceeds the TDP is predicted at the power-limited clock (throttle.py; bottleneck "power").
+    `trailing_ops`: (device time, extra host issue time) of ops an eager host issues after the
+    workload's own, before it waits for the device (generate's per-token loop, estimate/llm.py);
+    their energy is not counted.
     """
     if params is None:
-        params = params_for(chip.name, chip.kind, calibration, chip.active_mode)
+        params = params_for(chip.name, chip.kind, calibration, chip.active_mode, runtime, framework, memory_format)
     if memory_format not in MEMORY_FORMATS:
         raise ValueError(f"unknown memory format {memory_format!r}; valid: {', '.join(MEMORY_FORMATS)}")
-    setup = _Setup(runtime, host_overhead_s, autocast, fp32_mode, memory_format, framework, host_source,
-                   tuple(trailing_ops_s))
+    setup = _Setup(runtime, host_overhead_s, autocast, fp32_mode, memory_format, framework, host_source, repeated,
+                   tuple(trailing_ops))
 
     def at(c: Chip) -> Prediction:
         return _predict_at_clock(workload, c, precision, params, setup)
 
-    listed = at(chip)
+    running = chip.at_boost()           # a GPU boosts past its listed clocks while the power allows
+    spec_peak = chip.peak_flop_per_s(precision) or 0.0
+
+    def against_spec(p: Prediction) -> Prediction:
+        """Efficiencies and the peak against the datasheet (listed) peak, whatever the clock."""
+        if not p.supported or not spec_peak or p.peak_flop_per_s == spec_peak:
+            return p
+        scale = p.peak_flop_per_s / spec_peak
+        return replace(p, peak_flop_per_s=spec_peak, compute_efficiency=p.compute_efficiency * scale,
+                       subgraphs=tuple(replace(e, compute_efficiency=e.compute_efficiency * scale)
+                                       for e in p.subgraphs))
+
+    listed = at(running)
     if not (listed.supported and chip.tdp_limits_clock and listed.avg_power_w > chip.tdp_w):
-        return listed
+        return against_spec(listed)
     fraction = power_limited_fraction(
-        lambda s: listed.avg_power_w if s == 1.0 else at(chip.at_clock_fraction(s)).avg_power_w, chip.tdp_w)
-    limited = at(chip.at_clock_fraction(fraction))
-    # efficiencies stay against the listed peak (every engine's peak scales by the fraction)
-    return replace(limited, clock_fraction=fraction, bottleneck="power",
-                   listed_clock_latency_s=listed.latency_s, listed_clock_power_w=listed.avg_power_w,
-                   peak_flop_per_s=listed.peak_flop_per_s,
-                   compute_efficiency=limited.compute_efficiency * fraction,
-                   subgraphs=tuple(replace(e, compute_efficiency=e.compute_efficiency * fraction)
-                                   for e in limited.subgraphs))
+        lambda s: listed.avg_power_w if s == 1.0 else at(running.at_clock_fraction(s)).avg_power_w, chip.tdp_w)
+    limited = at(running.at_clock_fraction(fraction))
+    # efficiencies stay against the running chip's peak (every engine's peak scales by the fraction)
+    return against_spec(replace(limited, clock_fraction=fraction, bottleneck="power",
+                                listed_clock_latency_s=listed.latency_s, listed_clock_power_w=listed.avg_power_w,
+                                peak_flop_per_s=listed.peak_flop_per_s,
+                                compute_efficiency=limited.compute_efficiency * fraction,
+                                subgraphs=tuple(replace(e, compute_efficiency=e.compute_efficiency * fraction)
+                                                for e in limited.subgraphs)))
 
 
 @dataclass(frozen=True)
@@ -278,7 +288,8 @@ class _Setup:
     memory_format: str
     framework: str
     host_source: str
-    trailing_ops_s: tuple[float, ...] = ()
+    repeated: bool
+    trailing_ops: tuple[tuple[float, float], ...] = ()
 
 
 def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams, setup: _Setup) -> Prediction:
@@ -293,12 +304,10 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
     numerics = plan(workload, chip, precision, trace_bpe, setup.fp32_mode, setup.autocast)
     ctx = chip_context(chip, precision)
     resident = weights_stay_on_chip(workload, chip, scale)
-    passes = {sg.index: layout_passes(sg, chip, n, params, runtime, setup.memory_format)
-              for sg, n in zip(workload.subgraphs, numerics, strict=True)}
     try:
         estimates = tuple(estimate_subgraph(sg, chip, n.precision, params, trace_bpe, resident,
                                             chip_context(chip, n.precision),
-                                            producer_layout_bytes(workload, sg, passes), n.scales, passes[sg.index])
+                                            producer_layout_bytes(workload, sg, params.layout_passes), n.scales)
                           for sg, n in zip(workload.subgraphs, numerics, strict=True))
     except UnsupportedPrecision as exc:
         return unsupported(workload, chip, precision, str(exc), runtime)
@@ -309,15 +318,21 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
     cast_bytes = 0.0
     if host is not None:  # eager: one stream in program order behind the host; casts are kernels of their own
         device: list[float] = []
+        issue: list[float] = []
         order = sorted(zip(workload.subgraphs, numerics, estimates, strict=True), key=lambda t: t[2].index)
         for sg, n, e in order:
             clock = next(en.clock_hz for en in chip.engines if en.name == e.engine)
             wcast = weight_cast(sg, n, trace_bpe) if setup.autocast else None
             for c in (*n.casts, *((wcast,) if wcast else ())):
-                device.append(cast_kernel_s(c.bytes, chip, clock, params))
+                d, h = cast_kernel_s(c.bytes, chip, clock, params)
+                device.append(d)
+                issue.append(h)
                 cast_bytes += c.bytes
             device.append(e.latency_s)
-        queue = run_queue(device + list(setup.trailing_ops_s), host)
+            issue.append(e.host_issue_s)
+        device += [d for d, _ in setup.trailing_ops]
+        issue += [h for _, h in setup.trailing_ops]
+        queue = run_queue(device, host, issue, setup.repeated, params.host_call_s)
         latency = queue.latency_s
     mem = memory_profile(workload, scale)
 

@@ -27,6 +27,9 @@
                    any batch; 0 where the parameters have no rate (a calibration times it,
                    measure.layout)
     overhead     = overhead_s[op_class] + switch_overhead_s + overhead_cycles / engine clock
+                   (a GPU: overhead_s[op_class] is the host's cost of issuing the op, charged by the
+                   eager host queue (host_issue_s, estimate/host.py), not the device's: the device
+                   pays switch_overhead_s + overhead_cycles / clock)
     first_touch_time = output bytes / first_touch_bytes_per_s, for an output of at least
                    fresh_allocation_bytes: the allocator maps such a buffer fresh for every call
                    (glibc's dynamic mmap threshold tops out at 32 MiB, mallopt(3); a calibration
@@ -79,6 +82,10 @@ from chipcal.model.mapping.base import CONV_CLASSES, Allocation, is_mac_work, ve
 from chipcal.model.mapping.params import FamilyParams
 from chipcal.model.memo import recent
 from chipcal.model.precision import BYTES_PER_ELEMENT, FLOP_PER_MAC
+
+# The family whose per-class overhead_s is the host's issue cost of an op (eager), not the device's:
+# a GPU's host thread runs ahead of its kernels, a CPU's runs them (module docstring)
+HOST_ISSUED_CLASS_COSTS = "gpu"
 
 # On-chip level whose access energy on-chip traffic is charged at: the last-level SRAM a subgraph's
 # operands pass through (a CPU's multi-MB L3; a GPU's L2; a TPU's/KPU's MB-class SRAM).
@@ -148,6 +155,7 @@ class SubgraphEstimate:
     compute_time_s: float
     memory_time_s: float
     overhead_s: float
+    host_issue_s: float         # GPU: the host's extra cost to issue this op in an eager runtime (overhead_s[c])
     latency_s: float
     bottleneck: str             # compute | memory | overhead | none (no kernel)
     dram_bytes: float
@@ -236,26 +244,23 @@ def weight_layout_s(subgraph, weight_bytes: float, params: FamilyParams) -> floa
 def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams,
                       trace_bytes_per_element: float = 4.0, weights_on_chip: bool = False,
                       context: ChipContext | None = None, producer_layout_bytes: float = 0.0,
-                      scales: tuple[float, float, float] | None = None,
-                      layout_passes: float | None = None) -> SubgraphEstimate:
+                      scales: tuple[float, float, float] | None = None) -> SubgraphEstimate:
     """Roofline estimate of one fused subgraph (module docstring has the formulas).
 
     `trace_bytes_per_element` is the element size the workload was traced in (fp32: 4); byte
     counts are rescaled by BYTES_PER_ELEMENT[precision] / trace_bytes_per_element, or by `scales`
     (input, weight, output) where they differ (estimate.numerics).
     `weights_on_chip`: the model's weights stay on chip between inferences (no DRAM weight reads).
-    `producer_layout_bytes`: mapping.base.traffic (prediction.producer_layout_bytes works it out);
-    `layout_passes` replaces params.layout_passes for this subgraph (prediction.layout_passes).
+    `producer_layout_bytes`: mapping.base.traffic (prediction.producer_layout_bytes works it out).
     Raises mapping.UnsupportedPrecision if no engine of `chip` runs `precision`.
     """
     ctx = context if context is not None else chip_context(chip, precision)
     scale = BYTES_PER_ELEMENT[precision] / trace_bytes_per_element
     s_in, s_w, s_out = scales if scales is not None else (scale,) * 3
-    passes = params.layout_passes if layout_passes is None else layout_passes
-    alloc = map_subgraph(subgraph, chip, precision, scale, weights_on_chip, passes, producer_layout_bytes,
-                         scales)
+    alloc = map_subgraph(subgraph, chip, precision, scale, weights_on_chip, params.layout_passes,
+                         producer_layout_bytes, scales)
     flop = float(subgraph.flop)
-    eff = params.efficiency[subgraph.op_class]
+    eff = params.class_efficiency(subgraph.op_class, alloc.circuit)
     if is_mac_work(subgraph) and alloc.lane_fill > 0:
         eff *= params.size_factor(flop / alloc.lane_fill / max(alloc.utilization, 1e-12))  # W / u
     available = alloc.available_flop_per_s * eff
@@ -265,7 +270,9 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     compute = max(throughput, k_loop)
     memory = memory_time_s(alloc.dram_bytes, alloc.onchip_bytes, ctx.bandwidth_bytes_per_s, params)
     kernel = flop > 0 or alloc.onchip_bytes > 0
-    overhead = (params.overhead_s[subgraph.op_class] + params.switch_overhead_s
+    class_cost = params.overhead_s[subgraph.op_class]
+    host_side = chip.kind == HOST_ISSUED_CLASS_COSTS
+    overhead = ((0.0 if host_side else class_cost) + params.switch_overhead_s
                 + params.overhead_cycles / engine.clock_hz) if kernel else 0.0
     memory += first_touch_s(subgraph.output_bytes * s_out, params) if kernel else 0.0
     reorder = weight_layout_s(subgraph, subgraph.weight_bytes * s_w, params) if kernel else 0.0
@@ -301,6 +308,7 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
         units_allocated=alloc.units_allocated, units_total=alloc.units_total, waves=alloc.waves,
         utilization=alloc.utilization, lane_fill=alloc.lane_fill, occupancy=alloc.occupancy,
         class_efficiency=eff, compute_time_s=compute, memory_time_s=memory, overhead_s=overhead,
+        host_issue_s=class_cost if host_side else 0.0,
         latency_s=latency, bottleneck=bottleneck, dram_bytes=alloc.dram_bytes,
         onchip_bytes=alloc.onchip_bytes, activations_on_chip=alloc.activations_on_chip,
         attained_flop_per_s=attained,

@@ -5,6 +5,8 @@ unit's datapath holds real data) from the chip's geometry. What geometry cannot 
 one named set per architecture family, so that `chipcal calibrate` can replace it:
 
     efficiency[op_class]   achievable fraction of the engine peak on busy, filled units at large size
+    tensor_efficiency[op_class]  the same for work on a GPU's tensor cores where it differs from the
+                           CUDA cores' (PyTorch's kernels on Hopper); None: `efficiency` for both
     overhead_s[op_class]   fixed per-kernel cost (launch / dispatch / framework), added to the roofline
     overhead_cycles        fixed per-kernel cost in clock cycles of the engine the kernel runs on, added
                            to overhead_s: the device-side part of a kernel (CTA launch, prologue,
@@ -27,6 +29,10 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
                            calibrated with switch_overhead_s from the chains
     host_overhead_s        per-op host issue cost under an eager runtime (estimate/host.py); None:
                            the host-class default; a calibration sets it from the dispatch probe
+    host_call_s            host time per call of the whole network under an eager runtime (Python
+                           entry, the top-level module's __call__, a timer's events), before its first
+                           op; 0 by default; a GPU calibration fits it beside the class costs (a
+                           micro-layer alone pays it once per op or two, a network once per ~200 ops)
     onchip_bandwidth_ratio bandwidth of the last on-chip level (CPU L3, GPU L2, TPU/KPU SRAM) as a
                            multiple of the spec DRAM bandwidth: cache-resident traffic is not free
     first_touch_bytes_per_s  rate of the first write into a freshly mapped buffer (page faults) for
@@ -49,7 +55,7 @@ A calibration (`CalibrationParams`, read from a calibration directory by calibra
 applied to the chip it was fitted on only (every other chip keeps its family defaults). A
 calibration of the local CPU also carries the DRAM bandwidth it was fitted against: its
 bandwidth_efficiency means nothing without it.
-Why each default has its value: docs/prediction.md, "Parameters".
+Why each default has its value: docs/prediction-parameters.md.
 """
 
 from __future__ import annotations
@@ -71,6 +77,11 @@ FAMILIES = KINDS
 # host (PyTorch eager mode; estimate/host.py).
 RUNTIMES = ("fused", "compiled", "eager")
 HOST_RUNTIMES = ("eager",)     # runtimes that pay a per-op host issue cost
+PYTORCH_RUNTIMES = ("eager", "compiled")     # PyTorch's own kernels (cuDNN, cuBLAS, Inductor)
+# framework generation of a PyTorch runtime: today's (the default) or the validation corpus's
+# PyTorch 1.x hosts of 2020-21 (their host cost, estimate/host.py)
+FRAMEWORKS = ("pytorch2", "pytorch1")
+DEFAULT_FRAMEWORK = "pytorch2"
 
 
 def runtime_fuses(runtime: str) -> bool:
@@ -128,15 +139,20 @@ class FamilyParams:
     k_loop_cycles_per_byte: float = 0.0
     weight_layout_bytes_per_s: float | None = None
     pointwise_weight_layout_bytes_per_s: float | None = None
+    tensor_efficiency: Mapping[str, float] | None = None
+    host_call_s: float = 0.0
 
     def __post_init__(self) -> None:
         # Fractions may exceed 1 after calibration: a locally built chip's peak and bandwidth are
-        # assumptions that a measurement can beat (docs/calibration.md).
+        # assumptions that a measurement can beat (docs/calibration-fits.md).
         if self.family not in FAMILIES:
             raise CalibrationError(f"family {self.family!r} is not one of {', '.join(FAMILIES)}")
         if not isinstance(self.source, str) or not self.source.strip():
             raise CalibrationError("source must say where the parameters come from")
         object.__setattr__(self, "efficiency", _class_table("efficiency", self.efficiency, allow_zero=False))
+        if self.tensor_efficiency is not None:
+            object.__setattr__(self, "tensor_efficiency",
+                               _class_table("tensor_efficiency", self.tensor_efficiency, allow_zero=False))
         object.__setattr__(self, "overhead_s", _class_table("overhead_s", self.overhead_s, allow_zero=True))
         object.__setattr__(self, "half_efficiency_flop",
                            _number("half_efficiency_flop", self.half_efficiency_flop, allow_zero=True))
@@ -147,6 +163,7 @@ class FamilyParams:
         object.__setattr__(self, "switch_overhead_s",
                            _number("switch_overhead_s", self.switch_overhead_s, allow_zero=True))
         object.__setattr__(self, "overhead_cycles", _number("overhead_cycles", self.overhead_cycles, allow_zero=True))
+        object.__setattr__(self, "host_call_s", _number("host_call_s", self.host_call_s, allow_zero=True))
         if self.host_overhead_s is not None:
             object.__setattr__(self, "host_overhead_s",
                                _number("host_overhead_s", self.host_overhead_s, allow_zero=True))
@@ -163,6 +180,12 @@ class FamilyParams:
         for name in ("weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _number(name, getattr(self, name), allow_zero=False))
+
+    def class_efficiency(self, op_class: str, circuit: str) -> float:
+        """efficiency[op_class], or tensor_efficiency[op_class] for work on tensor cores where set."""
+        if circuit == "tensor_core" and self.tensor_efficiency is not None:
+            return self.tensor_efficiency[op_class]
+        return self.efficiency[op_class]
 
     def alone(self) -> FamilyParams:
         """These parameters for a kernel timed alone, call after call (a micro-layer): no switch
@@ -197,6 +220,9 @@ class FamilyParams:
             **{name: getattr(self, name) for name in ("weight_layout_bytes_per_s",      # absent: None
                                                       "pointwise_weight_layout_bytes_per_s")
                if getattr(self, name) is not None},
+            **({"tensor_efficiency": dict(self.tensor_efficiency)}                     # absent: None
+               if self.tensor_efficiency is not None else {}),
+            **({"host_call_s": self.host_call_s} if self.host_call_s else {}),           # absent: 0
         }
 
     @classmethod
@@ -211,7 +237,8 @@ class FamilyParams:
         optional = {k: d[k] for k in ("switch_overhead_s", "host_overhead_s", "overhead_cycles",
                                       "first_touch_bytes_per_s", "fresh_allocation_bytes", "layout_passes",
                                       "network_memory_factor", "k_loop_cycles_per_byte",
-                                      "weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s")
+                                      "weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s",
+                                      "tensor_efficiency", "host_call_s")
                     if k in d}
         return cls(**{k: d[k] for k in keys}, **optional)
 
@@ -221,7 +248,7 @@ def _per_class(mac: dict[str, float], other: dict[str, float]) -> dict[str, floa
     return {c: table[c] for c in OP_CLASSES}
 
 
-# Defaults: one named set per family. Justifications (with sources) in docs/prediction.md.
+# Defaults: one named set per family. Justifications (with sources) in docs/prediction-parameters.md.
 _DEFAULTS: dict[str, FamilyParams] = {
     "gpu": FamilyParams(
         family="gpu",
@@ -241,7 +268,7 @@ _DEFAULTS: dict[str, FamilyParams] = {
                 "fraction, 10.5k +- 1.7k GPU clock cycles per kernel and a GEMM K loop of 3.1 +- 0.5 "
                 "cycles per byte (one ~200-cycle L2 round trip per 64-byte K tile, held near that "
                 "prior) fitted on the validation corpus's fit split (docs/validation.md), HBM/GDDR "
-                "copy kernels at ~85% of spec (docs/prediction.md)"),
+                "copy kernels at ~85% of spec (docs/prediction-parameters.md)"),
     ),
     "cpu": FamilyParams(
         family="cpu",
@@ -257,7 +284,7 @@ _DEFAULTS: dict[str, FamilyParams] = {
         source=("default: L3 at ~2x a core's DRAM bandwidth (this project's probe on a 2-core Xeon VM: "
                 "~50 vs ~27 GB/s); MKL/oneDNN GEMM and direct-conv fractions of SIMD peak, OpenMP fork/join + "
                 "primitive dispatch per op, STREAM triad at ~70% of theoretical DRAM bandwidth "
-                "(docs/prediction.md)"),
+                "(docs/prediction-parameters.md)"),
     ),
     "tpu": FamilyParams(
         family="tpu",
@@ -273,7 +300,7 @@ _DEFAULTS: dict[str, FamilyParams] = {
         source=("default: MB-class SRAM next to the arrays at ~10x HBM bandwidth (assumed); "
                 "XLA-compiled programs (one launch per graph, ~1 us sequencing per op), "
                 "MXU fractions of peak beyond the array fill the mapper already charges "
-                "(docs/prediction.md)"),
+                "(docs/prediction-parameters.md)"),
     ),
     "kpu": FamilyParams(
         family="kpu",
@@ -288,9 +315,35 @@ _DEFAULTS: dict[str, FamilyParams] = {
         onchip_bandwidth_ratio=10.0,
         source=("default: tile scratchpads at ~10x DRAM bandwidth (assumed); "
                 "hypothetical tile/dataflow design study; same order as a compiled systolic "
-                "design, ~1 us tile reconfiguration per operator (docs/prediction.md)"),
+                "design, ~1 us tile reconfiguration per operator (docs/prediction-parameters.md)"),
     ),
 }
+
+
+# Today's PyTorch on a GPU (eager, torch.compile): its kernels reach a smaller fraction of tensor-core
+# peak than the TensorRT-class kernels the GPU defaults were fitted on. Derived from device-bound
+# timings recorded on an H100 SXM5 with torch 2.11 (docs/prediction-parameters.md): cuBLAS/SDPA
+# matmul and attention at 0.65x the default (measure_model_efficiency's ViT-B/16 bf16 at batch 64),
+# and, where eager PyTorch hands cuDNN NCHW activations, convolutions at 0.2x (the calibrations'
+# TF32 convolutions at batch 32, ResNet-50 bf16 at batch 64); channels-last and Inductor's
+# convolutions keep the default. CUDA cores keep theirs.
+PYTORCH_TENSOR_SCALE = {"matmul": 0.65, "attention": 0.65}
+NCHW_CONV_TENSOR_SCALE = 0.2
+_PT_SOURCE = ("default for today's PyTorch on a GPU ({}): the GPU defaults with tensor-core efficiency x 0.65 for "
+              "matmul and attention{} (docs/prediction-parameters.md), from recorded H100 SXM5 device-bound timings, "
+              "torch 2.11")
+
+
+def _pytorch_gpu(nchw: bool) -> FamilyParams:
+    base = _DEFAULTS["gpu"]
+    scale = dict(PYTORCH_TENSOR_SCALE, **(dict.fromkeys(("conv", "conv1x1"), NCHW_CONV_TENSOR_SCALE) if nchw else {}))
+    return replace(base, tensor_efficiency={c: v * scale.get(c, 1.0) for c, v in base.efficiency.items()},
+                   source=_PT_SOURCE.format("eager, NCHW" if nchw else "channels-last or compiled",
+                                            ", x 0.2 for NCHW convolutions" if nchw else ""))
+
+
+PYTORCH_GPU = _pytorch_gpu(nchw=False)
+PYTORCH_GPU_NCHW = _pytorch_gpu(nchw=True)
 
 
 def default_params(family: str) -> FamilyParams:
@@ -323,11 +376,15 @@ class CalibrationParams:
 
 
 def params_for(chip_name: str, family: str, calibration: CalibrationParams | None = None,
-               mode: str | None = None) -> FamilyParams:
-    """The calibrated parameters if `calibration` was fitted on this chip, else the family defaults."""
+               mode: str | None = None, runtime: str | None = None, framework: str | None = None,
+               memory_format: str = "nchw") -> FamilyParams:
+    """The calibrated parameters if `calibration` was fitted on this chip, else the family defaults
+    (a GPU under today's PyTorch, eager or compiled: PYTORCH_GPU, PYTORCH_GPU_NCHW for eager NCHW)."""
     if calibration is not None and calibration.applies_to(chip_name, mode):
         if calibration.params.family != family:
             raise CalibrationError(f"{calibration.path}: fitted for family {calibration.params.family!r} "
                                    f"but {chip_name} is a {family}")
         return calibration.params
+    if family == "gpu" and runtime in PYTORCH_RUNTIMES and framework == DEFAULT_FRAMEWORK:
+        return PYTORCH_GPU_NCHW if runtime in HOST_RUNTIMES and memory_format == "nchw" else PYTORCH_GPU
     return default_params(family)
