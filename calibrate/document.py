@@ -6,7 +6,7 @@ calibrate.records). Prediction needs only `ParametersDocument`, the part a hand-
 may hold alone (`{"schema", "parameters", "chip"?}`); it hands the model a CalibrationParams.
 
 Schema: SCHEMA. Sections added to it later (`skipped`,
-`dispatch`, `first_touch`, `layout`, `throttle_note`, `crossval`, `rerun`, `threads`, the chains, a peak's `support`, a fit's
+`dispatch`, `first_touch`, `layout`, `throttle_note`, `crossval`, `rerun`, `threads`, `refit`, the chains, a peak's `support`, a fit's
 `unconstrained`, the validation's noise and model count) have defaults, so older files still
 load. A change that old files cannot meet by a default gets a new tag and a migration function
 from the old one: `upgrade` reads SCHEMA_1 files (before 2026-11-26), whose power section held
@@ -305,6 +305,18 @@ class RerunSection(Record):
 
 
 @record
+class RefitSection(Record):
+    """Set when the document is a refit (`chipcal calibrate --refit`, calibrate.refit): every
+    measurement is the source run's, copied unchanged; the fits, parameters, predictions,
+    validation and the flags that follow from them were worked out again by the code named."""
+
+    source_run: str                # the run directory re-fitted, as given
+    source_created_utc: str
+    source_command: str
+    code: str                      # chipcal's version and the checkout's `git describe` that re-fitted
+
+
+@record
 class PrecisionEnergy(Record):
     """One precision on its engine at the point the chip sustains (calibrate.sustain): what it
     ran at, the energy per FLOP fitted there, the physics model's figure, and the spec's need."""
@@ -497,6 +509,10 @@ class ParametersDocument(Record):
     chip: ChipMemory | None = None
     fingerprint: Fingerprint | None = None
 
+    @property
+    def models_fp32_mode(self) -> str:
+        return self.model_fp32_mode or "strict"
+
     def calibration_params(self, path: Path) -> CalibrationParams:
         host = self.fingerprint.host_identity if self.fingerprint else None
         return _calibration_params(self.parameters, self.chip, path, host)
@@ -532,13 +548,21 @@ class CalibrationDocument(Record):
     crossval: CrossValSection | None = field(default=None, metadata=OMIT_NONE)
     rerun: RerunSection | None = field(default=None, metadata=OMIT_NONE)
     threads: ThreadsSection | None = field(default=None, metadata=OMIT_NONE)
+    refit: RefitSection | None = field(default=None, metadata=OMIT_NONE)
     plots: tuple[str, ...] = ()          # the plot files written beside it (calibrate.report)
     non_finite_values: NonFiniteValues | None = field(default=None, metadata=OMIT_NONE)
+    # what fp32 meant in the model timings (model.estimate.numerics.FP32_MODES); None: a run from
+    # before it was recorded, which timed them with TF32 off (`models_fp32_mode`)
+    model_fp32_mode: str | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
     def from_dict(cls, data: object, where: str = "") -> CalibrationDocument:
         """A document read from JSON; a SCHEMA_1 one through `upgrade`."""
         return super().from_dict(upgrade(data), where)
+
+    @property
+    def models_fp32_mode(self) -> str:
+        return self.model_fp32_mode or "strict"
 
     def calibration_params(self, path: Path) -> CalibrationParams:
         """The fitted parameters for prediction (`predict --calibration`)."""

@@ -50,13 +50,14 @@ def host_in_overheads(base, device: str, dispatch_per_op_s: float | None):
                                 overhead_s={c: max(v, probe) for c, v in base.overhead_s.items()}), probe)
 
 
-def gemm_fits(gemm, chip) -> dict[str, FitResult]:
+def gemm_fits(curves, chip) -> dict[str, FitResult]:
     """Saturating efficiency curve per precision with a hardware unit, efficiency relative to the
-    physics peak (an emulated precision's one point is a rate, not a unit's curve)."""
+    physics peak (an emulated precision's one point is a rate, not a unit's curve). `curves` maps
+    each native precision to its swept points (anything with `flop` and `flop_per_s`: the run's
+    measure.peak.GemmPoint, a recorded document's GemmRow)."""
     fits = {}
-    for p in gemm.native_precisions:
+    for p, curve in curves.items():
         physics = chip.peak_flop_per_s(p)
-        curve = gemm.curve(p)
         if physics and len(curve) >= 3:
             fits[f"gemm_efficiency_{p}"] = fit_saturating_efficiency(
                 [pt.flop for pt in curve], [pt.flop_per_s / physics for pt in curve], name=f"gemm_efficiency_{p}")

@@ -4,7 +4,13 @@ The document keeps every timed micro-layer and chain (median, IQR, samples) and 
 model timing; this module rebuilds the layer observations (each case characterized again, no
 timing) and runs the same fits as the calibration run, so a document from another machine can be
 re-fitted with today's model and fit code and its recorded whole-model timings predicted. The
-tests use it on recorded runs of two different CPUs.
+tests use it on recorded runs of several CPUs and of an H100.
+
+`refit_document` makes of it a whole calibration document, which `chipcal calibrate --refit`
+writes beside the source run so that old runs can be re-fitted after an upgrade: every
+measurement is the source's, copied unchanged; the chip, the fits, the parameters, every
+prediction, the validation and the flags that follow from them are today's code's. Nothing here
+needs the measured device: a GPU run is re-fitted on any machine.
 """
 
 from __future__ import annotations
@@ -13,14 +19,26 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from chipcal.calibrate import document as cd
 from chipcal.calibrate.accuracy import Checked, CheckedSet
 from chipcal.calibrate.crossval import CrossValidation, folds
 from chipcal.calibrate.document import CalibrationDocument, LayerRow
-from chipcal.calibrate.layer_fits import as_timed, gemm_informed, host_in_overheads
+from chipcal.calibrate.fits import FitResult
+from chipcal.calibrate.layer_fits import RUNTIME, gemm_fits, gemm_informed, host_in_overheads
 from chipcal.calibrate.micro import MicroFit, fit_micro
 from chipcal.measure.device import device_kind
-from chipcal.measure.models import MODEL_FP32_MODE
 from chipcal.measure.timing import Measurement
+from chipcal.model.errors import ChipcalError
+from chipcal.model.local import LOCAL_CHIP_NAME
+
+# flags a refit works out again (from the fits, the validation, today's chip and the power fit);
+# every other flag is about the measurements and stays as the run wrote it
+RECOMPUTED_FLAGS = frozenset({"fitted_class_reverted", "calibration_worse_than_defaults", "spec_peak_unsustainable",
+                              "measured_energy_exceeds_tdp", "spec_beyond_tdp", "run_to_run_drift"})
+
+
+class RefitError(ChipcalError):
+    """A recorded run that today's code cannot re-fit here; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -30,12 +48,16 @@ class ModelCheck(Checked):
     measured_s: float
     predicted_s: float
     predicted_default_s: float
+    predicted_serial_s: float | None = None
 
 
 @dataclass(frozen=True)
 class Refit(CheckedSet):
     fit: MicroFit                    # the layer fit, its self-check and the switch fit
     models: tuple[ModelCheck, ...]
+    gemm: dict[str, FitResult] = dataclasses.field(default_factory=dict)   # today's fits of the recorded sweep
+    layers: tuple = ()               # the recorded micro-layers and chains as LayerObservations
+    chains: tuple = ()
 
     @property
     def params(self):
@@ -57,17 +79,20 @@ def _measurement(row: LayerRow) -> Measurement:
     return dataclasses.replace(base, n=row.n, iqr_s=float(row.iqr_s), cv=float(row.cv), unstable=row.unstable)
 
 
-def _observations(rows: Sequence[LayerRow], cases) -> list:
+def _observations(rows: Sequence[LayerRow], cases, step) -> list:
     from chipcal.measure.layers import LayerObservation
     from chipcal.model.workload import characterize
 
     by_label = {c.label: c for c in cases}
     out = []
     for row in rows:
-        case = by_label[row.case]
+        case = by_label.get(row.case)
+        if case is None:
+            raise RefitError(f"the recorded case {row.case!r} is not one of today's micro-layers or chains")
         module, inputs = case.build()
         workload = characterize(module, inputs, model_name=case.label, fuse=False)
         out.append(LayerObservation(case.label, case.op_class, workload, _measurement(row)))
+        step(row.case)
     return out
 
 
@@ -87,19 +112,31 @@ def _os_llc(doc: CalibrationDocument) -> int | None:
     return doc.fingerprint.l3_bytes if device_kind(doc.device) == "cpu" else None
 
 
-def refit(doc: CalibrationDocument, chip) -> Refit:
+def recorded_gemm_fits(doc: CalibrationDocument, chip) -> dict[str, FitResult]:
+    """Today's GEMM efficiency fits (calibrate.layer_fits.gemm_fits) of the run's recorded sweep,
+    for the precisions it swept on a hardware unit."""
+    native = [p.precision for p in doc.peaks if p.support == "native"]
+    return gemm_fits({p: [r for r in doc.observations.gemm if r.precision == p and r.flop_per_s]
+                      for p in native}, chip)
+
+
+def refit(doc: CalibrationDocument, chip, progress=None) -> Refit:
     """Fit the layer and switch parameters of `chip` from `doc`'s recorded observations (the
     calibration run's sequence, calibrate.micro) and predict its recorded held-out models (eager,
-    as they were timed). The bandwidth figures come from the recorded probe points
-    (`recorded_bandwidth`); a local `chip` should carry the same (measure.bandwidth.local_overrides)."""
-    from chipcal.calibrate.run import onchip_bandwidth
+    as they were timed). The prior's GEMM efficiency and the bandwidth figures come from the
+    recorded sweep and probe points (`recorded_gemm_fits`, `recorded_bandwidth`); a local `chip`
+    should carry the same bandwidth (measure.bandwidth.local_overrides, `refit_chip`). `progress`
+    is a calibrate.run.Progress."""
+    from chipcal.calibrate.run import SilentProgress, model_predictions, onchip_bandwidth
     from chipcal.measure.layers import default_cases, default_chains
     from chipcal.model.mapping.params import default_params
     from chipcal.model.workload import characterize_model
 
     precision = doc.precision
+    progress = progress or SilentProgress()
     defaults = default_params(chip.kind)
-    prior = gemm_informed(defaults, doc.fits.get(f"gemm_efficiency_{precision}"))
+    gemm = recorded_gemm_fits(doc, chip)
+    prior = gemm_informed(defaults, gemm.get(f"gemm_efficiency_{precision}"))
     model_bw = chip.memory.bandwidth_bytes_per_s
     bw = recorded_bandwidth(doc)
     onchip = onchip_bandwidth(bw, _os_llc(doc))
@@ -108,18 +145,118 @@ def refit(doc: CalibrationDocument, chip) -> Refit:
         onchip_bandwidth_ratio=onchip / model_bw if onchip else defaults.onchip_bandwidth_ratio, source="refit")
     base = doc.first_touch.charged_in(base) if doc.first_touch else base
     base = doc.layout.charged_in(base) if doc.layout else base
-    layers = _observations(doc.observations.layers, default_cases(device_kind(doc.device)))
-    chains = _observations(doc.observations.chains, default_chains())
+    recorded = doc.observations
+    progress.phase("characterizing the recorded layers, chains and models",
+                   len(recorded.layers) + len(recorded.chains) + len(recorded.models))
+    layers = _observations(recorded.layers, default_cases(device_kind(doc.device)), progress.step)
+    chains = _observations(recorded.chains, default_chains(), progress.step)
+    workloads = []
+    for row in recorded.models:
+        workloads.append(characterize_model(row.model, batch=row.batch, fuse=False))
+        progress.step(f"{row.model} batch {row.batch}")
     base, floor = host_in_overheads(base, doc.device, doc.dispatch.per_op_s if doc.dispatch else None)
-    fit = fit_micro(layers, chains, chip, precision, base, defaults, folds(doc.quick), floor)
+    k = folds(doc.quick)
+    progress.phase("fitting op-class efficiency, overhead and switch cost; cross-validation", k + 1)
+    fit = fit_micro(layers, chains, chip, precision, base, defaults, k, floor,
+                    on_fold=lambda f: progress.step(f"cross-validation fold {f + 1}/{k}"))
+    progress.step("fits")
     checks = []
-    for row in doc.observations.models:
-        workload = characterize_model(row.model, batch=row.batch, fuse=False)
-        # models were timed by measure.models (MODEL_FP32_MODE), the micro-layers in PyTorch's defaults
-        checks.append(ModelCheck(row.model, row.batch, row.median_s,
-                                 as_timed(workload, chip, precision, fit.params, MODEL_FP32_MODE).latency_s,
-                                 as_timed(workload, chip, precision, defaults, MODEL_FP32_MODE).latency_s))
-    return Refit(fit, tuple(checks))
+    for row, workload in zip(recorded.models, workloads, strict=True):
+        p = model_predictions(workload, chip, precision, fit.params, defaults, row.median_s, doc.models_fp32_mode)
+        checks.append(ModelCheck(row.model, row.batch, row.median_s, p["predicted_s"], p["predicted_default_s"],
+                                 p["predicted_serial_s"]))
+    return Refit(fit, tuple(checks), gemm, tuple(layers), tuple(chains))
+
+
+def refit_chip(doc: CalibrationDocument):
+    """(chip, origin) that a refit of `doc` models: today's registry entry of the chip the run
+    matched; for a locally built CPU chip, this machine's CPU when it is the one the run measured,
+    with the run's recorded bandwidth and cache knee (as calibrate.run builds it). A locally built
+    chip of another machine cannot be rebuilt, the document not recording its caches and core
+    layout: RefitError."""
+    from chipcal.measure.bandwidth import local_overrides
+    from chipcal.measure.cpu import detect_cpu
+    from chipcal.measure.system import local_chip, local_host_identity
+    from chipcal.model.registry import UnknownChipError, load_registry
+
+    if doc.chip.name != LOCAL_CHIP_NAME:
+        try:
+            chip = load_registry().get(doc.chip.name)
+        except UnknownChipError:
+            raise RefitError(f"the run modelled chip {doc.chip.name!r}, which today's registry does not hold") from None
+        return chip, f"today's registry entry for {chip.name} (the run's: {doc.chip.origin})"
+    spec = detect_cpu()
+    if local_host_identity(spec) != doc.fingerprint.host_identity:
+        raise RefitError(f"the run was measured on another CPU ({doc.fingerprint.cpu_model}, "
+                         f"{doc.fingerprint.physical_cores} cores) and modelled it as {LOCAL_CHIP_NAME}, whose caches "
+                         "and core layout the document does not record: re-fit it on that machine")
+    chip = local_chip(**local_overrides(recorded_bandwidth(doc), spec), support=doc.fingerprint.cpu_precisions,
+                      cpu=spec)
+    return chip, ("built from this CPU, the one the run measured (no registry match); DRAM bandwidth and "
+                  "last-level cache from the run's recorded bandwidth probe")
+
+
+def refit_document(doc: CalibrationDocument, chip, origin: str, *, source_run: str, code: str,
+                   command: str, created_utc: str, progress=None) -> CalibrationDocument:
+    """`doc` re-fitted by today's code as a whole calibration document (module docstring): its
+    measurements (the timings, the GEMM sweep, the bandwidth and power rows, the fingerprint)
+    unchanged; the chip `chip`, the fits, the parameters, every prediction and the validation
+    worked out again; the flags about the measurements kept, those in RECOMPUTED_FLAGS replaced."""
+    from chipcal.calibrate import flags as gap
+    from chipcal.calibrate import run as cr
+    from chipcal.model.mapping.params import default_params
+
+    precision = doc.precision
+    result = refit(doc, chip, progress)
+    defaults, params = default_params(chip.kind), result.params
+
+    def rows(recorded, observed, p):
+        return tuple(dataclasses.replace(row, **cr.layer_predictions(o.workload, chip, precision, p, defaults))
+                     for row, o in zip(recorded, observed, strict=True))
+
+    models = tuple(dataclasses.replace(row, predicted_s=c.predicted_s, predicted_serial_s=c.predicted_serial_s,
+                                       predicted_default_s=c.predicted_default_s, error=c.error,
+                                       default_error=c.default_error)
+                   for row, c in zip(doc.observations.models, result.models, strict=True))
+    validation = dataclasses.replace(doc.validation, **cr.validation_errors(models, result.crossval))
+    power, power_fit, power_flags = refit_power(doc, chip)
+    fits = {**doc.fits, **{k: cd.FitRecord.of(v) for k, v in result.gemm.items()},
+            "power": power_fit, "op_class_latency": cd.FitRecord.of(result.fit.layer_fit),
+            "switch_overhead": cd.FitRecord.of(result.fit.switch_fit)}
+    drift = doc.rerun and gap.run_to_run_drift(doc.rerun.median_abs_change, doc.rerun.max_abs_change, doc.rerun.n,
+                                               doc.rerun.previous_run, validation.median_abs_error)
+    flags = ([f for f in doc.flags if f.code not in RECOMPUTED_FLAGS]
+             + cr.fit_flags(validation, result.crossval) + cr.spec_flags(chip)
+             + power_flags
+             + ([drift] if drift else []))
+    model_bw = chip.memory.bandwidth_bytes_per_s
+    measured_bw = doc.bandwidth.measured_bytes_per_s
+    return dataclasses.replace(
+        doc, created_utc=created_utc, command=command,
+        chip=cr.chip_section(chip, origin, doc.chip.assumed_memory_bandwidth_bytes_per_s),
+        peaks=tuple(_peak(p, chip) for p in doc.peaks),
+        bandwidth=dataclasses.replace(doc.bandwidth, spec_bytes_per_s=model_bw, spec_source=chip.memory.source,
+                                      fraction=measured_bw / model_bw if measured_bw and model_bw else None),
+        observations=dataclasses.replace(
+            doc.observations, layers=rows(doc.observations.layers, result.layers, params.alone()),
+            chains=rows(doc.observations.chains, result.chains, params), models=models),
+        fits=fits,
+        parameters=cd.ParametersSection(chip=chip.name, runtime=RUNTIME, family_params=dataclasses.replace(
+            params, source=f"refit of calibration: {doc.machine_slug} {doc.device} {doc.created_utc}; {created_utc}")),
+        validation=validation, power=power, flags=tuple(flags), crossval=result.crossval.section(),
+        refit=cd.RefitSection(source_run=source_run, source_created_utc=doc.created_utc,
+                              source_command=doc.command, code=code),
+        plots=(), non_finite_values=None)
+
+
+def _peak(row: cd.PeakRow, chip) -> cd.PeakRow:
+    """A recorded peak against today's chip: its physics and spec peaks and the fractions."""
+    physics = None if row.support == "emulated" else chip.peak_flop_per_s(row.precision)
+    spec = chip.stated_peak_flop_per_s.get(row.precision)
+    measured = row.measured_flop_per_s
+    return dataclasses.replace(row, physics_flop_per_s=physics, spec_flop_per_s=spec,
+                               fraction_of_physics=measured / physics if measured and physics else None,
+                               fraction_of_spec=measured / spec if measured and spec else None)
 
 
 def refit_power(doc: CalibrationDocument, chip):

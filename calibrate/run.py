@@ -143,7 +143,6 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     from chipcal.measure.system import fingerprint, local_chip
     from chipcal.model.local import LOCAL_CHIP_NAME
     from chipcal.model.mapping.params import default_params
-    from chipcal.model.tdp import compare_chip
     from chipcal.model.workload import characterize_model
 
     progress = progress or SilentProgress()
@@ -166,7 +165,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         gemm = measure_gemm_peak(config.device, gemm_precisions, remeasure=config.remeasure, fp=fp, on_shape=step)
         journal.put("gemm", gemm_peak_to_dict(gemm))
     fits: dict[str, cd.FitRecord | None] = {}
-    gemm_fit = gemm_fits(gemm, chip)
+    gemm_fit = gemm_fits({p: gemm.curve(p) for p in gemm.native_precisions}, chip)
     peaks, gemm_rows = [], []
     for p in gemm.precisions:
         best = gemm.best(p)
@@ -322,6 +321,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         for entry in plan:
             mm = measure_model(entry.name, batch=entry.batch, precision=config.precision, device=config.device,
                                flop=entry.workload.flop, max_time_s=entry.budget_s / config.rounds,
+                               fp32_mode=MODEL_FP32_MODE,
                                min_samples=-(-MODEL_MIN_SAMPLES // config.rounds))
             timings["models"][entry.key] = mm.latency.to_dict()
             entry.add(timings["models"][entry.key])
@@ -343,8 +343,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         return tuple(cd.LayerRow(
             case=o.case, op_class=o.op_class, flop=o.workload.flop,
             bytes=o.workload.bytes_read + o.workload.bytes_written, kernels=len(o.workload.subgraphs),
-            predicted_default_s=as_timed(o.workload, chip, config.precision, defaults).latency_s,
-            predicted_s=as_timed(o.workload, chip, config.precision, p).latency_s,
+            **layer_predictions(o.workload, chip, config.precision, p, defaults),
             **cd.timing(o.measurement)) for o in obs)
 
     layer_rows, chain_rows = rows(observations, params.alone()), rows(chains, params)
@@ -353,21 +352,16 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     model_rows = []
     for entry in plan:
         name, batch, workload = entry.name, entry.batch, entry.workload
-        predicted = as_timed(workload, chip, config.precision, params, MODEL_FP32_MODE)
-        predicted_default = as_timed(workload, chip, config.precision, defaults, MODEL_FP32_MODE)
         m = entry.measurement(config.rounds)
         model_rows.append(cd.ModelRow(model=name, batch=batch, flop=workload.flop,
                                       bytes=workload.bytes_read + workload.bytes_written,
                                       delivered_flop_per_s=workload.flop / m.median_s,
-                                      predicted_s=predicted.latency_s, predicted_serial_s=predicted.serial_latency_s,
-                                      predicted_default_s=predicted_default.latency_s,
-                                      error=predicted.latency_s / m.median_s - 1,
-                                      default_error=predicted_default.latency_s / m.median_s - 1, **cd.timing(m)))
+                                      **model_predictions(workload, chip, config.precision, params, defaults,
+                                                          m.median_s, MODEL_FP32_MODE),
+                                      **cd.timing(m)))
         if m.cv > UNSTABLE_CV:
             flags.append(gap.unstable_timing(f"{name} batch {batch}", m.cv, UNSTABLE_CV))
 
-    errors = [r.error for r in model_rows]
-    default_errors = [r.default_error for r in model_rows]
     validation = cd.ValidationSection(
         fit_data=(f"Fit data: the GEMM sweep ({len(gemm_rows)} shapes), the bandwidth probe, "
                   f"{len(observations)} micro-layers ({', '.join(sorted({o.op_class for o in observations}))}) "
@@ -378,46 +372,15 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         n=len(model_rows),
         n_models=len({r.model for r in model_rows}),
         noise_rel=_round_noise(plan),
-        **error_summary(errors, ""), **error_summary(default_errors, "default_"),
-        crossval_median_abs_error=crossval.median_abs_error, crossval_p90_abs_error=crossval.p90_abs_error,
-        crossval_default_median_abs_error=crossval.default_median_abs_error,
+        **validation_errors(model_rows, crossval),
     )
-    if crossval.classes_keeping_defaults:
-        flags.append(gap.Flag(
-            "fitted_class_reverted", "info",
-            f"op classes {', '.join(crossval.classes_keeping_defaults)}: their fitted efficiency and overhead "
-            "predicted held-out micro-layers worse than their prior values (cross-validation); those are kept",
-            {"classes": float(len(crossval.classes_keeping_defaults))}))
-    if crossval.held_out and crossval.median_abs_error > crossval.default_median_abs_error:
-        flags.append(gap.Flag(
-            "calibration_worse_than_defaults", "warning",
-            f"held-out micro-benchmarks ({crossval.folds}-fold cross-validation): calibrated median |error| "
-            f"{crossval.median_abs_error:.1%} > {crossval.default_median_abs_error:.1%} with the defaults",
-            {"crossval_median_abs_error": crossval.median_abs_error,
-             "crossval_default_median_abs_error": crossval.default_median_abs_error}))
-
-    # the calibration must earn its place: worse than the defaults on the held-out models is flagged
-    if model_rows and validation.median_abs_error > validation.default_median_abs_error:
-        flags.append(gap.Flag(
-            "calibration_worse_than_defaults", "warning",
-            f"held-out models: calibrated median |error| {validation.median_abs_error:.1%} > "
-            f"{validation.default_median_abs_error:.1%} with the uncalibrated defaults "
-            f"(p90 {validation.p90_abs_error:.1%} vs {validation.default_p90_abs_error:.1%}); "
-            f"the noise between rounds alone permits about {validation.noise_rel:.1%}",
-            {"median_abs_error": validation.median_abs_error,
-             "default_median_abs_error": validation.default_median_abs_error,
-             "noise_rel": validation.noise_rel}))
-
-    # flags from the spec side
-    if chip.stated_peak_flop_per_s:
-        flag = gap.spec_unsustainable(compare_chip(chip))
-        flags += [flag] if flag else []
+    flags += fit_flags(validation, crossval) + spec_flags(chip)
     if model_bw and measured_bw < gap.MEASURED_VS_SPEC_MIN * model_bw and chip.name != LOCAL_CHIP_NAME:
         flags.append(gap.Flag("bandwidth_below_spec", "warning",
                               f"measured {measured_bw / 1e9:.1f} GB/s is {measured_bw / model_bw:.0%} of the "
                               f"spec {model_bw / 1e9:.1f} GB/s", {"measured": measured_bw, "spec": model_bw}))
 
-    created = _now()
+    created = now_utc()
     params = dataclasses.replace(params, source=f"calibration: {fp.slug} {config.device} {created}")
     return cd.CalibrationDocument(
         created_utc=created,
@@ -428,14 +391,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         precision=config.precision,
         fingerprint=fp,
         environment_summary={**fp.summary(), "allocator": allocator.detail},
-        chip=cd.ChipSection(
-            name=chip.name, display_name=chip.display_name, kind=chip.kind, origin=origin,
-            process_nm=chip.process_nm, tdp_w=chip.tdp_w,
-            physics_peak_flop_per_s={p: chip.peak_flop_per_s(p) for p in chip.precisions},
-            spec_peak_flop_per_s=dict(chip.stated_peak_flop_per_s),
-            memory_bandwidth_bytes_per_s=model_bw, memory_source=chip.memory.source,
-            assumed_memory_bandwidth_bytes_per_s=assumed_bw,
-            l3_bytes=chip.microarch.get("l3_bytes"), microarch_source=chip.microarch.get("source")),
+        chip=chip_section(chip, origin, assumed_bw),
         peaks=tuple(peaks),
         bandwidth=cd.BandwidthSection(
             measured_bytes_per_s=measured_bw, spec_bytes_per_s=model_bw, onchip_bytes_per_s=onchip_bw,
@@ -463,7 +419,88 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         layout=layout,
         throttle_note=gemm.throttle_note,
         crossval=crossval.section(),
+        model_fp32_mode=MODEL_FP32_MODE,
     )
+
+
+def chip_section(chip, origin: str, assumed_bw: float | None) -> cd.ChipSection:
+    """The document's account of the chip a run modelled; `assumed_bw` is its DRAM bandwidth
+    before the bandwidth probe replaced it (a locally built chip)."""
+    return cd.ChipSection(
+        name=chip.name, display_name=chip.display_name, kind=chip.kind, origin=origin,
+        process_nm=chip.process_nm, tdp_w=chip.tdp_w,
+        physics_peak_flop_per_s={p: chip.peak_flop_per_s(p) for p in chip.precisions},
+        spec_peak_flop_per_s=dict(chip.stated_peak_flop_per_s),
+        memory_bandwidth_bytes_per_s=chip.memory.bandwidth_bytes_per_s, memory_source=chip.memory.source,
+        assumed_memory_bandwidth_bytes_per_s=assumed_bw,
+        l3_bytes=chip.microarch.get("l3_bytes"), microarch_source=chip.microarch.get("source"))
+
+
+def layer_predictions(workload, chip, precision: str, params, defaults) -> dict:
+    """A timed micro-layer's or chain's LayerRow predictions: with the defaults and with `params`."""
+    return {"predicted_default_s": as_timed(workload, chip, precision, defaults).latency_s,
+            "predicted_s": as_timed(workload, chip, precision, params).latency_s}
+
+
+def model_predictions(workload, chip, precision: str, params, defaults, measured_s: float,
+                      fp32_mode: str) -> dict:
+    """A held-out model's ModelRow predictions (calibrated, its serial sum, defaults) and their
+    relative errors against the measured median: predicted / measured - 1, in the math mode the
+    model was timed in (`fp32_mode`; the micro-layers ran in PyTorch's defaults)."""
+    predicted = as_timed(workload, chip, precision, params, fp32_mode)
+    default = as_timed(workload, chip, precision, defaults, fp32_mode)
+    return {"predicted_s": predicted.latency_s, "predicted_serial_s": predicted.serial_latency_s,
+            "predicted_default_s": default.latency_s, "error": predicted.latency_s / measured_s - 1,
+            "default_error": default.latency_s / measured_s - 1}
+
+
+def validation_errors(model_rows, crossval) -> dict:
+    """The ValidationSection's error figures: |error| quantiles of the held-out models, calibrated
+    and with the defaults, and the self-check's on the held-out micro-benchmarks."""
+    return {**error_summary([r.error for r in model_rows], ""),
+            **error_summary([r.default_error for r in model_rows], "default_"),
+            "crossval_median_abs_error": crossval.median_abs_error,
+            "crossval_p90_abs_error": crossval.p90_abs_error,
+            "crossval_default_median_abs_error": crossval.default_median_abs_error}
+
+
+def fit_flags(validation: cd.ValidationSection, crossval) -> list[gap.Flag]:
+    """The flags on the fits: op classes put back to their prior by the self-check, and a
+    calibration worse than the defaults on the held-out micro-benchmarks or models (it must earn
+    its place)."""
+    flags = []
+    if crossval.classes_keeping_defaults:
+        flags.append(gap.Flag(
+            "fitted_class_reverted", "info",
+            f"op classes {', '.join(crossval.classes_keeping_defaults)}: their fitted efficiency and overhead "
+            "predicted held-out micro-layers worse than their prior values (cross-validation); those are kept",
+            {"classes": float(len(crossval.classes_keeping_defaults))}))
+    if crossval.held_out and crossval.median_abs_error > crossval.default_median_abs_error:
+        flags.append(gap.Flag(
+            "calibration_worse_than_defaults", "warning",
+            f"held-out micro-benchmarks ({crossval.folds}-fold cross-validation): calibrated median |error| "
+            f"{crossval.median_abs_error:.1%} > {crossval.default_median_abs_error:.1%} with the defaults",
+            {"crossval_median_abs_error": crossval.median_abs_error,
+             "crossval_default_median_abs_error": crossval.default_median_abs_error}))
+    if validation.n and validation.median_abs_error > validation.default_median_abs_error:
+        flags.append(gap.Flag(
+            "calibration_worse_than_defaults", "warning",
+            f"held-out models: calibrated median |error| {validation.median_abs_error:.1%} > "
+            f"{validation.default_median_abs_error:.1%} with the uncalibrated defaults "
+            f"(p90 {validation.p90_abs_error:.1%} vs {validation.default_p90_abs_error:.1%}); "
+            f"the noise between rounds alone permits about {validation.noise_rel:.1%}",
+            {"median_abs_error": validation.median_abs_error,
+             "default_median_abs_error": validation.default_median_abs_error,
+             "noise_rel": validation.noise_rel}))
+    return flags
+
+
+def spec_flags(chip) -> list[gap.Flag]:
+    """The flags from the spec side: a spec peak the TDP cannot sustain (model.tdp)."""
+    from chipcal.model.tdp import compare_chip
+
+    flag = gap.spec_unsustainable(compare_chip(chip)) if chip.stated_peak_flop_per_s else None
+    return [flag] if flag else []
 
 
 @dataclass
@@ -517,5 +554,6 @@ def _round_noise(plan) -> float:
     return float(np.median(spreads)) if spreads else float("nan")
 
 
-def _now() -> str:
+def now_utc() -> str:
+    """The time a run or refit is stamped with (created_utc; its directory's name)."""
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

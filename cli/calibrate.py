@@ -1,13 +1,16 @@
 """`chipcal calibrate`: measure this machine, fit the physics model, validate, write a report.
 
-Writes results/<machine-slug>/<timestamp>/ (calibration.json, report.md, PNG plots) atomically:
+Writes results/<machine-slug>/<timestamp>/ (calibration.json, report.md, PNG plots, report.html) atomically:
 an interrupted run leaves nothing half-written, and a rerun never overwrites an earlier one.
+`--refit DIR` measures nothing: it re-fits a recorded run with this code (calibrate.refit) and
+writes the new run beside DIR, or under --out.
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,15 +65,21 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help=f"validation models (default {','.join(DEFAULT_MODELS)})")
     p.add_argument("--batch", type=positive_int_list, metavar="1,8", default=list(DEFAULT_BATCHES),
                    help="validation batch sizes (default 1,8)")
-    p.add_argument("--out", default="results", metavar="DIR", help="results directory (default results/)")
+    p.add_argument("--out", metavar="DIR",
+                   help="results directory (default results/; with --refit, beside the re-fitted run)")
     p.add_argument("--precision", type=csv_choices("precision", PRECISIONS), metavar="fp32,bf16,…",
                    help="GEMM sweep precisions (default fp32,bf16,fp16,int8: those with a hardware unit here are "
                         "swept, any other is timed once at one small shape and reported as emulated). "
                         "Layers and models run in fp32")
     p.add_argument("--remeasure", action="store_true", help="ignore cached GEMM peak and bandwidth results")
-    p.add_argument("--resume", metavar="DIR", type=Path,
-                   help="continue an interrupted run from its journal (DIR is named when a run is interrupted); "
-                        "the run's own options are used")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", metavar="DIR", type=Path,
+                       help="continue an interrupted run from its journal (DIR is named when a run is interrupted); "
+                            "the run's own options are used")
+    again.add_argument("--refit", metavar="DIR", type=Path,
+                       help="measure nothing: re-fit the recorded run in DIR (a directory with calibration.json) with "
+                            "this chipcal and write it as a new run beside DIR (or under --out); its measurements "
+                            "are kept as recorded, and no device is needed")
     p.add_argument("--json", action="store_true", help="print the run's summary as an array of flat records")
     return p
 
@@ -84,14 +93,75 @@ def _check_models(names: list[str]) -> None:
             raise choice_error("model", name, valid)
 
 
+def code_version() -> str:
+    """The code that fits: chipcal's version, its checkout's `git describe` where it runs from a
+    git checkout, and torch's version (it counts the workloads)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    try:
+        described = f"chipcal {version('chipcal')}"
+    except PackageNotFoundError:
+        described = "chipcal (not installed)"
+    try:
+        git = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "describe", "--always", "--dirty",
+                              "--tags"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        git = None
+    if git is not None and git.returncode == 0 and git.stdout.strip():
+        described += f" (git {git.stdout.strip()})"
+    return f"{described}, torch {torch.__version__}"
+
+
+def _write(doc, results_root: Path, folder: str):
+    """The run written atomically as results_root/folder/<its timestamp>/: calibration.json,
+    report.md, the plots and report.html (calibrate.report.run_writers, calibrate.store).
+    Returns (its directory, the document with its plots)."""
+    from chipcal.calibrate import store
+    from chipcal.calibrate.plots import plot_writers
+    from chipcal.calibrate.report import run_writers
+
+    writers = run_writers(doc)      # rendered inside the guarded write: a failure saves the document
+    stamp = doc.created_utc.replace("-", "").replace(":", "")
+    return store.write_run(results_root, folder, stamp, writers, fallback=doc.to_dict()), \
+        doc.with_plots(plot_writers(doc))
+
+
+def _refit(args: argparse.Namespace) -> int:
+    """--refit: the recorded run re-fitted (calibrate.refit) and written beside it, or under --out."""
+    from chipcal.calibrate import refit, store
+    from chipcal.calibrate.run import now_utc
+
+    source = args.refit
+    if not source.is_dir():
+        raise UsageError(f"--refit {source}: not a directory")
+    doc = store.load(source)
+    # beside the source (its parent folder), or --out/<machine>/ as a measured run
+    root, folder = ((Path(args.out), doc.machine_slug) if args.out else
+                    (source.resolve().parent.parent, source.resolve().parent.name))
+    store.check_writable(root / folder)
+    chip, origin = refit.refit_chip(doc)
+    bars = PhaseBars()
+    new = refit.refit_document(doc, chip, origin, source_run=str(source), code=code_version(),
+                               command=args.command, created_utc=now_utc(), progress=bars)
+    bars.phase("writing report", 1)
+    path, new = _write(new, root, folder)
+    bars.close()
+    _summarize(new, path, args.json)
+    return 0
+
+
 def _body(args: argparse.Namespace) -> int:
+    if args.refit:
+        return _refit(args)
     check_device(args.device)
 
     from chipcal.calibrate import rerun, store
     from chipcal.calibrate.journal import Journal
-    from chipcal.calibrate.report import plot_writers, render_markdown
     from chipcal.calibrate.run import QUICK_MODELS, CalibrationConfig, run_calibration
 
+    args.out = args.out or "results"
     store.check_writable(Path(args.out))
     if args.resume:
         journal, fields = Journal.open(args.resume)
@@ -113,12 +183,7 @@ def _body(args: argparse.Namespace) -> int:
     try:
         doc = rerun.with_rerun(run_calibration(config, progress=bars, journal=journal), Path(args.out))
         bars.phase("writing report", 1)
-        doc = doc.with_plots(plot_writers(doc))
-        writers = {store.CALIBRATION_FILE: store.json_writer(doc.to_dict()),
-                   "report.md": lambda path: store.text_writer(render_markdown(doc))(path),  # inside the
-                   **plot_writers(doc)}                      # guarded write: a failure saves the document
-        stamp = doc.created_utc.replace("-", "").replace(":", "")
-        path = store.write_run(Path(args.out), doc.machine_slug, stamp, writers, fallback=doc.to_dict())
+        path, doc = _write(doc, Path(args.out), doc.machine_slug)
     except KeyboardInterrupt:
         bars.close()
         sys.stderr.write(f"interrupted: the measurements so far are kept in {journal.directory}; "
@@ -127,11 +192,21 @@ def _body(args: argparse.Namespace) -> int:
         return 130
     journal.remove()
     bars.close()
+    _summarize(doc, path, args.json)
+    return 0
+
+
+def _summarize(doc, path: Path, as_json: bool) -> None:
+    """The written run on stdout: the summary record (--json), or its peaks, bandwidth,
+    validation, drift since the previous run and flags."""
     val = doc.validation
-    if args.json:
+    if as_json:
         print_json([summary_record(doc, path)])
     else:
         print(f"wrote {path}")
+        if doc.refit:
+            print(f"  refit of {doc.refit.source_run} ({doc.refit.source_created_utc}) by {doc.refit.code}; "
+                  "measurements as recorded")
         for p in doc.peaks:
             if p.measured_flop_per_s:
                 frac = f"{p.fraction_of_physics:.0%} of physics peak" if p.fraction_of_physics else ""
@@ -148,7 +223,6 @@ def _body(args: argparse.Namespace) -> int:
                   f"by median {doc.rerun.median_abs_change:.1%}, max {doc.rerun.max_abs_change:.1%}")
         for f in doc.flags:
             print(f"  flag {f.code}: {f.message}")
-    return 0
 
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:

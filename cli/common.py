@@ -26,6 +26,15 @@ MAX_NUMBER = 1e15
 MAX_BATCH = 1 << 20
 
 
+HYPOTHETICAL_MARK = "*"
+HYPOTHETICAL_NOTE = f"{HYPOTHETICAL_MARK} = hypothetical: a design study, not a product"
+
+
+def marked(name: str, hypothetical: bool) -> str:
+    """A chip's name as a table shows it: HYPOTHETICAL_MARK after a hypothetical design's."""
+    return name + HYPOTHETICAL_MARK if hypothetical else name
+
+
 class UsageError(ChipcalError):
     """A user mistake: printed as one line, exit status 2."""
 
@@ -300,6 +309,7 @@ def summary_record(doc, path: Path) -> dict:
                 "max_abs_error": val.max_abs_error, "noise_between_rounds": val.noise_rel,
                 "rerun_median_abs_change": doc.rerun.median_abs_change if doc.rerun else None,
                 "power_source": doc.power.source if doc.power.available else None,
+                "refit_of": doc.refit.source_run if doc.refit else None,
                 "flags": ", ".join(dict.fromkeys(f.code for f in doc.flags)) or None,
                 "path": str(path)})
     return row

@@ -15,10 +15,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from chipcal.calibrate.render import wrap
 from chipcal.cli.common import (
+    HYPOTHETICAL_NOTE,
     Parser,
     csv_list,
     load_registry_warn,
+    marked,
     output_file,
     plot_path,
     print_json,
@@ -31,6 +34,8 @@ from chipcal.model import power
 from chipcal.model.estimate.prediction import chip_label
 from chipcal.model.precision import PRECISIONS
 from chipcal.model.tdp import (
+    VERDICT_MEASURED_EXCEEDS,
+    VERDICT_MEASURED_OK,
     VERDICT_UNCERTAIN,
     VERDICT_UNSUSTAINABLE,
     ChipTdpComparison,
@@ -114,16 +119,21 @@ def _tera(x):
     return None if x is None else x / 1e12
 
 
+# the table's words; --json has the whole verdict ('unsupported: runs …' shows as 'unsupported')
+VERDICT_SHORT = {VERDICT_UNSUSTAINABLE: "exceeds TDP", VERDICT_MEASURED_EXCEEDS: "exceeds TDP (meas)",
+                 VERDICT_MEASURED_OK: "sustainable (meas)"}
+
+
 def _display(r: dict) -> dict:
+    """The columns that answer the question within 120 columns; pJ/FLOP, the clocks and the TFLOP/s
+    behind the fractions are in --json."""
     band = (f"{r['power_at_spec_low_w']:.0f}-{r['power_at_spec_high_w']:.0f}"
             if r["power_at_spec_w"] is not None else "-")
-    return {"hardware": r["hardware"], "nm": r["process_nm"], "prec": r["precision"],
-            "spec_TFLOPS": _tera(r["spec_peak_flop_per_s"]), "pJ/FLOP": r["pj_per_flop_at_spec"],
+    return {"hardware": marked(r["hardware"], r["hypothetical"]), "nm": r["process_nm"], "prec": r["precision"],
+            "spec_TFLOPS": _tera(r["spec_peak_flop_per_s"]),
             "P_spec_W": r["power_at_spec_w"], "band_W": band, "TDP_W": r["spec_tdp_w"],
-            "f_sust_GHz": None if r["sustained_clock_hz"] is None else r["sustained_clock_hz"] / 1e9,
-            "sust_TFLOPS": _tera(r["sustainable_peak_flop_per_s"]), "sust/spec": r["sustainable_fraction"],
-            "meas/spec": r["measured_fraction"], "burst/spec": r["burst_fraction"],
-            "verdict": r["verdict"]}
+            "sust": r["sustainable_fraction"], "meas": r["measured_fraction"], "burst": r["burst_fraction"],
+            "verdict": VERDICT_SHORT.get(r["verdict"], r["verdict"].split(":")[0])}
 
 
 def _plot(path: str, records: list[dict]) -> None:
@@ -208,11 +218,14 @@ def _body(args: argparse.Namespace) -> int:
         print_json(records)
     else:
         print_table([_display(r) for r in records],
-                    {"nm": "g", "spec_TFLOPS": ".4g", "pJ/FLOP": ".2f", "P_spec_W": ".0f", "TDP_W": ".0f",
-                     "f_sust_GHz": ".3g", "sust_TFLOPS": ".4g", "sust/spec": ".2f", "meas/spec": ".2f",
-                     "burst/spec": ".2f"})
-        print("meas: sustained measurement (decides the verdict where there is one); burst: short window, "
-              "before the power limit acts")
+                    {"nm": "g", "spec_TFLOPS": ".4g", "P_spec_W": ".0f", "TDP_W": ".0f",
+                     "sust": ".2f", "meas": ".2f", "burst": ".2f"})
+        print(wrap("P_spec_W: all-in GEMM power at the spec clock, band_W its low-high band; fractions of the spec "
+                   "peak: sust, sustainable at the clock that holds the TDP (in --json: sustained_clock_hz); meas, "
+                   "a sustained measurement (decides the verdict where there is one); burst, a short window before "
+                   f"the power limit acts; exceeds TDP: {VERDICT_UNSUSTAINABLE}; (meas): decided by a sustained "
+                   "measurement"
+                   + (f"; {HYPOTHETICAL_NOTE}" if any(r["hypothetical"] for r in records) else "")))
     if args.plot:
         _plot(args.plot, records)
     return 0

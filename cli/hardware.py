@@ -8,9 +8,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from chipcal.calibrate.render import wrap
 from chipcal.cli.common import (
+    HYPOTHETICAL_NOTE,
     Parser,
     load_registry_warn,
+    marked,
     print_json,
     print_table,
     resolve_chips,
@@ -18,6 +21,8 @@ from chipcal.cli.common import (
 )
 from chipcal.model.chip import KINDS, Chip
 from chipcal.model.precision import PRECISIONS
+
+LISTED_PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "int8")      # the columns of `list`
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -82,15 +87,15 @@ def _body(args: argparse.Namespace) -> int:
             return 0
         shown = []
         for c in chips:
-            row = {"name": c.name, "kind": c.kind, "nm": c.process_nm, "TDP_W": c.tdp_w,
+            row = {"name": marked(c.name, c.hypothetical), "kind": c.kind, "nm": c.process_nm, "TDP_W": c.tdp_w,
                    "memory": c.memory.type, "GB/s": c.memory.bandwidth_bytes_per_s / 1e9}
-            for p in ("fp32", "bf16", "fp16", "fp8", "int8"):
+            for p in LISTED_PRECISIONS:
                 v = c.peak_flop_per_s(p)
-                row[f"{p}_TFLOPS" if not p.startswith("int") else f"{p}_TOPS"] = None if v is None else v / 1e12
-            row["hypothetical"] = "yes" if c.hypothetical else ""
+                row[p] = None if v is None else v / 1e12
             shown.append(row)
-        print_table(shown, {"nm": "g", "TDP_W": "g", "GB/s": ".0f", "fp32_TFLOPS": ".1f",
-                            "bf16_TFLOPS": ".1f", "fp16_TFLOPS": ".1f", "fp8_TFLOPS": ".1f", "int8_TOPS": ".1f"})
+        print_table(shown, {"nm": "g", "TDP_W": "g", "GB/s": ".0f", **dict.fromkeys(LISTED_PRECISIONS, ".1f")})
+        print(wrap("fp32 … int8: dense peak in TFLOP/s (int8: TOPS); other precisions in --json"
+                   + (f"; {HYPOTHETICAL_NOTE}" if any(c.hypothetical for c in chips) else "")))
         return 0
     (chip,) = resolve_chips([args.name], registry)
     record = show_record(chip)

@@ -21,7 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "measure-peak": ("chipcal.cli.measure_peak", "measure GEMM peak and memory bandwidth"),
     "measure-model-efficiency": ("chipcal.cli.measure_model_efficiency", "measure model latency and efficiency"),
     "calibrate": ("chipcal.cli.calibrate", "measure this machine, fit the model, write a report"),
-    "report": ("chipcal.cli.report", "list calibration reports side by side"),
+    "report": ("chipcal.cli.report", "calibration runs side by side, the results index, report.html, two runs compared"),
 }
 
 

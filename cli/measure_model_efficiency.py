@@ -36,7 +36,7 @@ from chipcal.cli.common import (
     write_notes,
 )
 from chipcal.measure.device import check_device
-from chipcal.measure.models import MODEL_PRECISIONS
+from chipcal.measure.models import FP32_SWITCHES, MODEL_FP32_MODE, MODEL_PRECISIONS
 from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.workload.llm_config import PHASES, is_llm, load_llm_config
 from chipcal.model.workload.user_model import is_user_model
@@ -46,7 +46,8 @@ FIELDS = ("model", "batch", "precision", "device", "flop", "latency_s", "latency
           "measured_peak_flop_per_s", "physics_peak_flop_per_s", "efficiency_vs_spec", "efficiency_vs_measured",
           "efficiency_vs_physics", "efficiency", "peak", "energy_j", "energy_per_sample_j", "avg_power_w",
           "idle_power_w", "power_source", "power_note", "chip", "fingerprint", "torch_version", "threads",
-          "other_cpus", "note", "phase", "context", "new_tokens", "cached_tokens", "tokens_per_s")
+          "other_cpus", "fp32_mode", "cudnn_allow_tf32", "float32_matmul_precision", "cudnn_benchmark", "note",
+          "phase", "context", "new_tokens", "cached_tokens", "tokens_per_s")
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -64,6 +65,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--batch", type=positive_int_list, default=[1], help="comma-separated batch sizes (default 1)")
     p.add_argument("--precision", type=csv_choices("precision", MODEL_PRECISIONS), default=["fp32"],
                    help="fp32 (default), bf16 or fp16; comma-separated for several")
+    p.add_argument("--fp32-mode", choices=tuple(FP32_SWITCHES), default=MODEL_FP32_MODE,
+                   help="what fp32 runs as: pytorch (default: PyTorch's own defaults, cuDNN convolutions "
+                        "in TF32, matmuls in fp32), strict (TF32 off), tf32 (TF32 for both); recorded per row")
     p.add_argument("--peak", choices=("spec", "measured"), default="measured",
                    help="peak for the 'efficiency' column; 'measured' runs the GEMM sweep if not cached")
     p.add_argument("--max-time", type=positive_float, default=5.0, metavar="S",
@@ -105,7 +109,7 @@ def _measure(name: str, batch: int, precision: str, args: argparse.Namespace, po
         step = source.llm_step(step_key(config, "eager", args.phase, batch, args.context, args.new_tokens,
                                         precision))
         m = measure_llm(config, args.phase, batch, args.context, args.new_tokens, step.workload.flop, precision,
-                        args.device, power=power, max_time_s=args.max_time)
+                        args.device, power=power, max_time_s=args.max_time, fp32_mode=args.fp32_mode)
         tokens = batch * (args.context if args.phase == "prefill" else 1)
         return m, {"phase": args.phase, "context": args.context, "new_tokens": args.new_tokens,
                    "cached_tokens": step.cached, "tokens_per_s": tokens / m.latency.median_s}
@@ -115,8 +119,9 @@ def _measure(name: str, batch: int, precision: str, args: argparse.Namespace, po
         module, inputs = load_user_model(name, batch)
         flop = characterize_user_model(name, batch).flop
         return measure_module(module, inputs, flop, name=name, batch=batch, precision=precision, device=args.device,
-                              power=power, max_time_s=args.max_time), {}
-    return measure_model(name, batch, precision, args.device, power=power, max_time_s=args.max_time), {}
+                              power=power, max_time_s=args.max_time, fp32_mode=args.fp32_mode), {}
+    return measure_model(name, batch, precision, args.device, power=power, max_time_s=args.max_time,
+                         fp32_mode=args.fp32_mode), {}
 
 
 def _ratio(value, reference):
@@ -141,6 +146,9 @@ def record(m, ref, measured_peak, peak_kind: str, fp, other_cpus: float | None =
         idle_power_w=m.power.idle_w if m.power else None, power_source=m.power_source,
         power_note=m.power_note, chip=ref.chip, fingerprint=fp.slug, torch_version=fp.torch_version,
         other_cpus=other_cpus,
+        **({"fp32_mode": m.numerics.fp32_mode, "cudnn_allow_tf32": m.numerics.cudnn_allow_tf32,
+            "float32_matmul_precision": m.numerics.float32_matmul_precision,
+            "cudnn_benchmark": m.numerics.cudnn_benchmark} if m.numerics else {}),
         threads=lat.threads, note="; ".join(lat.warnings + (m.power.warnings if m.power else ())) or None)
     row["efficiency"] = row["efficiency_vs_spec" if peak_kind == "spec" else "efficiency_vs_measured"]
     return row

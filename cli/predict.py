@@ -15,14 +15,17 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 
+from chipcal.calibrate.render import wrap
 from chipcal.calibrate.store import load_calibration
 from chipcal.cli.common import (
+    HYPOTHETICAL_NOTE,
     Parser,
     UsageError,
     at_most,
     csv_choices,
     csv_list,
     load_registry_warn,
+    marked,
     output_file,
     plot_path,
     positive_float,
@@ -252,29 +255,21 @@ def layer_record(p: Prediction, e) -> dict:
             "explanation": e.explanation}
 
 
-def _summary_table(preds: Sequence[Prediction], limit: str = "TDP") -> None:
-    import pandas as pd
+def _summary_row(p: Prediction) -> dict:
+    """The columns that matter for choosing a chip; the rest (TFLOP/s, AI, units, runtime…) are in
+    --json and --csv."""
+    row = {"chip": marked(p.chip, p.hypothetical), "batch": p.batch, "prec": p.precision}
+    if not p.supported:
+        return row | {"latency_ms": "unsupported"}
+    return row | {
+        "latency_ms": f"{p.latency_s * 1e3:.4g}", "per_s": f"{p.throughput_per_s:,.0f}",
+        "energy_mJ": f"{p.energy_j * 1e3:.4g}", "power_W": f"{p.avg_power_w:.3g}",
+        "mem_MB": f"{p.peak_memory_bytes / MB:.4g}" + ("" if p.fits_in_memory else "!"),
+        "util": f"{p.compute_utilization:.0%}", "eff": f"{p.compute_efficiency:.1%}",
+        "bw": f"{p.bandwidth_utilization:.0%}", "bound": p.bottleneck}
 
-    rows = []
-    for p in preds:
-        row = {"model": p.model, "chip": p.chip, "batch": p.batch, "prec": p.precision}
-        if not p.supported:
-            row["latency_ms"] = "unsupported"
-            rows.append(row)
-            continue
-        row.update({
-            "latency_ms": f"{p.latency_s * 1e3:.4g}", "per_s": f"{p.throughput_per_s:,.0f}",
-            "energy_mJ": f"{p.energy_j * 1e3:.4g}", "power_W": f"{p.avg_power_w:.3g}",
-            "mem_MB": f"{p.peak_memory_bytes / MB:.4g}" + ("" if p.fits_in_memory else "!"),
-            "TFLOP/s": f"{p.attained_flop_per_s / 1e12:.3g}", "util": f"{p.compute_utilization:.0%}",
-            "eff": f"{p.compute_efficiency:.1%}", "bw": f"{p.bandwidth_utilization:.0%}",
-            "AI": f"{p.arithmetic_intensity:.3g}", "units": f"{p.units_allocated}/{p.units_total} {p.unit_name}",
-            "bound": p.bottleneck, "runtime": p.runtime,
-        })
-        rows.append(row)
-    print_table(pd.DataFrame(rows).fillna(""))
-    print("util = time-averaged fraction of units with work; eff = attained / peak FLOP/s; "
-          "bw = DRAM bandwidth used; AI = FLOP per DRAM byte; ! = exceeds device memory")
+
+def _notes(preds: Sequence[Prediction], limit: str) -> list[str]:
     notes = []
     for p in preds:
         if not p.supported:
@@ -293,16 +288,91 @@ def _summary_table(preds: Sequence[Prediction], limit: str = "TDP") -> None:
         elif p.supported and p.exceeds_tdp:
             notes.append(f"note: {p.chip} at batch {p.batch} {p.precision} averages {p.avg_power_w:.3g} W > "
                          f"its {p.tdp_w:g} W TDP (an assumed share: its clock is the measured one)")
-    for line in dict.fromkeys(notes):
-        print(line)
+    return list(dict.fromkeys(notes))
+
+
+def _summary_table(preds: Sequence[Prediction], limit: str = "TDP") -> None:
+    """One table per model (columns within TEXT_WIDTH), the legend, then the notes, each folded."""
+    import pandas as pd
+
+    models = list(dict.fromkeys(p.model for p in preds))
+    runtimes = sorted({p.runtime for p in preds if p.supported})
+    for model in models:
+        if len(models) > 1:
+            print(f"\n{model}:")
+        print_table(pd.DataFrame([_summary_row(p) for p in preds if p.model == model]).fillna(""))
+    legend = ("util = time-averaged fraction of units with work; eff = attained / peak FLOP/s; "
+              "bw = DRAM bandwidth used; ! = exceeds device memory"
+              + (f"; runtime {runtimes[0]}" if len(runtimes) == 1 else f"; runtimes {', '.join(runtimes)}")
+              + "; TFLOP/s, arithmetic intensity and units in --json / --csv")
+    if any(p.hypothetical for p in preds):
+        legend += f"; {HYPOTHETICAL_NOTE}"
+    print(wrap(legend))
+    for line in _notes(preds, limit):
+        print(wrap(line, indent="  "))
 
 
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "-"
 
 
+def _best_lines(group: Sequence[Prediction]) -> list[str]:
+    """Best latency (smallest batch), energy per sample and throughput among `group`, each against
+    the runner-up."""
+    small = min(p.batch for p in group)
+    at_small = sorted((p for p in group if p.batch == small), key=lambda p: (p.latency_s, p.chip))
+    by_energy = sorted(group, key=lambda p: (p.energy_per_sample_j, p.chip))
+    by_tput = sorted(group, key=lambda p: (-p.throughput_per_s, p.chip))
+    best, second = at_small[0], at_small[1] if len(at_small) > 1 else None
+    e, t = by_energy[0], by_tput[0]
+    return [
+        f"best latency (batch {small}): {_named(best)} {best.latency_s * 1e3:.4g} ms"
+        + (f", {_ratio(second.latency_s, best.latency_s)} faster than {_named(second)}" if second else ""),
+        f"best energy: {_named(e)} at batch {e.batch}, {e.energy_per_sample_j * 1e3:.4g} mJ per sample"
+        + (f", {_ratio(by_energy[1].energy_per_sample_j, e.energy_per_sample_j)} less than "
+           f"{_named(by_energy[1])} (batch {by_energy[1].batch})" if len(by_energy) > 1 else ""),
+        f"best throughput: {_named(t)} at batch {t.batch}, {t.throughput_per_s:,.0f}/s"
+        + (f", {_ratio(t.throughput_per_s, by_tput[1].throughput_per_s)} {_named(by_tput[1])} "
+           f"(batch {by_tput[1].batch})" if len(by_tput) > 1 else ""),
+    ]
+
+
+def _named(p: Prediction) -> str:
+    return marked(p.chip, p.hypothetical)
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _design_lines(designs: Sequence[Prediction], products: Sequence[Prediction]) -> list[str]:
+    """Hypothetical designs apart from the products, each with the rank it would take among them:
+    latency at the smallest batch, best energy per sample and best throughput over the batches."""
+    small = min(p.batch for p in (*designs, *products))
+
+    def best(rows: Sequence[Prediction]) -> dict[str, tuple[float, float, float]]:
+        """{chip: (latency at the smallest batch, least energy per sample, most samples per second)}"""
+        out = {}
+        for chip in dict.fromkeys(p.chip for p in rows):
+            mine = [p for p in rows if p.chip == chip]
+            latency = min((p.latency_s for p in mine if p.batch == small), default=math.inf)
+            out[chip] = (latency, min(p.energy_per_sample_j for p in mine), -max(p.throughput_per_s for p in mine))
+        return out
+
+    theirs = best(products)
+    lines = [f"design studies, not products (the rank each would take among the {len(theirs)} products: "
+             f"latency at batch {small}, energy, throughput):"]
+    for chip, mine in sorted(best(designs).items(), key=lambda kv: (kv[1], kv[0])):
+        ranks = [_ordinal(1 + sum(other[i] < mine[i] for other in theirs.values())) for i in range(3)]
+        lines.append(f"  {chip}: {mine[0] * 1e3:.4g} ms, {mine[1] * 1e3:.4g} mJ per sample, {-mine[2]:,.0f}/s "
+                     f"({', '.join(ranks)})")
+    return lines
+
+
 def recommendations(preds: Sequence[Prediction]) -> list[str]:
-    """Best latency (smallest batch), energy per sample and throughput per (model, precision)."""
+    """Per (model, precision): the products ranked by latency (smallest batch), energy per sample and
+    throughput; hypothetical designs (registry `hypothetical`) listed apart with the rank they would
+    take. With no product among the chips, the designs are ranked and each is named as one."""
     lines = []
     groups: dict[tuple[str, str], list[Prediction]] = {}
     for p in preds:
@@ -311,29 +381,19 @@ def recommendations(preds: Sequence[Prediction]) -> list[str]:
     for (model, precision), group in groups.items():
         if len({p.chip for p in group}) < 2:
             continue
-        small = min(p.batch for p in group)
-        at_small = sorted((p for p in group if p.batch == small), key=lambda p: (p.latency_s, p.chip))
-        by_energy = sorted(group, key=lambda p: (p.energy_per_sample_j, p.chip))
-        by_tput = sorted(group, key=lambda p: (-p.throughput_per_s, p.chip))
-        best, second = at_small[0], at_small[1] if len(at_small) > 1 else None
-        lines.append(f"{model} @ {precision}:")
-        lines.append(f"  best latency (batch {small}): {best.chip} {best.latency_s * 1e3:.4g} ms"
-                     + (f", {_ratio(second.latency_s, best.latency_s)} faster than {second.chip}" if second else ""))
-        e = by_energy[0]
-        lines.append(f"  best energy: {e.chip} at batch {e.batch}, {e.energy_per_sample_j * 1e3:.4g} mJ per sample"
-                     + (f", {_ratio(by_energy[1].energy_per_sample_j, e.energy_per_sample_j)} less than "
-                        f"{by_energy[1].chip} (batch {by_energy[1].batch})" if len(by_energy) > 1 else ""))
-        t = by_tput[0]
-        lines.append(f"  best throughput: {t.chip} at batch {t.batch}, {t.throughput_per_s:,.0f}/s"
-                     + (f", {_ratio(t.throughput_per_s, by_tput[1].throughput_per_s)} {by_tput[1].chip} "
-                        f"(batch {by_tput[1].batch})" if len(by_tput) > 1 else ""))
+        products = [p for p in group if not p.hypothetical]
+        designs = [p for p in group if p.hypothetical] if products else []
+        lines.append(f"{model} @ {precision}:" + ("" if products else f" (only design studies here: {HYPOTHETICAL_NOTE})"))
+        lines += [wrap(f"  {line}", indent="    ") for line in _best_lines(products or group)]
+        if designs:
+            lines += [wrap(f"  {line}", indent="      ") for line in _design_lines(designs, products)]
     return lines
 
 
 def _layer_table(p: Prediction) -> None:
     import pandas as pd
 
-    rows = [{"#": e.index, "name": e.name[:28], "class": e.op_class, "engine": e.engine,
+    rows = [{"#": e.index, "name": e.name[:24], "class": e.op_class,
              "units": f"{e.units_allocated}/{e.units_total}", "waves": e.waves,
              "util": f"{e.utilization:.0%}", "fill": f"{e.lane_fill:.0%}",
              "lat_us": f"{e.latency_s * 1e6:.3g}", "comp_us": f"{e.compute_time_s * 1e6:.3g}",
@@ -342,35 +402,39 @@ def _layer_table(p: Prediction) -> None:
             for e in p.subgraphs]
     print(f"\n{p.model} on {p.chip}, batch {p.batch}, {p.precision}: per subgraph")
     print_table(pd.DataFrame(rows))
+    print("(names cut to 24 characters; engine, occupancy, bytes and energy split in --by-layer --json)")
     print("slowest subgraphs, why:")
     for e in sorted(p.subgraphs, key=lambda e: (-e.latency_s, e.index))[:5]:
-        print(f"  {e.explanation}")
+        print(wrap(f"  {e.explanation}", indent="    "))
 
 
 def _explain(p: Prediction, found: Sequence[Opportunity]) -> None:
+    def say(line: str) -> None:
+        print(wrap(line, indent="    "))
+
     print(f"\n{p.model} on {p.chip}, batch {p.batch}, {p.precision}")
     total = p.energy_j
-    print(f"  energy {total * 1e3:.4g} mJ: compute {p.compute_energy_j / total:.0%} (of which the clocks of "
-          f"busy units {p.clock_energy_j / total:.0%}), memory "
-          f"{p.memory_energy_j / total:.0%}, static {p.static_energy_j / total:.0%}; idle units waste "
-          f"{p.wasted_energy_j * 1e3:.4g} mJ ({p.wasted_energy_j / total:.0%})")
-    print("  top energy: " + "; ".join(f"{e.name} {e.energy_j * 1e3:.3g} mJ" for e in top_consumers(p)))
+    say(f"  energy {total * 1e3:.4g} mJ: compute {p.compute_energy_j / total:.0%} (of which the clocks of "
+        f"busy units {p.clock_energy_j / total:.0%}), memory "
+        f"{p.memory_energy_j / total:.0%}, static {p.static_energy_j / total:.0%}; idle units waste "
+        f"{p.wasted_energy_j * 1e3:.4g} mJ ({p.wasted_energy_j / total:.0%})")
+    say("  top energy: " + "; ".join(f"{e.name} {e.energy_j * 1e3:.3g} mJ" for e in top_consumers(p)))
     mem = p.memory
     at = next((m.name for m in mem.timeline if m.index == mem.peak_index), "start")
-    print(f"  memory: peak {mem.peak_bytes / MB:.4g} MB at {at} = weights {mem.weight_bytes / MB:.4g} MB + "
-          f"activations {mem.peak_activation_bytes / MB:.4g} MB (no workspace: implicit-GEMM lowering); "
-          f"weights {'stay on chip' if p.weights_on_chip else 'stream from DRAM'}")
-    print("  memory timeline (MB after each subgraph): "
-          + " ".join(f"{m.live_bytes / MB:.3g}" for m in mem.timeline))
+    say(f"  memory: peak {mem.peak_bytes / MB:.4g} MB at {at} = weights {mem.weight_bytes / MB:.4g} MB + "
+        f"activations {mem.peak_activation_bytes / MB:.4g} MB (no workspace: implicit-GEMM lowering); "
+        f"weights {'stay on chip' if p.weights_on_chip else 'stream from DRAM'}")
+    say("  memory timeline (MB after each subgraph): "
+        + " ".join(f"{m.live_bytes / MB:.3g}" for m in mem.timeline))
     if p.runtime in HOST_RUNTIMES:
-        print(f"  latency: {p.latency_s * 1e3:.4g} ms ({p.runtime}: one stream behind the host); host issues "
-              f"{len(p.subgraphs)} ops at {p.host_per_op_s * 1e6:.3g} us = {p.host_s * 1e3:.4g} ms, device busy "
-              f"{p.serial_latency_s * 1e3:.4g} ms, idle {p.host_wait_s * 1e3:.4g} ms waiting for the host")
+        say(f"  latency: {p.latency_s * 1e3:.4g} ms ({p.runtime}: one stream behind the host); host issues "
+            f"{len(p.subgraphs)} ops at {p.host_per_op_s * 1e6:.3g} us = {p.host_s * 1e3:.4g} ms, device busy "
+            f"{p.serial_latency_s * 1e3:.4g} ms, idle {p.host_wait_s * 1e3:.4g} ms waiting for the host")
     else:
-        print(f"  latency: {p.latency_s * 1e3:.4g} ms with stage concurrency, {p.serial_latency_s * 1e3:.4g} ms "
-              f"serial, {p.critical_path_latency_s * 1e3:.4g} ms critical path")
+        say(f"  latency: {p.latency_s * 1e3:.4g} ms with stage concurrency, {p.serial_latency_s * 1e3:.4g} ms "
+            f"serial, {p.critical_path_latency_s * 1e3:.4g} ms critical path")
     for o in found:
-        print(f"  opportunity ({o.kind}): {o.summary}")
+        say(f"  opportunity ({o.kind}): {o.summary}")
 
 
 def roofline_plot(preds: Sequence[Prediction], path: str) -> None:

@@ -20,7 +20,13 @@ from __future__ import annotations
 
 import torch
 
-from chipcal.measure.models import ModelMeasurement, numerics, oom_error, out_of_memory
+from chipcal.measure.models import (
+    MODEL_FP32_MODE,
+    ModelMeasurement,
+    numerics,
+    oom_error,
+    out_of_memory,
+)
 from chipcal.measure.power import PowerSource
 from chipcal.measure.timing import budget_s, time_callable
 from chipcal.model.errors import UnsupportedPrecision
@@ -66,15 +72,15 @@ def _step(config: LlmConfig, model, phase: str, batch: int, context: int, new_to
 def measure_llm(config: LlmConfig, phase: str, batch: int, context: int, new_tokens: int, flop: int,
                 precision: str = "fp32", device: str = "cpu", *, power: PowerSource | None = None,
                 max_time_s: float = 5.0, min_samples: int = 10, threads: int | None = None,
-                clock_probe=None, seed: int = 0) -> ModelMeasurement:
+                clock_probe=None, seed: int = 0, fp32_mode: str = MODEL_FP32_MODE) -> ModelMeasurement:
     """Time one prefill or decode step of `config` at `batch` (module docstring). `flop` is the
-    step's work (2 per MAC, from the characterized step). Raises OutOfMemory when the model or its
+    step's work (2 per MAC, from the characterized step); `fp32_mode`: measure.models.numerics. Raises OutOfMemory when the model or its
     cache does not fit, UnsupportedPrecision when the first forward fails at `precision`."""
     if precision not in LLM_MEASURE_PRECISIONS:
         raise UnsupportedPrecision(f"LLM timing runs {', '.join(LLM_MEASURE_PRECISIONS)}, not {precision}")
     config.check_positions(context + new_tokens)
     name = f"{config.name} {phase}"
-    with numerics(precision, device):
+    with numerics(precision, device, fp32_mode) as switches:
         try:
             model = build_llm(config, trace_dtype(precision), device, seed=seed)
             fn = _step(config, model, phase, batch, context, new_tokens, device, seed)
@@ -95,4 +101,4 @@ def measure_llm(config: LlmConfig, phase: str, batch: int, context: int, new_tok
         source, note = "unavailable", power.reason
     return ModelMeasurement(model=config.name, batch=batch, precision=precision, device=device, flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,
-                            power_source=source, power_note=note)
+                            power_source=source, power_note=note, numerics=switches)

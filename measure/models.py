@@ -5,9 +5,11 @@ once per model and batch and independent of precision. Delivered FLOP/s = FLOP /
 A forward pass runs on a whole batch; `energy_j` is per forward pass and `energy_per_sample_j`
 divides it by the batch.
 
-Precision: the model and its input are cast to fp32/bf16/fp16. fp32 on CUDA runs with TF32 off
-(cuBLAS and cuDNN) so fp32 means fp32; cuDNN autotuning (`cudnn.benchmark`) is on, its search
-absorbed by the warm-up calls.
+Precision: the model and its input are cast to fp32/bf16/fp16. fp32 means what the user's PyTorch
+does by default (`fp32_mode` "pytorch": cuDNN convolutions in TF32, matmuls in fp32, PyTorch's own
+defaults, set explicitly), or "strict" (TF32 off for both) or "tf32" (on for both); each
+measurement records the switches it ran with (`Numerics`). cuDNN autotuning (`cudnn.benchmark`) is
+on, its search absorbed by the warm-up calls.
 """
 
 from __future__ import annotations
@@ -22,9 +24,20 @@ from chipcal.measure.timing import Measurement, budget_s, time_callable
 from chipcal.model.errors import OutOfMemory, UnsupportedPrecision
 
 MODEL_PRECISIONS = ("fp32", "bf16", "fp16")
-# what fp32 means in measure_model's timings (model.estimate.numerics.FP32_MODES): TF32 off for
-# matmul and cuDNN (`numerics`)
-MODEL_FP32_MODE = "strict"
+# what fp32 means in measure_model's timings by default (model.estimate.numerics.FP32_MODES)
+MODEL_FP32_MODE = "pytorch"
+# the TF32 switches of each fp32 mode: (torch.backends.cudnn.allow_tf32, float32 matmul precision)
+FP32_SWITCHES = {"pytorch": (True, "highest"), "strict": (False, "highest"), "tf32": (True, "high")}
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """The switches a measurement ran with (PyTorch's names)."""
+
+    fp32_mode: str
+    cudnn_allow_tf32: bool
+    float32_matmul_precision: str
+    cudnn_benchmark: bool
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,7 @@ class ModelMeasurement:
     power: PowerReading | None
     power_source: str                 # "nvml", "rapl" or "unavailable"
     power_note: str                   # why power is unavailable, or the reading's method
+    numerics: Numerics | None = None  # the switches it ran with
 
     @property
     def energy_j(self) -> float | None:
@@ -80,16 +94,19 @@ def _dtype(precision: str):
 
 
 @contextlib.contextmanager
-def numerics(precision: str, device: str) -> Iterator[None]:
-    """fp32 without TF32 (matmul and cuDNN); cuDNN autotuning on CUDA. Restored after."""
+def numerics(precision: str, device: str, fp32_mode: str = MODEL_FP32_MODE) -> Iterator[Numerics]:
+    """The TF32 switches of `fp32_mode` (FP32_SWITCHES), cuDNN autotuning on CUDA; restored after."""
     import torch
 
+    if fp32_mode not in FP32_SWITCHES:
+        raise ValueError(f"unknown fp32 mode {fp32_mode!r}; valid: {', '.join(FP32_SWITCHES)}")
+    allow_tf32, matmul = FP32_SWITCHES[fp32_mode]
     prior = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
-    torch.set_float32_matmul_precision("highest")
-    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision(matmul)
+    torch.backends.cudnn.allow_tf32 = allow_tf32
     torch.backends.cudnn.benchmark = Device.parse(device).is_cuda
     try:
-        yield
+        yield Numerics(fp32_mode, allow_tf32, matmul, torch.backends.cudnn.benchmark)
     finally:
         torch.set_float32_matmul_precision(prior[0])
         torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = prior[1], prior[2]
@@ -98,7 +115,7 @@ def numerics(precision: str, device: str) -> Iterator[None]:
 def measure_module(module, example_input, flop: int, *, name: str, batch: int, precision: str = "fp32",
                    device: str = "cpu", power: PowerSource | None = None, max_time_s: float = 5.0,
                    min_samples: int = 10, threads: int | None = None,
-                   clock_probe=None) -> ModelMeasurement:
+                   clock_probe=None, fp32_mode: str = MODEL_FP32_MODE) -> ModelMeasurement:
     """Time `module(example_input)` at `precision` on `device`; energy when `power` is available.
     `example_input` is a tensor or a tuple of the forward's arguments (floating-point tensors are
     cast to the precision, every tensor moved to the device).
@@ -132,7 +149,7 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
     def forward():
         return model(*x)
 
-    with numerics(precision, device):
+    with numerics(precision, device, fp32_mode) as switches:
         try:
             with torch.inference_mode():
                 forward()
@@ -158,13 +175,15 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
         source, note = "unavailable", power.reason
     return ModelMeasurement(model=name, batch=batch, precision=precision, device=device, flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,
-                            power_source=source, power_note=note)
+                            power_source=source, power_note=note, numerics=switches)
 
 
 def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: str = "cpu", *,
                   power: PowerSource | None = None, max_time_s: float = 5.0, min_samples: int = 10,
-                  threads: int | None = None, clock_probe=None, flop: int | None = None) -> ModelMeasurement:
-    """Build torchvision model `name` (weights=None), count its FLOP, and measure it at `batch`.
+                  threads: int | None = None, clock_probe=None, flop: int | None = None,
+                  fp32_mode: str = MODEL_FP32_MODE) -> ModelMeasurement:
+    """Build torchvision model `name` (weights=None), count its FLOP, and measure it at `batch`
+    under `fp32_mode` (module docstring).
 
     `flop` (2 per MAC) skips the count when the caller has characterized the model already.
     """
@@ -183,4 +202,4 @@ def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: st
         raise
     return measure_module(module, x, flop, name=name, batch=batch, precision=precision, device=device,
                           power=power, max_time_s=max_time_s, min_samples=min_samples, threads=threads,
-                          clock_probe=clock_probe)
+                          clock_probe=clock_probe, fp32_mode=fp32_mode)

@@ -241,7 +241,8 @@ def unsupported_reason(precision: str, device: str) -> str | None:
     try:
         with matmul_precision(precision):
             gemm_callable(precision, 32, 32, 32, device)()
-    except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
+    except (RuntimeError, NotImplementedError, TypeError, ValueError, AttributeError) as exc:
+        # AttributeError: a torch without the private op (torch._int_mm, torch._scaled_mm)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"unsupported: torch cannot run it here ({first})"
     return None

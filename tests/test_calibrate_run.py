@@ -219,7 +219,7 @@ def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
 
 @pytest.mark.slow
 def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machine, small_suite, tmp_path):
-    from chipcal.calibrate.report import plot_writers, render_markdown
+    from chipcal.calibrate.report import run_writers
     from chipcal.calibrate.store import load_calibration
     from chipcal.model.estimate.prediction import predict
     from chipcal.model.registry import load_registry
@@ -227,13 +227,11 @@ def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machi
 
     chip, _ = fake_machine
     doc = calrun.run_calibration(calrun.CalibrationConfig(quick=True, models=("resnet18",), batches=(1,)))
-    doc = doc.with_plots(plot_writers(doc))
-    run_dir = store.write_run(tmp_path, doc.machine_slug, "T",
-                              {store.CALIBRATION_FILE: store.json_writer(doc.to_dict()),
-                               "report.md": store.text_writer(render_markdown(doc)), **plot_writers(doc)})
+    run_dir = store.write_run(tmp_path, doc.machine_slug, "T", run_writers(doc))
+    doc = doc.with_plots(("gemm_efficiency.png", "predicted_vs_measured.png", "roofline.png"))
     assert json.loads((run_dir / "calibration.json").read_text()) == doc.to_dict()
     assert store.load(run_dir) == doc          # the typed document survives the disk
-    for name in ("report.md", "gemm_efficiency.png", "predicted_vs_measured.png", "roofline.png"):
+    for name in ("report.md", "report.html", "gemm_efficiency.png", "predicted_vs_measured.png", "roofline.png"):
         assert (run_dir / name).stat().st_size > 0
     assert "Validation" in (run_dir / "report.md").read_text()
 

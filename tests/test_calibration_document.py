@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
-from recorded import MACHINES, REFERENCE_RUN, reference_document
+from recorded import MACHINES, REFERENCE_RUN, reference_document, reference_run_dir
 from test_fuzz_loaders import cases
 
 from chipcal.calibrate import store
@@ -90,11 +90,12 @@ def test_an_older_document_gets_the_defaults_of_the_sections_added_since():
     assert doc.fingerprint.mkldnn_bf16 is None        # recorded before torch's oneDNN answers were
 
 
-def test_typed_parameters_match_what_predict_loads():
-    doc = store.load(REFERENCE_RUN.parent)
-    assert doc.calibration_params(REFERENCE_RUN) == store.load_calibration(REFERENCE_RUN.parent)
+def test_typed_parameters_match_what_predict_loads(tmp_path):
+    run = reference_run_dir(tmp_path)
+    doc = store.load(run)
+    assert doc.calibration_params(run / store.CALIBRATION_FILE) == store.load_calibration(run)
     raw = reference_document()
-    assert doc.calibration_params(REFERENCE_RUN).memory_bandwidth_bytes_per_s == \
+    assert doc.calibration_params(run / store.CALIBRATION_FILE).memory_bandwidth_bytes_per_s == \
         raw["chip"]["memory_bandwidth_bytes_per_s"]
 
 
@@ -188,7 +189,8 @@ def test_the_gpu_power_sections_round_trip(tmp_path):
     assert [e.precision for e in doc.power.precisions] == ["fp32", "tf32", "fp16", "bf16", "fp8"]
     assert doc.observations.holds[-1].sample_clock_events[-1] == 4       # sw_power_cap at the end of the fp8 trace
     # the report: a row per precision with its engine and clock events, and the holds' power plot
-    from chipcal.calibrate.report import plot_writers, render_markdown
+    from chipcal.calibrate.plots import plot_writers
+    from chipcal.calibrate.report import render_markdown
 
     text = render_markdown(doc)
     assert "physics at spec" in text and text.count("| tensor_cores |") == 4 and "| fp32 | cuda_cores |" in text

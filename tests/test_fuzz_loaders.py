@@ -19,6 +19,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from recorded import REFERENCE_RUN, reference_run_dir
 
 from chipcal.calibrate.store import load_calibration
 from chipcal.cli import hardware as hardware_cli
@@ -30,7 +31,6 @@ from chipcal.model.mapping.params import CalibrationError, CalibrationParams
 from chipcal.model.registry import RegistryError, chip_from_dict, load_registry
 
 HARDWARE_DIR = Path(registry_mod.__file__).parent / "hardware"
-REFERENCE_RUN = sorted((Path(__file__).parent.parent / "results").rglob("calibration.json"))[0]
 
 CASES_PER_KIND = 60           # per mutation kind and loader
 KINDS = ("random_bytes", "truncate", "bit_flips", "wrong_type", "non_finite")
@@ -187,7 +187,7 @@ def test_registry_cli_survives_fuzzed_files(cli, tmp_path, monkeypatch):
 def test_calibration_loader_fuzz(tmp_path):
     rng = random.Random(21)
     original = REFERENCE_RUN.read_bytes()
-    genuine = load_calibration(REFERENCE_RUN.parent)
+    genuine = load_calibration(reference_run_dir(tmp_path / "genuine"))
     n = {"accepted": 0, "refused": 0}
     for _kind, data, doc in cases(original, json.loads(original), rng):
         path = tmp_path / "calibration.json"

@@ -120,7 +120,9 @@ def test_a_slow_first_call_does_not_shorten_the_window(monkeypatch):
     reading = src.measure(fn, min_window_s=0.3, idle_s=0.0)
     assert reading.duration_s >= 1.0
     assert reading.energy_j > 0 and not any("shorter" in n for n in reading.warnings)
-    assert reading.repetitions >= 1.0 / 0.0055 * 0.8      # steady 5 ms calls filled the window
+    # steady calls filled the window, not the one slow call: at 5 ms each ~200 on a quiet host, and
+    # a loaded one oversleeps them 2-3x; one call would leave 1
+    assert reading.repetitions >= 20
 
 
 def test_without_energy_counter_integrates_power_and_says_so(monkeypatch):

@@ -266,8 +266,14 @@ def test_cuda_without_device_raises(fp, monkeypatch):
 
 @pytest.mark.gpu
 def test_gpu_gemm_precisions(user_cache):
+    """Every precision is swept or says why not; tensor cores with TF32 and bf16 (Ampere and
+    later, compute capability 8.0) outrun the fp32 CUDA cores."""
     result = measure_gemm_peak("cuda", ["fp32", "tf32", "bf16", "fp16", "fp8", "int8"],
                                [(1024, 1024, 1024), (2048, 2048, 2048)], use_cache=False, max_time_s=0.3)
+    swept = set(result.precisions) | set(result.unsupported)
+    assert {"fp32", "tf32", "bf16", "fp16", "fp8", "int8"} <= swept
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("no TF32 or bf16 tensor cores before compute capability 8.0")
     assert result.peak_flop_per_s("bf16") > result.peak_flop_per_s("fp32")
     assert result.peak_flop_per_s("tf32") > result.peak_flop_per_s("fp32")
 
@@ -314,3 +320,11 @@ def test_dram_figure_is_read_beyond_the_cache():
     both = bandwidth_from_dict({"device": "cpu", "fingerprint_slug": "t", "warnings": [], "other_cpus": None,
                                 "points": [point(*c) for c in curve] + triad}, None)
     assert both.memory_bytes_per_s == pytest.approx(31.5e9, rel=0.01)
+
+
+def test_a_torch_without_a_private_gemm_op_reports_the_precision_unsupported(monkeypatch):
+    """int8 and fp8 run on private ops (torch._int_mm, torch._scaled_mm): a torch release without
+    one reports the precision unsupported with the reason, found by trying the op, not by version."""
+    monkeypatch.delattr(torch, "_int_mm")
+    reason = peak.unsupported_reason("int8", "cpu")
+    assert reason.startswith("unsupported: torch cannot run it here") and "_int_mm" in reason

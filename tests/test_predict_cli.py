@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from recorded import REFERENCE_RUN
 from test_mapping import custom_params, mlp
 
 from chipcal.calibrate.document import SCHEMA as CALIBRATION_SCHEMA
@@ -163,7 +164,6 @@ def test_local_chip_with_explain_json(cli, hand_mlp):
     assert "opportunity_checkpointing_saved_bytes" in rows["kpu-t64"]
 
 
-REFERENCE_RUN = sorted((Path(__file__).parent.parent / "results").rglob("calibration.json"))[0]
 REFERENCE_SCHEMA = json.loads(REFERENCE_RUN.read_text())["schema"]     # an older tag, read through its upgrade
 
 

@@ -4,14 +4,18 @@ on a second machine)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
 import pytest
-from recorded import MACHINES, machine_tree
+from recorded import MACHINES, machine_tree, reference_document
 
+from chipcal.calibrate import document as cd
+from chipcal.calibrate import store
 from chipcal.calibrate.document import CalibrationDocument
 from chipcal.calibrate.refit import recorded_bandwidth, refit
+from chipcal.cli import calibrate as calibrate_cli
 from chipcal.measure import system
 from chipcal.measure.bandwidth import local_overrides
 
@@ -117,17 +121,25 @@ def test_refit_of_a_recorded_run_predicts_its_models(tmp_path, name, document, r
                 assert fit.parameters[name] == pytest.approx(float(ceiling.group(1)), rel=5e-3), (name, reason)
 
 
+H100_RUN = MACHINES / "nvidia-h100-sxm5" / "calibration-full.json"
+
+
+@pytest.fixture(scope="module")
+def h100_refit():
+    """The recorded H100 SXM5 run and the library's refit of it (shared: a refit takes ~20 s)."""
+    from chipcal.model.registry import load_registry
+
+    doc = CalibrationDocument.from_dict(json.loads(H100_RUN.read_text()))
+    return doc, refit(doc, load_registry().get("h100-sxm5"))
+
+
 @pytest.mark.slow
-def test_refit_of_the_recorded_h100_run_beats_the_defaults():
+def test_refit_of_the_recorded_h100_run_beats_the_defaults(h100_refit):
     """The H100 SXM5 calibration (2026-11-24, `chipcal calibrate --device cuda`, micro-layers at
     batch 1 and 32) re-fitted: the run itself predicted its held-out models at 68.5 % median (defaults
     40.1 %), because the size curve's ramp was charged at one SM's rate to one-SM kernels. With the
     ramp per busy unit the same timings predict them better than the defaults."""
-    from chipcal.model.registry import load_registry
-
-    doc = CalibrationDocument.from_dict(
-        json.loads((MACHINES / "nvidia-h100-sxm5" / "calibration-full.json").read_text()))
-    result = refit(doc, load_registry().get("h100-sxm5"))
+    _, result = h100_refit
     assert len(result.models) == 14
     assert result.default_median_abs_error == pytest.approx(0.401, abs=0.01)   # as the run recorded
     assert result.median_abs_error < 0.25
@@ -155,3 +167,150 @@ def test_the_recorded_weight_reorders_move_resnet18_at_batch_1_toward_its_measur
     without = refit(untimed, recorded_chip(tmp_path / "b", name, untimed))
     assert resnet18_b1_error(with_rates) < resnet18_b1_error(without)
     assert with_rates.median_abs_error < without.median_abs_error
+
+
+# --- chipcal calibrate --refit ----------------------------------------------------------------------
+
+TIMED = [f.name for f in dataclasses.fields(cd.Timed)]
+
+
+def _measured(rows) -> list[dict]:
+    """What a row measured: its name fields and its timing distribution, without the predictions."""
+    predicted = {"predicted_s", "predicted_default_s", "predicted_serial_s", "error", "default_error"}
+    return [{k: v for k, v in dataclasses.asdict(r).items() if k not in predicted} for r in rows]
+
+
+@pytest.mark.slow
+def test_calibrate_refit_writes_a_new_run_beside_the_recorded_one(cli, tmp_path, h100_refit, monkeypatch):
+    """`chipcal calibrate --refit DIR` on the recorded H100 run, here without CUDA: a new run directory
+    beside DIR that loads, says that it is a refit, of which run and by which code, keeps every
+    measurement as recorded, and whose validation figures are the library refit's; DIR is untouched.
+    The fit of that document and chip is the fixture's (the same inputs fit the same: ~20 s saved)."""
+    from importlib.metadata import version
+
+    from chipcal.calibrate import refit as refit_module
+
+    doc, result = h100_refit
+    fitted = []
+
+    def same_fit(d, chip, progress=None):
+        assert d == doc and chip.name == "h100-sxm5"
+        fitted.append(chip)
+        return result
+
+    monkeypatch.setattr(refit_module, "refit", same_fit)
+    source = tmp_path / doc.machine_slug / "20261124T100453Z"
+    source.mkdir(parents=True)
+    (source / store.CALIBRATION_FILE).write_bytes(H100_RUN.read_bytes())
+    rc, out, err = cli(calibrate_cli.main, ["--refit", str(source)])
+    assert rc == 0, err
+    assert len(fitted) == 1
+    (new,) = [d for d in source.parent.iterdir() if d != source]
+    assert list(source.iterdir()) == [source / store.CALIBRATION_FILE]
+    assert (source / store.CALIBRATION_FILE).read_bytes() == H100_RUN.read_bytes()
+    assert f"wrote {new}" in out
+    assert {"calibration.json", "report.md", "predicted_vs_measured.png", "power.png"} <= {p.name for p in new.iterdir()}
+    refitted = store.load(new)
+    assert refitted.refit.source_run == str(source) and refitted.refit.source_created_utc == doc.created_utc
+    assert refitted.refit.code.startswith(f"chipcal {version('chipcal')}") and "torch" in refitted.refit.code
+    assert refitted.command.startswith("chipcal calibrate --refit") and refitted.created_utc > doc.created_utc
+    assert f"A refit of `{source}`" in (new / "report.md").read_text()
+    assert refitted.parameters.family_params.source.startswith("refit of calibration")
+    # the validation is the library refit's
+    val = refitted.validation
+    assert val.n == len(result.models) == 14
+    assert val.median_abs_error == pytest.approx(result.median_abs_error, rel=1e-9, abs=0)
+    assert val.p90_abs_error == pytest.approx(result.p90_abs_error, rel=1e-9, abs=0)
+    assert val.default_median_abs_error == pytest.approx(result.default_median_abs_error, rel=1e-9, abs=0)
+    assert val.crossval_median_abs_error == pytest.approx(result.crossval.median_abs_error, rel=1e-9, abs=0)
+    # the measurements as recorded; the predictions are new
+    before, after = doc.observations, refitted.observations
+    assert (after.gemm, after.bandwidth, after.power) == (before.gemm, before.bandwidth, before.power)
+    for old_rows, new_rows in ((before.layers, after.layers), (before.chains, after.chains),
+                               (before.models, after.models)):
+        assert _measured(new_rows) == _measured(old_rows)
+    assert [m.predicted_s for m in after.models] == pytest.approx([c.predicted_s for c in result.models], rel=1e-9)
+    assert refitted.fingerprint == doc.fingerprint and refitted.dispatch == doc.dispatch
+    assert [p.measured_flop_per_s for p in refitted.peaks] == [p.measured_flop_per_s for p in doc.peaks]
+
+
+def _stored(tmp_path, raw: dict, name: str = "20260101T000000Z"):
+    run = tmp_path / "m" / name
+    run.mkdir(parents=True)
+    (run / store.CALIBRATION_FILE).write_text(json.dumps(raw))
+    return run
+
+
+def test_calibrate_refit_under_out_and_the_chip_it_models(cli, tmp_path, monkeypatch):
+    """--out puts the refit under OUT/<machine>/ as a measured run, the source's folder untouched;
+    a GPU run is modelled with today's registry entry of the chip it matched."""
+    from chipcal.calibrate import refit as refit_module
+
+    raw = json.loads(H100_RUN.read_text())
+    source = _stored(tmp_path, raw)
+    doc = CalibrationDocument.from_dict(raw)
+    chip, origin = refit_module.refit_chip(doc)
+    assert chip.name == "h100-sxm5" and "registry" in origin
+
+    def quick(doc, chip, origin, **kw):   # the fit itself is the slow test's
+        return dataclasses.replace(doc, created_utc="2026-11-26T00:00:00Z", command=kw["command"],
+                                   refit=cd.RefitSection(source_run=kw["source_run"], source_created_utc=doc.created_utc,
+                                                         source_command=doc.command, code=kw["code"]))
+
+    monkeypatch.setattr(refit_module, "refit_document", quick)
+    rc, out, err = cli(calibrate_cli.main, ["--refit", str(source), "--out", str(tmp_path / "out"), "--json"])
+    assert rc == 0, err
+    (row,) = json.loads(out)
+    written = tmp_path / "out" / doc.machine_slug / "20261126T000000Z"
+    assert row["path"] == str(written) and row["refit_of"] == str(source)
+    assert store.load(written).refit.source_run == str(source)
+    assert sorted(p.name for p in source.parent.iterdir()) == [source.name]
+
+
+def test_refit_models_this_cpu_only_for_a_run_measured_on_it(tmp_path):
+    """A locally built CPU chip is rebuilt from this machine's CPU when the run was measured here
+    (with the run's recorded bandwidth probe); the document of another CPU lacks its caches."""
+    from chipcal.calibrate.refit import RefitError, recorded_bandwidth, refit_chip
+    from chipcal.measure.cpu import detect_cpu
+    from chipcal.measure.system import local_host_identity
+
+    raw = reference_document()
+    assert raw["chip"]["name"] == "local-cpu"
+    with pytest.raises(RefitError, match="another CPU"):
+        refit_chip(CalibrationDocument.from_dict(
+            {**raw, "fingerprint": {**raw["fingerprint"], "cpu_model": "Some Other CPU"}}))
+    spec = detect_cpu()
+    here = local_host_identity(spec)
+    raw["fingerprint"].update(cpu_model=here["cpu_model"], physical_cores=here["physical_cores"],
+                              logical_cores=here["logical_cores"], memory_bytes=here["memory_gib"] * 2**30,
+                              cpu_features=here["cpu_features"])
+    doc = CalibrationDocument.from_dict(raw)
+    chip, origin = refit_chip(doc)
+    assert chip.name == "local-cpu" and "this CPU" in origin
+    assert chip.microarch["cores"] == spec.cores
+    assert chip.memory.bandwidth_bytes_per_s == recorded_bandwidth(doc).memory_bytes_per_s
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda d: d / "missing", "not a directory"),
+    (lambda d: d, "no calibration.json"),
+    (lambda d: _write_text(d, "{not json"), "not a readable calibration document"),
+    (lambda d: _write_text(d, json.dumps({**reference_document(), "schema": "chipcal.calibration/0"})), "schema"),
+    (lambda d: _write_text(d, json.dumps({**reference_document(), "peaks": 3})), "peaks"),
+    (lambda d: _write_text(d, json.dumps({**reference_document(), "fingerprint": {
+        **reference_document()["fingerprint"], "cpu_model": "Some Other CPU"}})), "another CPU"),
+])
+def test_calibrate_refit_refuses_what_it_cannot_refit_in_one_line(cli, tmp_path, make, says):
+    rc, out, err = cli(calibrate_cli.main, ["--refit", str(make(tmp_path)), "--out", str(tmp_path / "out")])
+    assert rc == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err and out == ""
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob(store.CALIBRATION_FILE))
+
+
+def test_calibrate_refit_and_resume_exclude_each_other(cli, tmp_path):
+    rc, _, err = cli(calibrate_cli.main, ["--refit", str(tmp_path), "--resume", str(tmp_path)])
+    assert rc == 2 and "not allowed with" in err and err.count("\n") == 1
+
+
+def _write_text(directory, text: str):
+    (directory / store.CALIBRATION_FILE).write_text(text)
+    return directory

@@ -312,20 +312,33 @@ def test_untraceable_model_falls_back_and_says_so():
     assert not w.unclassified_ops
 
 
-@pytest.mark.gpu
-def test_cuda_resident_model_counts_like_cpu():
+def _cuda_resnet18():
+    """ResNet-18 and an input on the GPU, and the model's counts characterized on the CPU first."""
     from chipcal.model.workload import build_model
-    from chipcal.model.workload.crosscheck import crosscheck
 
     model = build_model("resnet18")
     x = torch.randn(1, 3, 224, 224)
     cpu = characterize(model, x)
-    model, x = model.cuda(), x.cuda()
+    return model.cuda(), x.cuda(), cpu
+
+
+@pytest.mark.gpu
+def test_cuda_resident_model_counts_like_cpu():
+    model, x, cpu = _cuda_resnet18()
     gpu = characterize(model, x)
     assert gpu.execution == "meta"
     assert (gpu.macs, gpu.flop, gpu.bytes_read, gpu.bytes_written) == (
         cpu.macs, cpu.flop, cpu.bytes_read, cpu.bytes_written)
-    rows = {r.family: r for r in crosscheck(model, x, workload=gpu)}
+
+
+@pytest.mark.gpu
+def test_cuda_resident_model_crosschecks_like_cpu():
+    """fvcore (the optional `crosscheck` extra) and FlopCounterMode agree on the GPU-resident model."""
+    pytest.importorskip("fvcore", reason="the cross-check needs fvcore (pip install 'chipcal[crosscheck]')")
+    from chipcal.model.workload.crosscheck import crosscheck
+
+    model, x, _ = _cuda_resnet18()
+    rows = {r.family: r for r in crosscheck(model, x, workload=characterize(model, x))}
     assert rows["conv"].flopcounter_agrees and rows["conv"].fvcore_agrees
     assert rows["matmul"].flopcounter_agrees and rows["matmul"].fvcore_agrees
 

@@ -126,6 +126,7 @@ class Prediction:
     listed_clock_latency_s: float = NAN   # latency at those clocks, whatever the power
     listed_clock_power_w: float = NAN     # average power at those clocks
     params_source: str = ""
+    hypothetical: bool = False      # the chip is a design study, not a product (registry `hypothetical`)
     subgraphs: tuple[SubgraphEstimate, ...] = field(default=(), repr=False)
     stages: tuple[StageEstimate, ...] = field(default=(), repr=False)
     memory: MemoryProfile | None = field(default=None, repr=False)
@@ -166,7 +167,7 @@ def trace_bytes_per_element(workload) -> float:
 
 def unsupported(workload, chip: Chip, precision: str, reason: str, runtime: str = "fused") -> Prediction:
     return Prediction(model=workload.model, chip=chip_label(chip), kind=chip.kind, batch=workload.batch,
-                      precision=precision, status=STATUS_UNSUPPORTED, reason=reason, runtime=runtime,
+                      hypothetical=chip.hypothetical, precision=precision, status=STATUS_UNSUPPORTED, reason=reason, runtime=runtime,
                       fused=workload.fused,
                       tdp_w=chip.tdp_w,
                       memory_capacity_bytes=chip.memory.capacity_bytes)
@@ -349,7 +350,7 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
     attained = flop / latency if latency > 0 else 0.0
     return Prediction(
         model=workload.model, chip=chip_label(chip), kind=chip.kind, batch=workload.batch,
-        precision=precision, status=STATUS_OK, runtime=runtime, fused=workload.fused, latency_s=latency,
+        hypothetical=chip.hypothetical, precision=precision, status=STATUS_OK, runtime=runtime, fused=workload.fused, latency_s=latency,
         serial_latency_s=sched.serial_latency_s, critical_path_latency_s=sched.critical_path_latency_s,
         throughput_per_s=workload.batch / latency if latency > 0 else math.inf,
         energy_j=energy, energy_per_sample_j=energy / workload.batch,
