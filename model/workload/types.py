@@ -169,6 +169,7 @@ class Workload:
     execution: str = "meta"  # "meta": shapes propagated without arithmetic; "real": the model ran
     capture_notes: tuple[str, ...] = ()     # why earlier capture paths were not used
     fused: bool = True                      # False: one subgraph per op (an eager runtime)
+    codegen: bool = False                   # True: subgraphs are TorchInductor's kernels (fusion.py)
 
     @property
     def macs(self) -> int:
@@ -240,3 +241,24 @@ class Workload:
             for term in op.terms:
                 totals[term.family] += term.macs
         return totals
+
+
+@dataclass(frozen=True)
+class LlmStep:
+    """One characterized forward of a decoder LLM (model/workload/llm.py): a prefill over the
+    prompt or one decode step, with the model facts that do not depend on the step."""
+
+    workload: Workload
+    phase: str              # "prefill" | "decode"
+    tokens: int             # new tokens per sequence in this forward
+    cached: int             # tokens in the KV cache before it
+    capacity: int           # static cache length (0: a dynamic cache that grows)
+    params: int
+    matrix_params: int      # parameters of weight matrices GEMMs read (not embedding tables, norms,
+                            # biases): what weight-only quantization stores narrow
+    matrix_channels: int    # their output channels (one per-channel scale each)
+    experts_touched: int    # experts per MoE layer this forward routes tokens to (0: dense)
+
+    @property
+    def batch(self) -> int:
+        return self.workload.batch
