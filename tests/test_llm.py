@@ -380,7 +380,7 @@ def test_measure_model_efficiency_times_an_llm_from_a_config(cli, tiny_config, m
 
     monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(source._directory().parent))
     rc, out, err = cli(lambda a: mme.main(a), ["--model", tiny_config, "--phase", "decode", "--context", "32",
-                                               "--new-tokens", "8", "--max-time", "0.5", "--no-power",
+                                               "--new-tokens", "8", "--max-time", "2", "--no-power",
                                                "--peak", "spec", "--json"])
     assert rc == 0, err
     (row,) = json.loads(out)
