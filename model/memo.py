@@ -4,8 +4,10 @@ A calibration fit predicts the same micro-layers and chains thousands of times w
 FamilyParams changing (calibrate.layer_fits, calibrate.crossval); the mapping of a subgraph, a
 chip's energy context and a workload's memory profile do not depend on them. `recent` keeps the
 last results of such a function, keyed by the identity of its record arguments (hashing a frozen
-dataclass field by field costs about what the call does) and the type and value of its plain ones.
-Each entry holds its arguments, so an id cannot be reused while the entry is kept.
+dataclass field by field costs about what the call does) and the type and value of its plain ones,
+a tuple of plain values included (a fresh tuple of the same values each call, such as
+OpNumerics.scales, would never match by identity). Each entry holds its arguments, so an id cannot
+be reused while the entry is kept.
 """
 
 from __future__ import annotations
@@ -15,6 +17,16 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 PLAIN = (str, int, float, bool, type(None))
+
+
+def _key(arg) -> object:
+    """An argument's part of the key: type and value of a plain value or of a tuple of them, else
+    the record's identity."""
+    if isinstance(arg, PLAIN):
+        return type(arg), arg
+    if type(arg) is tuple and all(isinstance(a, PLAIN) for a in arg):
+        return tuple, tuple((type(a), a) for a in arg)
+    return id(arg)
 
 
 def recent(maxsize: int) -> Callable:
@@ -30,7 +42,7 @@ def recent(maxsize: int) -> Callable:
         def call(*args, **kwargs):
             if kwargs:
                 return fn(*args, **kwargs)
-            key = tuple((type(a), a) if isinstance(a, PLAIN) else id(a) for a in args)
+            key = tuple(_key(a) for a in args)
             hit = entries.get(key)
             if hit is not None:              # the entry holds its records, so the ids are theirs
                 entries.move_to_end(key)

@@ -45,6 +45,35 @@ def test_plain_arguments_are_told_apart_by_type():
     assert len(results) == 3 and len(calls) == 3
 
 
+def test_a_tuple_of_plain_values_is_keyed_by_value():
+    # OpNumerics.scales builds a new (in, weight, out) tuple at each call: by identity the mapping
+    # of every subgraph was computed afresh at every prediction of a fit
+    f, calls = counted()
+    a = Box(1.0)
+    first = f(a, tuple([1.0, 0.5, 1.0]))           # two tuples built at run time: equal, not the same
+    assert f(a, tuple([1.0, 0.5, 1.0])) is first and len(calls) == 1
+    assert f(a, (1.0, 0.5, 2.0)) is not first and f(a, (1, 0.5, 1.0)) is not first and len(calls) == 3
+    boxed = (Box(1.0),)              # a tuple holding a record is keyed by its identity
+    assert f(a, boxed) is f(a, boxed) and f(a, (Box(1.0),)) is not f(a, boxed) and len(calls) == 5
+
+
+def test_a_fit_maps_each_subgraph_once(monkeypatch):
+    # predictions that differ only in the fitted parameters reuse every mapping, on a GPU (whose
+    # fp32 runs as TF32: per-tensor scales) and on a CPU
+    from chipcal.model.mapping import cpu, gpu
+    from chipcal.model.mapping.params import default_params
+
+    for name, mapper, precision in (("a100-sxm4-80gb", gpu, "fp32"), ("xeon-platinum-8480-plus", cpu, "fp32")):
+        chip, w = REGISTRY.get(name), mlp(8)
+        calls = []
+        monkeypatch.setattr(mapper, "allocate", lambda *a, real=mapper.allocate, calls=calls: calls.append(a) or real(*a))
+        map_subgraph.cache_clear()
+        for half in (1e6, 1e7, 1e8):
+            params = dataclasses.replace(default_params(chip.kind), half_efficiency_flop=half)
+            predict(w, chip, precision, runtime="eager", params=params)
+        assert len(calls) == len(w.subgraphs), name
+
+
 def test_keyword_calls_are_not_reused():
     f, calls = counted()
     a = Box(1.0)

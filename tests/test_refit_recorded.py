@@ -2,7 +2,8 @@
 timings: the fit must hold on a CPU the code was not developed on (issues: calibration that holds
 on a second machine; that transfers to a third, issue 38). Each run is re-fitted once per session
 (`refitted`); its bounds are the target or the figure it first reached, and its figures may not
-drift from what its refit reached at the last review by more than two points (Recorded)."""
+drift from what its refit reached at the last review by more than two points (Recorded).
+Under pytest-xdist the tests of one refit form one group (`same_refit`): one worker refits it."""
 
 from __future__ import annotations
 
@@ -118,6 +119,13 @@ RECORDED = [
 ]
 
 
+def same_refit(run_id: str):
+    """The mark that sends every test of one refit to the same pytest-xdist worker (the suite runs
+    with --dist loadgroup): `refitted` is per worker process, and tests of one run spread over two
+    workers would refit it twice (20-60 s each)."""
+    return pytest.mark.xdist_group(f"refit-{run_id}")
+
+
 @pytest.fixture(scope="session")
 def refitted(tmp_path_factory):
     """refitted(name, document) -> (document, Refit): each recorded run re-fitted once per session
@@ -142,7 +150,7 @@ def _bound_cases():
     for run in RECORDED:
         for stat in ("median", "p90"):
             marks = ([pytest.mark.xfail(strict=True, reason=f"{run.id}: {stat} regressed: {run.regressed[stat]}")]
-                     if stat in run.regressed else [])
+                     if stat in run.regressed else []) + [same_refit(run.id)]
             yield pytest.param(run, stat, id=f"{run.id}-{stat}", marks=marks)
 
 
@@ -160,7 +168,7 @@ def test_refit_of_a_recorded_run_meets_its_bound(refitted, run, stat):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("run", RECORDED, ids=lambda r: r.id)
+@pytest.mark.parametrize("run", [pytest.param(r, id=r.id, marks=same_refit(r.id)) for r in RECORDED])
 def test_refit_of_a_recorded_run_is_no_worse_than_it_was(refitted, run):
     """A change that makes a recorded machine worse by more than WORSE_BY than the figures its refit
     reached at the last review fails here, naming the machine and the models; the calibration
@@ -201,6 +209,7 @@ XEON = "intel-xeon-spr-2vcpu-20261126"
 
 
 @pytest.mark.slow
+@same_refit(f"{XEON}/calibration-quick.json")
 def test_subnormal_assists_bring_swin_t_on_the_recorded_xeon_toward_its_measurement(refitted):
     """On the Sapphire Rapids VM swin_t's shifted-window mask (-100) makes half of each masked
     window's softmax subnormal, and every SIMD instruction that takes one pays a microcode assist
@@ -229,6 +238,7 @@ def test_subnormal_assists_bring_swin_t_on_the_recorded_xeon_toward_its_measurem
 
 
 @pytest.mark.slow
+@same_refit("h100")
 def test_refit_of_the_recorded_h100_run_beats_the_defaults(h100_refit):
     """The H100 SXM5 calibration (2026-11-24, `chipcal calibrate --device cuda`, micro-layers at
     batch 1 and 32) re-fitted: the run itself predicted its held-out models at 68.5 % median (defaults
@@ -276,6 +286,7 @@ def _measured(rows) -> list[dict]:
 
 
 @pytest.mark.slow
+@same_refit("h100")
 def test_calibrate_refit_writes_a_new_run_beside_the_recorded_one(cli, tmp_path, h100_refit, monkeypatch):
     """`chipcal calibrate --refit DIR` on the recorded H100 run, here without CUDA: a new run directory
     beside DIR that loads, says that it is a refit, of which run and by which code, keeps every
