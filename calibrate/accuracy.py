@@ -11,6 +11,11 @@ from collections.abc import Iterable
 import numpy as np
 
 
+def relative_error(predicted: float, measured: float) -> float:
+    """predicted / measured − 1: + where the prediction is above the measurement."""
+    return predicted / measured - 1
+
+
 class Checked:
     """Mixin of a record with `measured_s`, `predicted_s` (calibrated) and `predicted_default_s`."""
 
@@ -20,35 +25,31 @@ class Checked:
 
     @property
     def error(self) -> float:
-        return self.predicted_s / self.measured_s - 1
+        return relative_error(self.predicted_s, self.measured_s)
 
     @property
     def default_error(self) -> float:
-        return self.predicted_default_s / self.measured_s - 1
+        return relative_error(self.predicted_default_s, self.measured_s)
+
+
+def _abs_error_quantile(q: float, default: bool = False) -> property:
+    """A CheckedSet property: the q-th percentile of |error| over its checks, calibrated or with
+    the defaults; None when it holds no check."""
+    return property(lambda self: abs_quantile(
+        ((c.default_error if default else c.error) for c in self.checks), q))
 
 
 class CheckedSet:
     """Mixin of a result holding `checks` (Checked records): their |error| medians and p90s."""
 
+    median_abs_error = _abs_error_quantile(50)
+    p90_abs_error = _abs_error_quantile(90)
+    default_median_abs_error = _abs_error_quantile(50, default=True)
+    default_p90_abs_error = _abs_error_quantile(90, default=True)
+
     @property
     def checks(self) -> tuple[Checked, ...]:
         raise NotImplementedError
-
-    @property
-    def median_abs_error(self) -> float | None:
-        return abs_quantile((c.error for c in self.checks), 50)
-
-    @property
-    def p90_abs_error(self) -> float | None:
-        return abs_quantile((c.error for c in self.checks), 90)
-
-    @property
-    def default_median_abs_error(self) -> float | None:
-        return abs_quantile((c.default_error for c in self.checks), 50)
-
-    @property
-    def default_p90_abs_error(self) -> float | None:
-        return abs_quantile((c.default_error for c in self.checks), 90)
 
 
 def abs_quantile(errors: Iterable[float], q: float) -> float | None:

@@ -112,12 +112,20 @@ class Timed(Record):
     cv: float | None = field(metadata=LAST)
     unstable: bool = field(metadata=LAST)
     method: str = field(metadata=LAST)
+    # the mean beside the median, with its CI, and the shape where the two disagree
+    # (measure.timing.distribution_shape); absent in files written before they were recorded
+    mean_s: float | None = field(default=None, metadata=LAST | OMIT_NONE)
+    mean_ci_low_s: float | None = field(default=None, metadata=LAST | OMIT_NONE)
+    mean_ci_high_s: float | None = field(default=None, metadata=LAST | OMIT_NONE)
+    distribution: str | None = field(default=None, metadata=LAST | OMIT_NONE)
 
 
 def timing(m) -> dict:
     """The Timed fields of a measure.timing.Measurement, for a row's constructor."""
     return {"median_s": m.median_s, "iqr_s": m.iqr_s, "ci_low_s": m.ci_low_s, "ci_high_s": m.ci_high_s,
-            "n": m.n, "cv": m.cv, "unstable": m.unstable, "method": m.method}
+            "n": m.n, "cv": m.cv, "unstable": m.unstable, "method": m.method, "mean_s": m.mean_s,
+            "mean_ci_low_s": m.mean_ci_low_s, "mean_ci_high_s": m.mean_ci_high_s,
+            "distribution": m.distribution or None}
 
 
 @record
@@ -280,6 +288,12 @@ class ValidationSection(Record):
     n: int
     n_models: int | None = None
     noise_rel: float | None = None        # spread between the interleaved rounds of a model
+    # calibrate.noise: rounds timed (planned + added for noise), the pooled medians' CI, the
+    # accuracy the noise permits and whether it explains the validation error; absent before
+    rounds: int | None = field(default=None, metadata=OMIT_NONE)
+    median_ci_rel: float | None = field(default=None, metadata=OMIT_NONE)
+    noise_permits: float | None = field(default=None, metadata=OMIT_NONE)
+    explained_by_noise: bool | None = field(default=None, metadata=OMIT_NONE)
     median_abs_error: float | None
     p90_abs_error: float | None
     max_abs_error: float | None
@@ -554,6 +568,7 @@ class CalibrationDocument(Record):
     # what fp32 meant in the model timings (model.estimate.numerics.FP32_MODES); None: a run from
     # before it was recorded, which timed them with TF32 off (`models_fp32_mode`)
     model_fp32_mode: str | None = field(default=None, metadata=OMIT_NONE)
+    peak_rss_bytes: int | None = field(default=None, metadata=OMIT_NONE)   # measure.resident, at the run's end
 
     @classmethod
     def from_dict(cls, data: object, where: str = "") -> CalibrationDocument:

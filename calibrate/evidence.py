@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from chipcal.calibrate.accuracy import relative_error
 from chipcal.model import power, technology
 from chipcal.model.chip import Chip, Measured
 from chipcal.model.precision import FLOP_PER_MAC
@@ -166,21 +167,21 @@ class EvidenceRow:
 
     @property
     def sourced_error(self) -> float:
-        return self.sourced_flop_per_s / self.measured_flop_per_s - 1
+        return relative_error(self.sourced_flop_per_s, self.measured_flop_per_s)
 
     @property
     def fitted_error(self) -> float:
-        return self.fitted_flop_per_s / self.measured_flop_per_s - 1
+        return relative_error(self.fitted_flop_per_s, self.measured_flop_per_s)
 
     @property
     def loo_error(self) -> float:
-        return self.loo_flop_per_s / self.measured_flop_per_s - 1
+        return relative_error(self.loo_flop_per_s, self.measured_flop_per_s)
 
     @property
     def loo_power_error(self) -> float | None:
         if self.loo_power_at_measured_clock_w is None or self.measured_power_w is None:
             return None
-        return self.loo_power_at_measured_clock_w / self.measured_power_w - 1
+        return relative_error(self.loo_power_at_measured_clock_w, self.measured_power_w)
 
     def record(self) -> dict:
         return {"hardware": self.chip, "precision": self.precision, "data": self.data, "in_fit": self.in_fit,

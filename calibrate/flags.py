@@ -205,3 +205,31 @@ def run_to_run_drift(median_abs_change: float, max_abs_change: float, n: int, pr
                 f"error {median_abs_error:.1%} is within the host's drift",
                 {"median_abs_change": median_abs_change, "max_abs_change": max_abs_change,
                  "median_abs_error": median_abs_error})
+
+
+def noise_flags(verdict, extra_time_s: float, median_abs_error: float | None) -> list[Flag]:
+    """`noise_limits_accuracy` when the noise left after every round (calibrate.noise.NoiseVerdict)
+    is more than the target allows; `error_within_noise` when the validation median |error| is no
+    larger than the accuracy that noise permits: the run cannot tell the model's error from the
+    host's noise."""
+    from chipcal.calibrate.noise import TARGET_MEDIAN_ERROR, allowed
+
+    flags = []
+    values = {"round_noise": verdict.round_noise, "median_ci": verdict.median_ci,
+              "permitted": verdict.permitted, "rounds": float(verdict.rounds)}
+    if np.isfinite(verdict.permitted) and verdict.permitted > allowed():
+        added = (f"{verdict.added_rounds} rounds added within {extra_time_s:.0f} s" if verdict.added_rounds
+                 else "no round added (the rounds agreed, or no further round fitted the time left)")
+        flags.append(Flag(
+            "noise_limits_accuracy", "warning",
+            f"after {verdict.rounds} rounds ({added}) the timing noise permits an accuracy of "
+            f"{verdict.permitted:.1%} (between rounds {verdict.round_noise:.1%}, CI of the median "
+            f"±{verdict.median_ci:.1%}); a check of the {TARGET_MEDIAN_ERROR:.0%} target needs at most "
+            f"{allowed():.0%}", {**values, "allowed": allowed()}))
+    if verdict.explained_by_noise:
+        flags.append(Flag(
+            "error_within_noise", "warning",
+            f"the validation median |error| {median_abs_error:.1%} is within the {verdict.permitted:.1%} "
+            "the timing noise permits: it is explained by noise alone, and says nothing about the model "
+            "beyond that", {**values, "median_abs_error": median_abs_error}))
+    return flags

@@ -116,6 +116,20 @@ def _tensor_efficiency_text(params, op_class: str) -> str:
     return f"{params.tensor_efficiency[op_class]:.3f}"
 
 
+def _noise_line(val) -> str:
+    """What the timing noise permits (calibrate.noise): rounds, spread between them, the pooled CI."""
+    if val.noise_permits is None:        # written before calibrate.noise
+        return (f"Noise between the interleaved rounds of the same model: {pct(val.noise_rel)}, "
+                "the accuracy that this host's noise alone permits.")
+    from chipcal.calibrate.noise import allowed
+
+    verdict = ("The validation error is within it: explained by noise alone." if val.explained_by_noise
+               else "The validation error exceeds it.")
+    return (f"Timing noise over {val.rounds} interleaved rounds: {pct(val.noise_rel)} between rounds, "
+            f"CI of the median ±{pct(val.median_ci_rel)}; the accuracy the noise permits is "
+            f"**{pct(val.noise_permits)}** (a check of the target needs at most {pct(allowed())}). {verdict}")
+
+
 def _validation_text(doc: CalibrationDocument) -> str:
     val = doc.validation
     lines = [
@@ -123,8 +137,7 @@ def _validation_text(doc: CalibrationDocument) -> str:
         f"p90 **{pct(val.p90_abs_error)}**, max {pct(val.max_abs_error)} over {val.n} cases "
         f"({'?' if val.n_models is None else val.n_models} models × batch sizes; with the uncalibrated defaults: "
         f"median {pct(val.default_median_abs_error)}, p90 {pct(val.default_p90_abs_error)}). "
-        f"Noise between the interleaved rounds of the same model: {pct(val.noise_rel)}, "
-        "the accuracy that this host's noise alone permits."
+        + _noise_line(val)
         + (f" Cross-validated error on the held-out micro-benchmarks: median {pct(val.crossval_median_abs_error)}, "
            f"p90 {pct(val.crossval_p90_abs_error)}." if val.crossval_median_abs_error is not None else "")]
     if doc.rerun:

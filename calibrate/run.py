@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from chipcal.calibrate import document as cd
 from chipcal.calibrate import flags as gap
+from chipcal.calibrate import noise
 from chipcal.calibrate.accuracy import error_summary
 from chipcal.calibrate.crossval import folds
 from chipcal.calibrate.journal import NoJournal, same_machine
@@ -96,6 +98,11 @@ class CalibrationConfig:
     def model_time_s(self) -> float:
         return 2.0 if self.quick else 6.0
 
+    @property
+    def extra_rounds_time_s(self) -> float:
+        """Time for rounds beyond `rounds` when the host is too noisy for the target (calibrate.noise)."""
+        return 120.0 if self.quick else 300.0
+
 
 def onchip_bandwidth(bw, os_llc_bytes: int | None = None) -> float | None:
     """Last-level-cache bandwidth from the probe: the median over working sets within 8x below
@@ -114,7 +121,7 @@ def onchip_bandwidth(bw, os_llc_bytes: int | None = None) -> float | None:
 def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                     journal=None) -> cd.CalibrationDocument:
     """Measure, fit, validate and flag; returns the calibration document."""
-    from chipcal.measure.allocator import pin_allocator
+    from chipcal.measure.allocator import pin_allocator, release_freed_memory
     from chipcal.measure.bandwidth import (
         DEFAULT_BANDWIDTH_SIZES,
         KERNELS,
@@ -139,6 +146,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     )
     from chipcal.measure.power import open_power_source
     from chipcal.measure.power_phase import power_phase
+    from chipcal.measure.resident import peak_rss_bytes
     from chipcal.measure.sustained import FULL_LIMITS, QUICK_LIMITS
     from chipcal.measure.system import fingerprint, local_chip
     from chipcal.model.local import LOCAL_CHIP_NAME
@@ -164,6 +172,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     else:
         gemm = measure_gemm_peak(config.device, gemm_precisions, remeasure=config.remeasure, fp=fp, on_shape=step)
         journal.put("gemm", gemm_peak_to_dict(gemm))
+        release_freed_memory()      # the pinned heap keeps what a phase freed; give it back between phases
     fits: dict[str, cd.FitRecord | None] = {}
     gemm_fit = gemm_fits({p: gemm.curve(p) for p in gemm.native_precisions}, chip)
     peaks, gemm_rows = [], []
@@ -212,6 +221,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     else:
         bw = measure_bandwidth(config.device, remeasure=config.remeasure, fp=fp, on_point=lambda pt: step(pt.kernel))
         journal.put("bandwidth", bandwidth_to_dict(bw))
+        release_freed_memory()
     measured_bw = bw.memory_bytes_per_s
     assumed_bw = chip.memory.bandwidth_bytes_per_s
     if chip.name == LOCAL_CHIP_NAME:
@@ -245,6 +255,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
             holds = tuple(cd.HoldRow.of(h) for h in power_phase(source, config.device, held, limits,
                                                                   on_hold=lambda h: step(h.label)))
         journal.put("power", [h.to_dict() for h in holds])
+        release_freed_memory()
     if not source.available:
         step(source.name)
     power_doc, fits["power"], power_flags = power_section(source.name, source.available, source.reason, holds, (),
@@ -279,6 +290,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         recorded = {"per_op_s": cost.per_op_s, "iqr_s": cost.per_op.iqr_s, "n": cost.per_op.n, "method": cost.method}
         journal.put("dispatch", recorded)
     dispatch = cd.DispatchSection(**recorded)
+    release_freed_memory()
     base, floor = host_in_overheads(base, config.device, dispatch.per_op_s)
     threads = thread_section(journal) if device_kind(config.device) == "cpu" else None
     if threads and (flag := gap.threads_not_scaling(threads.threads, threads.speedup)):
@@ -302,17 +314,18 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     share = config.validation_time_s / max(len(plan), 1)
     for entry in plan:
         entry.budget_s = min(max(config.model_time_s, MODEL_MIN_SAMPLES * 1.5 * entry.budget_s), share)
-    progress.phase("timing rounds: micro-layers, chains, models",
-                   config.rounds * (len(layer_set) + len(chain_set) + len(plan)))
-    for r in range(config.rounds):
+    per_round = len(layer_set) + len(chain_set) + len(plan)
+    progress.phase("timing rounds: micro-layers, chains, models", config.rounds * per_round)
+
+    def time_round(r: int) -> None:
         if (recorded := journal.get(f"round-{r}")) is not None:
             layer_set.add_round(recorded["layers"])
             chain_set.add_round(recorded["chains"])
             for entry in plan:
                 entry.add(recorded["models"][entry.key])
-            for _ in range(len(layer_set) + len(chain_set) + len(plan)):
+            for _ in range(per_round):
                 step(f"round {r + 1} (journaled)")
-            continue
+            return
         timings = {"layers": layer_set.time_round(config.layer_time_s / config.rounds,
                                                   max(3, 10 // config.rounds), step),
                    "chains": chain_set.time_round(2 * config.layer_time_s / config.rounds,
@@ -325,8 +338,20 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                                min_samples=-(-MODEL_MIN_SAMPLES // config.rounds))
             timings["models"][entry.key] = mm.latency.to_dict()
             entry.add(timings["models"][entry.key])
+            release_freed_memory()      # one model alive at a time: measure_model freed it; the heap too
             step(f"{entry.name} batch {entry.batch}")
         journal.put(f"round-{r}", timings)
+
+    # the planned rounds, then more while the host is too noisy for the target (calibrate.noise)
+    started = time.monotonic()
+    for r in range(config.rounds):
+        time_round(r)
+    rounds, extra_start = config.rounds, time.monotonic()
+    while noise.another_round([e.timings() for e in plan], rounds, (extra_start - started) / config.rounds,
+                              config.extra_rounds_time_s - (time.monotonic() - extra_start)):
+        progress.phase(f"timing round {rounds + 1}: the host is noisier than the target allows", per_round)
+        time_round(rounds)
+        rounds += 1
     observations, chains = layer_set.observations(), chain_set.observations()
 
     # 6. fits on the micro-benchmarks (calibrate.micro): op classes, self-check, switch cost
@@ -352,7 +377,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     model_rows = []
     for entry in plan:
         name, batch, workload = entry.name, entry.batch, entry.workload
-        m = entry.measurement(config.rounds)
+        m = entry.measurement(rounds)
         model_rows.append(cd.ModelRow(model=name, batch=batch, flop=workload.flop,
                                       bytes=workload.bytes_read + workload.bytes_written,
                                       delivered_flop_per_s=workload.flop / m.median_s,
@@ -362,6 +387,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         if m.cv > UNSTABLE_CV:
             flags.append(gap.unstable_timing(f"{name} batch {batch}", m.cv, UNSTABLE_CV))
 
+    verdict = noise.verdict([e.timings() for e in plan], config.rounds, rounds,
+                            error_summary([r.error for r in model_rows], "")["median_abs_error"])
     validation = cd.ValidationSection(
         fit_data=(f"Fit data: the GEMM sweep ({len(gemm_rows)} shapes), the bandwidth probe, "
                   f"{len(observations)} micro-layers ({', '.join(sorted({o.op_class for o in observations}))}) "
@@ -371,16 +398,19 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                          f"{config.precision}, weights=None, measured in the same run."),
         n=len(model_rows),
         n_models=len({r.model for r in model_rows}),
-        noise_rel=_round_noise(plan),
+        noise_rel=_finite(verdict.round_noise), rounds=verdict.rounds, median_ci_rel=_finite(verdict.median_ci),
+        noise_permits=_finite(verdict.permitted), explained_by_noise=verdict.explained_by_noise,
         **validation_errors(model_rows, crossval),
     )
-    flags += fit_flags(validation, crossval) + spec_flags(chip)
+    flags += (gap.noise_flags(verdict, config.extra_rounds_time_s, validation.median_abs_error)
+              + fit_flags(validation, crossval) + spec_flags(chip))
     if model_bw and measured_bw < gap.MEASURED_VS_SPEC_MIN * model_bw and chip.name != LOCAL_CHIP_NAME:
         flags.append(gap.Flag("bandwidth_below_spec", "warning",
                               f"measured {measured_bw / 1e9:.1f} GB/s is {measured_bw / model_bw:.0%} of the "
                               f"spec {model_bw / 1e9:.1f} GB/s", {"measured": measured_bw, "spec": model_bw}))
 
     created = now_utc()
+    peak_rss = peak_rss_bytes()
     params = dataclasses.replace(params, source=f"calibration: {fp.slug} {config.device} {created}")
     return cd.CalibrationDocument(
         created_utc=created,
@@ -390,7 +420,9 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         quick=config.quick,
         precision=config.precision,
         fingerprint=fp,
-        environment_summary={**fp.summary(), "allocator": allocator.detail},
+        environment_summary={**fp.summary(), "allocator": allocator.detail,
+                             **({"peak resident memory": f"{peak_rss / 1e9:.2f} GB (measurements and fits)"}
+                                if peak_rss else {})},
         chip=chip_section(chip, origin, assumed_bw),
         peaks=tuple(peaks),
         bandwidth=cd.BandwidthSection(
@@ -420,6 +452,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         throttle_note=gemm.throttle_note,
         crossval=crossval.section(),
         model_fp32_mode=MODEL_FP32_MODE,
+        peak_rss_bytes=peak_rss,
     )
 
 
@@ -483,15 +516,16 @@ def fit_flags(validation: cd.ValidationSection, crossval) -> list[gap.Flag]:
             {"crossval_median_abs_error": crossval.median_abs_error,
              "crossval_default_median_abs_error": crossval.default_median_abs_error}))
     if validation.n and validation.median_abs_error > validation.default_median_abs_error:
+        permits = validation.noise_permits if validation.noise_permits is not None else validation.noise_rel
         flags.append(gap.Flag(
             "calibration_worse_than_defaults", "warning",
             f"held-out models: calibrated median |error| {validation.median_abs_error:.1%} > "
             f"{validation.default_median_abs_error:.1%} with the uncalibrated defaults "
             f"(p90 {validation.p90_abs_error:.1%} vs {validation.default_p90_abs_error:.1%}); "
-            f"the noise between rounds alone permits about {validation.noise_rel:.1%}",
+            f"the timing noise alone permits about {permits:.1%}",
             {"median_abs_error": validation.median_abs_error,
              "default_median_abs_error": validation.default_median_abs_error,
-             "noise_rel": validation.noise_rel}))
+             "noise_rel": permits}))
     return flags
 
 
@@ -530,6 +564,14 @@ class ModelPlan:
     def measurement(self, rounds: int) -> Measurement:
         return Measurement.from_samples(self.samples, method=f"{self.methods[-1]}; {rounds} interleaved rounds")
 
+    def timings(self) -> noise.RoundTimings:
+        return noise.RoundTimings(tuple(self.samples), tuple(self.round_medians))
+
+
+def _finite(value: float) -> float | None:
+    """`value`, or None where it could not be determined (nan: too few rounds or samples)."""
+    return value if np.isfinite(value) else None
+
 
 def _journaled_holds(recorded) -> tuple[cd.HoldRow, ...] | None:
     """The power phase's holds as the journal has them; None when it has none, or has the power
@@ -540,18 +582,6 @@ def _journaled_holds(recorded) -> tuple[cd.HoldRow, ...] | None:
         return tuple(cd.HoldRow.from_dict(d) for d in recorded)
     except CalibrationError:
         return None
-
-
-def _round_noise(plan) -> float:
-    """Noise between the interleaved rounds of the same model: the median over (model, batch) of
-    half the spread (max/min - 1) of its round medians. A prediction cannot be checked to better
-    than this on this host: it is the accuracy that noise alone permits."""
-    spreads = []
-    for entry in plan:
-        medians = entry.round_medians
-        if len(medians) >= 2:
-            spreads.append((max(medians) / min(medians) - 1) / 2)
-    return float(np.median(spreads)) if spreads else float("nan")
 
 
 def now_utc() -> str:

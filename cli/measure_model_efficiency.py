@@ -4,6 +4,10 @@ Per (model, batch, precision): FLOP from chipcal's workload counter (2 per MAC),
 distribution (median, IQR, CI, n), delivered FLOP/s = FLOP / median latency, efficiency against the
 spec peak (registry), the measured GEMM peak (cached, measured on first use) and the physics peak,
 and energy per forward pass and average power where a power source exists.
+
+Models: torchvision names; LLMs (a preset or PATH/config.json, random weights: one row per
+prefill or decode step, `--phase`, `--context`, `--new-tokens`, measure/llm.py); your own model
+(path/to/file.py:factory or package.module:factory, which is executed; docs/llm.md).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from chipcal.cli.common import (
     interrupted_exit,
     output_file,
     positive_float,
+    positive_int,
     positive_int_list,
     print_json,
     print_table,
@@ -32,19 +37,30 @@ from chipcal.cli.common import (
 )
 from chipcal.measure.device import check_device
 from chipcal.measure.models import FP32_SWITCHES, MODEL_FP32_MODE, MODEL_PRECISIONS
+from chipcal.measure.workloads import WorkloadSource
+from chipcal.model.workload.llm_config import PHASES, is_llm, load_llm_config
+from chipcal.model.workload.user_model import is_user_model
 
 FIELDS = ("model", "batch", "precision", "device", "flop", "latency_s", "latency_iqr_s", "latency_ci_low_s",
           "latency_ci_high_s", "n", "cv", "unstable", "delivered_flop_per_s", "spec_peak_flop_per_s",
           "measured_peak_flop_per_s", "physics_peak_flop_per_s", "efficiency_vs_spec", "efficiency_vs_measured",
           "efficiency_vs_physics", "efficiency", "peak", "energy_j", "energy_per_sample_j", "avg_power_w",
           "idle_power_w", "power_source", "power_note", "chip", "fingerprint", "torch_version", "threads",
-          "other_cpus", "fp32_mode", "cudnn_allow_tf32", "float32_matmul_precision", "cudnn_benchmark", "note")
+          "other_cpus", "fp32_mode", "cudnn_allow_tf32", "float32_matmul_precision", "cudnn_benchmark", "note",
+          "phase", "context", "new_tokens", "cached_tokens", "tokens_per_s")
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = Parser(prog=prog or "measure_model_efficiency", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="resnet50",
-                   help="comma-separated torchvision model names (default resnet50)")
+                   help="comma-separated torchvision model names (default resnet50), LLMs (a preset or "
+                        "PATH/config.json) or your own model (path/to/file.py:factory; the file is executed)")
+    p.add_argument("--phase", choices=PHASES, default="decode",
+                   help="LLMs: time the prefill over the context, or a decode step (default decode)")
+    p.add_argument("--context", type=positive_int, default=512, metavar="N",
+                   help="LLMs: prompt tokens per sequence (default 512)")
+    p.add_argument("--new-tokens", type=positive_int, default=128, metavar="M",
+                   help="LLMs: tokens generated; a decode step is timed at context N + (M-1)//2 (default 128)")
     p.add_argument("--device", type=device_arg, default="cpu", help="cpu (default), cuda or cuda:N")
     p.add_argument("--batch", type=positive_int_list, default=[1], help="comma-separated batch sizes (default 1)")
     p.add_argument("--precision", type=csv_choices("precision", MODEL_PRECISIONS), default=["fp32"],
@@ -63,18 +79,49 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def _models(text: str) -> list[str]:
-    """Model names, each checked against the workload counter's list (UsageError otherwise)."""
+    """Model names, each checked against the workload counter's list (UsageError otherwise);
+    LLM configs are read here, user models when they are loaded."""
     from chipcal.model.workload import UnknownModelError, default_input_size
 
     names = [t.strip() for t in text.split(",") if t.strip()]
     if not names:
         raise UsageError("--model: empty list; give torchvision model names, e.g. resnet50,vit_b_16")
     for name in names:
-        try:
-            default_input_size(name)
-        except UnknownModelError as exc:
-            raise UsageError(f"--model: {exc.args[0] if exc.args else exc}") from None
+        if is_llm(name):
+            load_llm_config(name)
+        elif not is_user_model(name):
+            try:
+                default_input_size(name)
+            except UnknownModelError as exc:
+                raise UsageError(f"--model: {exc.args[0] if exc.args else exc}") from None
     return names
+
+
+def _measure(name: str, batch: int, precision: str, args: argparse.Namespace, power, source):
+    """The ModelMeasurement of one row and the LLM fields of its record."""
+    from chipcal.measure.models import measure_model, measure_module
+
+    if is_llm(name):
+        from chipcal.measure.llm import measure_llm
+        from chipcal.model.workload.llm_config import step_key
+
+        config = load_llm_config(name)
+        step = source.llm_step(step_key(config, "eager", args.phase, batch, args.context, args.new_tokens,
+                                        precision))
+        m = measure_llm(config, args.phase, batch, args.context, args.new_tokens, step.workload.flop, precision,
+                        args.device, power=power, max_time_s=args.max_time, fp32_mode=args.fp32_mode)
+        tokens = batch * (args.context if args.phase == "prefill" else 1)
+        return m, {"phase": args.phase, "context": args.context, "new_tokens": args.new_tokens,
+                   "cached_tokens": step.cached, "tokens_per_s": tokens / m.latency.median_s}
+    if is_user_model(name):
+        from chipcal.model.workload.user_model import characterize_user_model, load_user_model
+
+        module, inputs = load_user_model(name, batch)
+        flop = characterize_user_model(name, batch).flop
+        return measure_module(module, inputs, flop, name=name, batch=batch, precision=precision, device=args.device,
+                              power=power, max_time_s=args.max_time, fp32_mode=args.fp32_mode), {}
+    return measure_model(name, batch, precision, args.device, power=power, max_time_s=args.max_time,
+                         fp32_mode=args.fp32_mode), {}
 
 
 def _ratio(value, reference):
@@ -117,13 +164,16 @@ def unsupported_record(model: str, batch: int, precision: str, device: str, note
 def _display(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     return pd.DataFrame({
-        "model": frame["model"], "batch": frame["batch"], "prec": frame["precision"],
+        "model": [r["model"] if r["phase"] is None else f"{r['model']} {r['phase']}@{r['cached_tokens']}"
+                  for r in rows],
+        "batch": frame["batch"], "prec": frame["precision"],
         "GFLOP": frame["flop"].astype(float) / 1e9, "latency ms": frame["latency_s"].astype(float) * 1e3,
         "IQR ms": frame["latency_iqr_s"].astype(float) * 1e3, "n": frame["n"],
         "GFLOP/s": frame["delivered_flop_per_s"].astype(float) / 1e9,
         "vs spec": frame["efficiency_vs_spec"], "vs measured": frame["efficiency_vs_measured"],
         "vs physics": frame["efficiency_vs_physics"],
         "J/pass": frame["energy_j"], "W": frame["avg_power_w"],
+        "tok/s": frame["tokens_per_s"],
         "flag": ["unstable" if r["unstable"] else ("unsupported" if r["flop"] is None else "") for r in rows],
     })
 
@@ -146,7 +196,7 @@ def _body(args: argparse.Namespace) -> int:
     device = check_device(args.device)
     models = _models(args.model)
     from chipcal.measure.allocator import pin_allocator
-    from chipcal.measure.models import UnsupportedPrecision, measure_model
+    from chipcal.measure.models import UnsupportedPrecision
     from chipcal.measure.power import UnavailableSource, open_power_source
     from chipcal.measure.reference import reference_peaks
     from chipcal.measure.system import OtherLoad, fingerprint
@@ -156,6 +206,7 @@ def _body(args: argparse.Namespace) -> int:
     ref = reference_peaks(fp, args.device)
     power = UnavailableSource("--no-power given") if args.no_power else open_power_source(args.device)
     writer = RowWriter(args.csv, FIELDS)
+    source = WorkloadSource(notify=lambda line: sys.stderr.write(line + "\n"))
     jobs = [(m, b, p) for m in models for b in args.batch for p in args.precision]
     rows: list[dict] = []
     loop = Measuring(len(jobs), "measure_model_efficiency")
@@ -165,9 +216,8 @@ def _body(args: argparse.Namespace) -> int:
             bar.set_description(f"{name} b{batch} {precision}")
             try:
                 with OtherLoad() as other:
-                    m = measure_model(name, batch, precision, args.device, power=power, max_time_s=args.max_time,
-                                      fp32_mode=args.fp32_mode)
-                row = record(m, ref, measured[precision], args.peak, fp, other.cpus)
+                    m, llm_fields = _measure(name, batch, precision, args, power, source)
+                row = record(m, ref, measured[precision], args.peak, fp, other.cpus) | llm_fields
             except UnsupportedPrecision as exc:
                 row = unsupported_record(name, batch, precision, args.device, str(exc), ref, fp)
             rows.append(row)
@@ -179,7 +229,7 @@ def _body(args: argparse.Namespace) -> int:
     elif rows:
         print_table(_display(rows), {"GFLOP": ".2f", "latency ms": ".2f", "IQR ms": ".2f", "n": ".0f",
                                      "GFLOP/s": ".1f", "vs spec": ".1%", "vs measured": ".1%",
-                                     "vs physics": ".1%", "J/pass": ".3f", "W": ".1f"})
+                                     "vs physics": ".1%", "J/pass": ".3f", "W": ".1f", "tok/s": ".4g"})
         sys.stdout.write(f"chip: {ref.chip}; fingerprint {fp.slug}; torch {fp.torch_version}, "
                          f"{fp.torch_threads} threads; efficiency column: vs {args.peak} peak\n")
         sys.stdout.write(f"power: {power.name}" + (f" ({power.reason})" if not power.available else "") + "\n")

@@ -29,6 +29,7 @@ from chipcal.cli.common import (
     output_file,
     plot_path,
     positive_float,
+    positive_int,
     positive_int_list,
     print_json,
     print_table,
@@ -39,6 +40,13 @@ from chipcal.cli.common import (
 from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.chip import Chip
 from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, FRAMEWORKS
+from chipcal.model.estimate.llm import (
+    DEVICES_NOTE,
+    LLM_PRECISIONS,
+    WEIGHT_ONLY,
+    LlmPrediction,
+    predict_llm,
+)
 from chipcal.model.estimate.numerics import AUTOCAST_PRECISIONS, FP32_MODES
 from chipcal.model.estimate.opportunities import Opportunity, opportunities, top_consumers
 from chipcal.model.estimate.prediction import MEMORY_FORMATS, Prediction, predict
@@ -53,8 +61,22 @@ from chipcal.model.mapping.params import (
     runtime_fuses,
 )
 from chipcal.model.precision import PRECISIONS
+from chipcal.model.workload.llm_config import (
+    LLM_RUNTIMES,
+    PHASES,
+    PRESETS,
+    is_llm,
+    load_llm_config,
+    step_key,
+)
+from chipcal.model.workload.user_model import is_user_model
 
 MB = 1e6
+GB = 1e9
+DEFAULT_CONTEXT = 512
+DEFAULT_NEW_TOKENS = 128
+LLM_RUNTIME = "compiled"
+LLM_PRECISION = "bf16"
 
 
 # --- arguments ---------------------------------------------------------------------------------
@@ -78,22 +100,41 @@ def host_seconds(text: str) -> float | str:
     return LOCAL_HOST if text.strip().lower() == LOCAL_HOST else non_negative_float(text)
 
 
+def model_list(text: str) -> list[str]:
+    """argparse type: comma-separated model names, lowercased except paths and file.py:factory specs
+    (a file name keeps its case)."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("empty list")
+    return [item if is_user_model(item) or item.lower().endswith(".json") else item.lower() for item in items]
+
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = Parser(prog=prog or "chipcal predict", description=__doc__.splitlines()[0])
-    p.add_argument("--model", type=csv_list, required=True,
-                   help="comma-separated torchvision model names (e.g. resnet50,mobilenet_v2)")
+    p.add_argument("--model", type=model_list, required=True,
+                   help="comma-separated torchvision model names (e.g. resnet50,mobilenet_v2), LLMs (a preset: "
+                        f"{', '.join(PRESETS)}; or PATH/config.json; docs/llm.md) or your own model "
+                        "(path/to/file.py:factory or package.module:factory; the file is executed)")
     p.add_argument("--hardware", type=csv_list, default=["all"],
                    help="comma-separated registry names (NAME@MODE for a power mode), 'local' for "
                         "this machine's CPU, or 'all' (default: all)")
     p.add_argument("--batch", type=positive_int_list, default=[1], help="batch sizes, e.g. 1,8,64 (default 1)")
-    p.add_argument("--precision", type=csv_choices("precision", PRECISIONS), default=["fp32"],
-                   help=f"comma-separated precisions ({', '.join(PRECISIONS)}; default fp32)")
+    p.add_argument("--precision", type=csv_choices("precision", PRECISIONS), default=None,
+                   help=f"comma-separated precisions ({', '.join(PRECISIONS)}; default fp32, LLMs bf16; "
+                        "for an LLM int8/int4 are weight-only with bf16 compute)")
     p.add_argument("--calibration", metavar="DIR",
                    help="calibration directory written by `chipcal calibrate` (applies to its chip only)")
-    p.add_argument("--runtime", choices=RUNTIMES, default="fused",
+    p.add_argument("--runtime", choices=RUNTIMES, default=None,
                    help="fused: one kernel per fused subgraph (TensorRT/XLA); compiled: torch.compile with "
                         "CUDA graphs; eager: one kernel per op, each issued by the host (PyTorch eager). "
-                        "A calibrated chip uses its calibration's runtime. Default fused")
+                        "A calibrated chip uses its calibration's runtime. Default fused; LLMs: compiled "
+                        "(static KV cache, CUDA graphs) or eager (Hugging Face generate), default compiled")
+    p.add_argument("--phase", choices=PHASES, default=None,
+                   help="LLMs: prefill (time to first token) or decode (tokens/s; default)")
+    p.add_argument("--context", type=at_most(positive_int, 1 << 24), default=None, metavar="N",
+                   help=f"LLMs: prompt tokens per sequence (default {DEFAULT_CONTEXT})")
+    p.add_argument("--new-tokens", type=at_most(positive_int, 1 << 24), default=None, metavar="M",
+                   help=f"LLMs: tokens generated per sequence, the KV cache growing from N (default {DEFAULT_NEW_TOKENS})")
     p.add_argument("--host-overhead-s", type=host_seconds, metavar="S|local",
                    help="eager runtime: host issue cost per op in seconds, or 'local' for this machine's "
                         "dispatch probe (cached; the target's host is this one). Default: the calibration's "
@@ -439,6 +480,115 @@ def roofline_plot(preds: Sequence[Prediction], path: str) -> None:
     plt.close(fig)
 
 
+# --- LLMs (model/estimate/llm.py, docs/llm.md) ---------------------------------------------------
+# One row per (model, batch, chip, precision); each forward (prefill, decode step) characterized once
+# per (model, batch, context, runtime, dtype) and cached (chipcal.measure.workloads).
+
+def check_llm_args(args: argparse.Namespace) -> None:
+    """LLM-only arguments and the options an LLM prediction does not take, as UsageErrors."""
+    for flag, given in (("--by-layer", args.by_layer), ("--explain", args.explain), ("--plot", args.plot),
+                        ("--autocast", args.autocast), ("--memory-format", args.memory_format != "nchw")):
+        if given:
+            raise UsageError(f"{flag} is not available for LLMs; --json gives every count of the step")
+    runtime = args.runtime or LLM_RUNTIME
+    if runtime not in LLM_RUNTIMES:
+        raise UsageError(f"an LLM runs under --runtime {' or '.join(LLM_RUNTIMES)}, not {runtime}")
+    bad = [p for p in args.precision or () if p not in LLM_PRECISIONS]
+    if bad:
+        raise UsageError(f"--precision {bad[0]} is not an LLM precision; valid: {', '.join(LLM_PRECISIONS)} "
+                         f"(int8/int4: weight-only, bf16 compute)")
+
+
+def predict_all_llm(args: argparse.Namespace, chips: Sequence[Chip], calibration: CalibrationParams | None,
+                    source, host_s: float | None = None,
+                    host_source: str = "given (--host-overhead-s)") -> list[LlmPrediction]:
+    """Every (model, batch, chip, precision) LLM prediction; each forward characterized once.
+    `host_s`: the per-op host cost asked for (cli/predict.py's --host-overhead-s), None: default."""
+    runtime = args.runtime or LLM_RUNTIME
+    out = []
+    for name in args.model:
+        config = load_llm_config(name)
+        for batch in args.batch:
+            for precision in args.precision or [LLM_PRECISION]:
+                prefill, decode = (source.llm_step(step_key(config, runtime, phase, batch, args.context,
+                                                            args.new_tokens, precision))
+                                   if phase == "prefill" or args.phase == "decode" else None
+                                   for phase in ("prefill", "decode"))
+                out += [predict_llm(config, prefill, decode, chip, precision, runtime, args.context,
+                                    args.new_tokens, calibration=calibration, host_overhead_s=host_s,
+                                    host_source=host_source, framework=args.framework,
+                                    fp32_mode=args.fp32_mode)
+                        for chip in chips]
+    return out
+
+
+def _llm_rate(value: float) -> str:
+    return "-" if not math.isfinite(value) else f"{value:,.4g}"
+
+
+def _llm_table(preds: Sequence[LlmPrediction]) -> None:
+    rows = []
+    for p in preds:
+        row = {"model": p.model, "chip": p.chip, "phase": p.phase, "b": p.batch,
+               "ctx+new": f"{p.context}+{p.new_tokens}", "prec": p.precision, "rt": p.runtime}
+        if not p.supported:
+            rows.append(row | {"tok/s": "unsupported"})
+            continue
+        rows.append(row | {
+            "tok/s": _llm_rate(p.tokens_per_s), "TTFT_ms": f"{p.time_to_first_token_s * 1e3:.4g}",
+            "TPOT_ms": "-" if p.phase == "prefill" else f"{p.time_per_output_token_s * 1e3:.4g}",
+            "bw_bound": _llm_rate(p.bandwidth_bound_tokens_per_s), "host_bound": _llm_rate(p.host_bound_tokens_per_s),
+            "bound": p.bottleneck, "mem_GB": f"{p.memory_bytes / GB:.4g}" + ("" if p.fits_in_memory else "!"),
+            "dev": p.devices_needed,
+        })
+    print_table(rows)
+    print("tok/s: decode tokens per second summed over the batch (prefill: prompt tokens per second); "
+          "TTFT: time to first token; TPOT: time per output token; bw_bound: what moving the weights and "
+          "KV cache at the spec DRAM bandwidth allows; host_bound: what the host issuing every op allows "
+          "(- : a captured graph, no per-op host cost); mem: weights + KV cache + activations, ! = exceeds "
+          "one device's memory; dev: devices whose memory holds it (a memory bound, not a parallel-speed claim)")
+    notes = []
+    for p in preds:
+        if not p.supported:
+            notes.append(f"unsupported: {p.chip} {p.precision}: {p.reason}")
+            continue
+        if p.precision in WEIGHT_ONLY:
+            notes.append(f"{p.precision}: {WEIGHT_ONLY[p.precision].label()}")
+        if not p.fits_in_memory:
+            notes.append(f"does not fit: {p.model} at batch {p.batch} {p.precision} needs "
+                         f"{p.memory_bytes / GB:.4g} GB (weights {p.weight_bytes / GB:.4g} + KV cache "
+                         f"{p.kv_cache_bytes / GB:.3g} + activations {p.activation_peak_bytes / GB:.3g}) > "
+                         f"{p.memory_capacity_bytes / GB:.4g} GB on one {p.chip}: needs {p.devices_needed} devices "
+                         f"({DEVICES_NOTE}); the figures above are one device's")
+        share = p.tokens_per_s / p.bandwidth_bound_tokens_per_s
+        host = ("no per-op host cost (captured graph)" if not math.isfinite(p.host_bound_tokens_per_s) else
+                f"host bound {_llm_rate(p.host_bound_tokens_per_s)} tok/s ({p.host_ops_per_step} host-issued ops "
+                f"per step, {p.host_per_op_s * 1e6:.3g} us each on average)")
+        notes.append(f"{p.model} on {p.chip}, {p.phase} at batch {p.batch}, {p.precision}, {p.runtime}: "
+                     f"{_llm_rate(p.tokens_per_s)} tok/s = {share:.0%} of the bandwidth bound "
+                     f"{_llm_rate(p.bandwidth_bound_tokens_per_s)} tok/s; {host}; bottleneck {p.bottleneck}; "
+                     f"weights {p.weight_bytes / GB:.4g} GB, KV cache {p.kv_cache_bytes / GB:.3g} GB")
+    for line in dict.fromkeys(notes):
+        print(line)
+
+
+def run_llm(args: argparse.Namespace, chips: Sequence[Chip], calibration: CalibrationParams | None,
+            source, host_s: float | None = None, host_source: str = "given (--host-overhead-s)") -> int:
+    check_llm_args(args)
+    preds = predict_all_llm(args, chips, calibration, source, host_s, host_source)
+    records = [p.record() for p in preds]
+    if args.csv:
+        import pandas as pd
+
+        pd.DataFrame(records).to_csv(args.csv, index=False)
+        sys.stderr.write(f"wrote {args.csv}\n")
+    if args.json:
+        print_json(records)
+    else:
+        _llm_table(preds)
+    return 0
+
+
 # --- main --------------------------------------------------------------------------------------
 
 
@@ -485,6 +635,19 @@ def _body(args: argparse.Namespace) -> int:
                          "predicted; every chip keeps its family defaults\n")
     source = WorkloadSource(use_cache=not args.no_cache, notify=lambda line: sys.stderr.write(line + "\n"))
     host_s, host_source = _host(args.host_overhead_s, args.no_cache)
+    llms = [is_llm(m) for m in args.model]
+    if any(llms):
+        if not all(llms):
+            raise UsageError("LLMs and other models are predicted in separate calls (different fields)")
+        args.phase = args.phase or "decode"
+        args.context = args.context or DEFAULT_CONTEXT
+        args.new_tokens = args.new_tokens or DEFAULT_NEW_TOKENS
+        return run_llm(args, chips, calibration, source, host_s, host_source)
+    for flag, value in (("--phase", args.phase), ("--context", args.context), ("--new-tokens", args.new_tokens)):
+        if value is not None:
+            raise UsageError(f"{flag} is for LLMs; {', '.join(args.model)} is not one")
+    args.precision = args.precision or ["fp32"]
+    args.runtime = args.runtime or "fused"
     if args.autocast and any(p not in AUTOCAST_PRECISIONS for p in args.precision):
         raise UsageError(f"--autocast lowers to {' or '.join(AUTOCAST_PRECISIONS)}; --precision "
                          f"{','.join(args.precision)} has others")

@@ -1,7 +1,13 @@
-"""`chipcal workload`: operation counts, fusion and concurrency of torchvision models.
+"""`chipcal workload`: operation counts, fusion and concurrency of torchvision models, LLMs and
+your own model.
 
     chipcal workload --model resnet50,vit_b_16 [--batch 8] [--input-size 3,224,224]
                      [--json] [--by-op | --by-subgraph]
+    chipcal workload --model llama-3-8b [--phase prefill|decode] [--context N] [--new-tokens M]
+    chipcal workload --model path/to/file.py:factory     (the file is executed; docs/llm.md)
+
+An LLM is counted one forward at a time (traced in float32, fused, with a dynamic KV cache):
+the prefill over N prompt tokens, or the decode step at the mean context N + (M-1)//2.
 
 Totals per model: MACs, FLOP (= 2 × MACs for MAC work + documented non-MAC counts), params,
 unfused bytes read/written, arithmetic intensity, fused subgraphs, stages, critical path.
@@ -29,12 +35,19 @@ from chipcal.cli.common import (
     print_table,
     run,
 )
+from chipcal.model.workload.llm_config import PHASES
 
 
 def _models(text: str) -> list[str]:
     from chipcal.model.workload import classification_models
+    from chipcal.model.workload.llm_config import is_llm
+    from chipcal.model.workload.user_model import is_user_model
 
-    return csv_choices("model", classification_models())(text)
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    plain = [n for n in names if not (is_llm(n) or is_user_model(n))]
+    if plain or not names:
+        csv_choices("model", classification_models())(",".join(plain))
+    return names
 
 
 def _input_size(text: str) -> tuple[int, ...]:
@@ -53,6 +66,12 @@ def build_parser(prog: str | None = None) -> Parser:
     parser.add_argument("--batch", type=at_most(positive_int, MAX_BATCH), default=1, help="batch size (default 1)")
     parser.add_argument("--input-size", type=_input_size, default=None, metavar="S|H,W|C,H,W",
                         help="input image size (default: the model's evaluation crop, e.g. 299 for inception_v3)")
+    parser.add_argument("--phase", choices=PHASES, default="decode",
+                        help="LLMs: the prefill over the context, or a decode step (default decode)")
+    parser.add_argument("--context", type=at_most(positive_int, 1 << 24), default=512, metavar="N",
+                        help="LLMs: prompt tokens per sequence (default 512)")
+    parser.add_argument("--new-tokens", type=at_most(positive_int, 1 << 24), default=128, metavar="M",
+                        help="LLMs: tokens generated; the decode step is counted at N + (M-1)//2 (default 128)")
     parser.add_argument("--json", action="store_true", help="print an array of flat JSON records")
     detail = parser.add_mutually_exclusive_group()
     detail.add_argument("--by-op", action="store_true", help="one row per operation")
@@ -143,7 +162,25 @@ def _subgraphs_table(w) -> None:
                 | {"FLOP/B": ".1f"})
 
 
-def _characterize(name: str, batch: int, input_size):
+def _characterize(name: str, args: argparse.Namespace):
+    """The workload of one model name (LLM step, user model or torchvision model)."""
+    from chipcal.model.workload.llm_config import is_llm
+    from chipcal.model.workload.user_model import is_user_model
+
+    if is_llm(name):
+        from chipcal.model.workload.llm import characterize_step
+        from chipcal.model.workload.llm_config import counting_key, load_llm_config
+
+        key = counting_key(load_llm_config(name), args.phase, args.batch, args.context, args.new_tokens)
+        return characterize_step(key).workload
+    if is_user_model(name):
+        from chipcal.model.workload.user_model import characterize_user_model
+
+        return characterize_user_model(name, args.batch)
+    return _characterize_torchvision(name, args.batch, args.input_size)
+
+
+def _characterize_torchvision(name: str, batch: int, input_size):
     from chipcal.model.workload import CaptureError, characterize_model
 
     try:
@@ -158,7 +195,7 @@ def _characterize(name: str, batch: int, input_size):
 
 
 def _main(args: argparse.Namespace) -> int:
-    workloads = [_characterize(name, args.batch, args.input_size)
+    workloads = [_characterize(name, args)
                  for name in tqdm(args.model, desc="characterizing", unit="model", file=sys.stderr,
                                   disable=len(args.model) < 2, leave=False)]
     if args.json:

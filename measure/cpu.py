@@ -102,6 +102,13 @@ def _mhz(value: str | None) -> float | None:
         return None
 
 
+def cpufreq_current_hz(sys: Path = Path("/sys")) -> float | None:
+    """Mean cpufreq scaling_cur_freq over the CPUs in Hz; None without cpufreq (in most VMs)."""
+    cur = [_read(d / "cpufreq/scaling_cur_freq") for d in _cpu_dirs(sys)]
+    khz = [int(c) for c in cur if c and c.strip().isdigit()]
+    return sum(khz) / len(khz) * 1e3 if khz else None
+
+
 def cpu_clocks(proc: Path = Path("/proc"), sys: Path = Path("/sys")) -> dict[str, tuple[float | None, str]]:
     """Current and maximum CPU clock in Hz, each with where it was read.
 
@@ -120,11 +127,10 @@ def cpu_clocks(proc: Path = Path("/proc"), sys: Path = Path("/sys")) -> dict[str
     else:
         maximum = (None, "not readable: no cpufreq and no clock in the model name")
 
-    cur = [_read(d / "cpufreq/scaling_cur_freq") for d in _cpu_dirs(sys)]
-    cur_khz = [int(c) for c in cur if c and c.strip().isdigit()]
+    cpufreq_hz = cpufreq_current_hz(sys)
     mhz = [v for v in (_mhz(b.get("cpu MHz")) for b in blocks) if v]
-    if cur_khz:
-        current = (sum(cur_khz) / len(cur_khz) * 1e3, "sysfs cpufreq/scaling_cur_freq (mean over CPUs)")
+    if cpufreq_hz:
+        current = (cpufreq_hz, "sysfs cpufreq/scaling_cur_freq (mean over CPUs)")
     elif mhz:
         hyper = "hypervisor" in (blocks[0].get("flags", "") if blocks else "")
         current = (sum(mhz) / len(mhz), "/proc/cpuinfo 'cpu MHz'" +

@@ -67,7 +67,7 @@ class ModelMeasurement:
         return None if self.power is None else self.power.avg_power_w
 
 
-def _out_of_memory(exc: BaseException) -> bool:
+def out_of_memory(exc: BaseException) -> bool:
     """torch.OutOfMemoryError (CUDA), or the CPU allocator's / a driver's out-of-memory RuntimeError
     (DefaultCPUAllocator: "can't allocate memory ... Cannot allocate memory")."""
     import torch
@@ -78,7 +78,7 @@ def _out_of_memory(exc: BaseException) -> bool:
                                       "cannot allocate memory"))
 
 
-def _oom_error(name: str, batch: int, precision: str, device: str, exc: BaseException) -> OutOfMemory:
+def oom_error(name: str, batch: int, precision: str, device: str, exc: BaseException) -> OutOfMemory:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return OutOfMemory(f"out of memory: {name} at batch {batch} ({precision}) on {device}; "
                        f"try a smaller --batch ({first[:120]})")
@@ -117,6 +117,8 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
                    min_samples: int = 10, threads: int | None = None,
                    clock_probe=None, fp32_mode: str = MODEL_FP32_MODE) -> ModelMeasurement:
     """Time `module(example_input)` at `precision` on `device`; energy when `power` is available.
+    `example_input` is a tensor or a tuple of the forward's arguments (floating-point tensors are
+    cast to the precision, every tensor moved to the device).
 
     The timing budget is `max_time_s`, stretched up to 4× for slow passes so that at least 6
     samples (the fewest with a 95% CI of the median) fit.
@@ -126,26 +128,34 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
     fails otherwise at this precision on this device.
     """
     import torch
+    from torch.utils._pytree import tree_map
 
     dtype = _dtype(precision)
+
+    def place(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        return t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device=device)
+
+    args = (example_input,) if isinstance(example_input, torch.Tensor) else tuple(example_input)
     try:
         model = module.to(device=device, dtype=dtype).eval()
-        x = example_input.to(device=device, dtype=dtype)
+        x = tree_map(place, args)
     except RuntimeError as exc:
-        if _out_of_memory(exc):
-            raise _oom_error(name, batch, precision, device, exc) from None
+        if out_of_memory(exc):
+            raise oom_error(name, batch, precision, device, exc) from None
         raise
 
     def forward():
-        return model(x)
+        return model(*x)
 
     with numerics(precision, device, fp32_mode) as switches:
         try:
             with torch.inference_mode():
                 forward()
         except (RuntimeError, NotImplementedError) as exc:
-            if _out_of_memory(exc):
-                raise _oom_error(name, batch, precision, device, exc) from None
+            if out_of_memory(exc):
+                raise oom_error(name, batch, precision, device, exc) from None
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UnsupportedPrecision(f"unsupported: {name} at {precision} on {device}: {first}") from None
         budget = budget_s(forward, device, max_time_s, min(min_samples, 6))
@@ -187,8 +197,8 @@ def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: st
     try:
         x = torch.randn((batch, *default_input_size(name)), generator=torch.Generator().manual_seed(0))
     except RuntimeError as exc:
-        if _out_of_memory(exc):
-            raise _oom_error(name, batch, precision, "cpu", exc) from None
+        if out_of_memory(exc):
+            raise oom_error(name, batch, precision, "cpu", exc) from None
         raise
     return measure_module(module, x, flop, name=name, batch=batch, precision=precision, device=device,
                           power=power, max_time_s=max_time_s, min_samples=min_samples, threads=threads,

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chipcal.measure import cache
+from chipcal.measure.allocator import release_freed_memory
 from chipcal.measure.cpu import CPU_SWEEP_PRECISIONS
 from chipcal.measure.device import check_device, device_kind, gpu_index
 from chipcal.measure.sweep import Sweep
@@ -306,7 +307,6 @@ def _point_from_dict(precision: str, d: dict) -> GemmPoint:
 def measure_gemm_point(precision: str, shape: Shape, device: str, *, max_time_s: float = 2.0,
                        min_samples: int = 6, clock_probe=None) -> GemmPoint:
     """Time one GEMM shape at `precision`: FLOP = 2·m·n·k, FLOP/s from the median time."""
-    import torch
 
     m, n, k = shape
     fn = gemm_callable(precision, m, n, k, device)
@@ -314,8 +314,7 @@ def measure_gemm_point(precision: str, shape: Shape, device: str, *, max_time_s:
         meas = time_callable(fn, device=device, min_samples=min_samples, warmup=0, clock_probe=clock_probe,
                              max_time_s=budget_s(fn, device, max_time_s, min_samples))
     del fn
-    if device_kind(device) == "cuda":
-        torch.cuda.empty_cache()
+    release_freed_memory(device)    # the next shape's buffers are fresh: this one's go back
     flop = FLOP_PER_MAC * m * n * k
     return GemmPoint(precision, m, n, k, flop, meas, flop / meas.median_s)
 

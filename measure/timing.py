@@ -13,6 +13,15 @@ block means (as in torch.utils.benchmark), narrower than the per-call spread.
 CI of the median: distribution-free, from order statistics — [x_(l), x_(n+1-l)] with l the largest
 rank where P(Bin(n, ½) ≤ l−1) ≤ 0.025, coverage ≥ 95% (Conover, Practical Nonparametric
 Statistics, §3.2). With n < 6 no such l exists; the CI is then [min, max] and says so.
+CI of the mean: mean ± t(0.975, n−1)·s/√n (Student). The two statistics answer different
+questions (docs/measurement.md, "Which statistic"); where one falls outside the
+other's CI (the mean outside the median's, or the median outside the mean's) the distribution
+is not one symmetric peak and says which shape it has:
+"bimodal" when the bimodality coefficient (g² + 1) / (κ + 3(n−1)²/((n−2)(n−3))) exceeds 5/9
+(g skewness, κ excess kurtosis; SAS, Pfister et al. 2013, Front. Psychol. 4:700) and the smaller
+side of the samples' best two-group split (Otsu: the cut with the largest between-group variance)
+holds at least MODE_SHARE of them; else "heavy-tailed" (a few slow samples pull the mean: a very
+skewed sample alone also scores above 5/9).
 """
 
 from __future__ import annotations
@@ -27,10 +36,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from chipcal.measure.cpu import cpu_clocks
+from chipcal.measure.cpu import cpufreq_current_hz
 from chipcal.measure.device import Device, check_device
 from chipcal.measure.system import OtherLoad
 
+BIMODAL_COEFFICIENT = 5 / 9   # the bimodality coefficient of a uniform distribution: above it, two modes
+MODE_SHARE = 0.2              # a second mode holds at least this share of the samples; fewer: a tail
 CV_THRESHOLD = 0.10        # coefficient of variation above which a measurement is unstable (pyperf warns at 10%)
 CLOCK_DRIFT = 0.05         # relative clock change between rounds that marks a measurement unstable
 CONTENTION = 0.25          # share of the CPUs other processes may use before a timing is unstable
@@ -51,6 +62,59 @@ def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int] | None:
     return None if best is None else (best, n + 1 - best)
 
 
+def mean_ci(x: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """Student-t CI of the mean of `x` ([mean, mean] for a single sample)."""
+    mean = float(x.mean())
+    if x.size < 2:
+        return mean, mean
+    from scipy.stats import t  # here, not at import: a cached-result reader needs no scipy
+
+    half = float(t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    return mean - half, mean + half
+
+
+def bimodality_coefficient(x: np.ndarray) -> float | None:
+    """Sample bimodality coefficient (module docstring); None below 4 samples or with no spread."""
+    n = x.size
+    sd = x.std()
+    if n < 4 or sd == 0:
+        return None
+    z = (x - x.mean()) / sd
+    g = float(np.mean(z**3)) * math.sqrt(n * (n - 1)) / (n - 2)
+    kurt = (n - 1) / ((n - 2) * (n - 3)) * ((n + 1) * (float(np.mean(z**4)) - 3) + 6)
+    return (g * g + 1) / (kurt + 3 * (n - 1) ** 2 / ((n - 2) * (n - 3)))
+
+
+def minor_mode_share(x: np.ndarray) -> float:
+    """Share of the samples on the smaller side of the two-group split with the largest
+    between-group variance (Otsu's criterion on the sorted samples)."""
+    xs = np.sort(x)
+    n = xs.size
+    if n < 2:
+        return 0.0
+    k = np.arange(1, n)
+    csum = np.cumsum(xs)[:-1]
+    mean_lo, mean_hi = csum / k, (xs.sum() - csum) / (n - k)
+    cut = int(np.argmax(k * (n - k) * (mean_hi - mean_lo) ** 2)) + 1
+    return min(cut, n - cut) / n
+
+
+def distribution_shape(x: np.ndarray, median: float, median_ci: tuple[float, float],
+                       mean: float, mean_ci_: tuple[float, float]) -> tuple[str, str | None]:
+    """("" | "bimodal" | "heavy-tailed", a warning): "" when the mean lies in the median's CI and
+    the median in the mean's; otherwise the shape the bimodality coefficient says."""
+    if median_ci[0] <= mean <= median_ci[1] and mean_ci_[0] <= median <= mean_ci_[1]:
+        return "", None
+    bc, share = bimodality_coefficient(x), minor_mode_share(x)
+    shape = "bimodal" if bc is not None and bc > BIMODAL_COEFFICIENT and share >= MODE_SHARE else "heavy-tailed"
+    why = ("too few samples to test for two modes" if bc is None else
+           f"bimodality coefficient {bc:.2f} {'>' if bc > BIMODAL_COEFFICIENT else '<='} 5/9, "
+           f"the smaller group {share:.0%} of the samples")
+    return shape, (f"{shape}: median {median * 1e3:.4g} ms (95% CI {median_ci[0] * 1e3:.4g}-{median_ci[1] * 1e3:.4g}) "
+                   f"and mean {mean * 1e3:.4g} ms (95% CI {mean_ci_[0] * 1e3:.4g}-{mean_ci_[1] * 1e3:.4g}) "
+                   f"disagree ({why}): the calls do not share one typical time; quote the median with this flag")
+
+
 @dataclass(frozen=True)
 class Measurement:
     """A timing distribution (seconds per call). Build with `from_samples`."""
@@ -67,6 +131,9 @@ class Measurement:
     cv: float
     unstable: bool
     warnings: tuple[str, ...] = ()
+    mean_ci_low_s: float = math.nan
+    mean_ci_high_s: float = math.nan
+    distribution: str = ""               # "", "bimodal" or "heavy-tailed" (module docstring)
     method: str = ""
     calls_per_sample: int = 1
     threads: int | None = None
@@ -77,6 +144,11 @@ class Measurement:
     def rel_ci(self) -> float:
         """Half-width of the median's CI relative to the median."""
         return (self.ci_high_s - self.ci_low_s) / 2 / self.median_s if self.median_s > 0 else math.inf
+
+    @property
+    def mean_rel_ci(self) -> float:
+        """Half-width of the mean's CI relative to the mean."""
+        return (self.mean_ci_high_s - self.mean_ci_low_s) / 2 / self.mean_s if self.mean_s > 0 else math.inf
 
     @classmethod
     def from_samples(cls, samples: Sequence[float], *, method: str = "", warnings: Sequence[str] = (),
@@ -103,6 +175,10 @@ class Measurement:
         else:
             lo, hi = float(xs[ranks[0] - 1]), float(xs[ranks[1] - 1])
         mean = float(x.mean())
+        mean_lo, mean_hi = mean_ci(x)
+        shape, note = distribution_shape(x, float(median), (lo, hi), mean, (mean_lo, mean_hi))
+        if note:
+            notes.append(note)
         cv = float(x.std(ddof=1) / mean) if n > 1 else 0.0
         unstable = False
         if cv > cv_threshold:
@@ -119,7 +195,8 @@ class Measurement:
             notes.append(f"unstable: other processes used {other_cpus:.1f} of {cpus} CPUs during the timing")
         return cls(samples_s=tuple(float(v) for v in x), n=n, median_s=float(median), q1_s=float(q1),
                    q3_s=float(q3), iqr_s=float(q3 - q1), ci_low_s=lo, ci_high_s=hi, mean_s=mean, cv=cv,
-                   unstable=unstable, warnings=tuple(notes), method=method,
+                   unstable=unstable, warnings=tuple(notes), mean_ci_low_s=mean_lo, mean_ci_high_s=mean_hi,
+                   distribution=shape, method=method,
                    calls_per_sample=calls_per_sample, threads=threads, clocks_hz=tuple(clocks),
                    other_cpus=other_cpus)
 
@@ -127,7 +204,8 @@ class Measurement:
         """What `from_dict` needs to rebuild it (the statistics are recomputed from the samples)."""
         return {"samples_s": list(self.samples_s), "method": self.method, "calls_per_sample": self.calls_per_sample,
                 "threads": self.threads, "clocks_hz": list(self.clocks_hz), "other_cpus": self.other_cpus,
-                "warnings": [w for w in self.warnings if not w.startswith(("unstable:", "only "))]}
+                "warnings": [w for w in self.warnings if not w.startswith(("unstable:", "only ", "bimodal:",
+                                                                          "heavy-tailed:"))]}
 
     @classmethod
     def from_dict(cls, data: dict) -> Measurement:
@@ -187,8 +265,11 @@ class ClockSampler:
 
 
 def cpu_clock_probe() -> float | None:
-    """Mean current CPU clock in Hz (cpufreq or /proc/cpuinfo), None where unreadable."""
-    return cpu_clocks()["current"][0]
+    """Mean current CPU clock in Hz from cpufreq (sysfs scaling_cur_freq); None without cpufreq.
+
+    /proc/cpuinfo's 'cpu MHz' is not read: under a hypervisor without cpufreq it is the constant TSC
+    rate (it can show no drift), and reading and parsing it for every CPU is the costliest probe."""
+    return cpufreq_current_hz()
 
 
 def _done(samples: list[float], min_samples: int, target_rel_ci: float) -> bool:
@@ -313,7 +394,8 @@ def time_callable(fn: Callable[[], object], *, device: str = "cpu", min_samples:
 
     Bounded: stops after `max_time_s` of measuring even if the target is not met (the Measurement
     then says so). `clock_probe` returns the current clock in Hz; it is read between rounds to
-    detect clock changes (default: the CPU clock on CPU, none on CUDA — pass the NVML SM clock).
+    detect clock changes (default: the cpufreq clock on CPU, none on CUDA — pass the NVML SM
+    clock), and on CUDA also every 0.1 s by a sampling thread (ClockSampler).
     """
     import torch
 
@@ -323,7 +405,10 @@ def time_callable(fn: Callable[[], object], *, device: str = "cpu", min_samples:
     threads = threads or torch.get_num_threads()
     if clock_probe is None and not cuda:
         clock_probe = cpu_clock_probe
-    sampler = ClockSampler(clock_probe)
+    # CPU: the clock is read between rounds only. A sampling thread is a third runnable thread on
+    # a 2-core machine timing 2 torch threads: each wake-up preempts a worker, and the other
+    # waits for it at the next OpenMP barrier (docs/measurement.md, "Which statistic")
+    sampler = ClockSampler(clock_probe if cuda else None)
     with fixed_threads(threads), torch.inference_mode(), OtherLoad() as other, sampler:
         for _ in range(warmup):
             fn()

@@ -3,7 +3,9 @@
 Each (model, batch, fused|eager) is characterized once (torch, meta tensors) and stored under
 the `workloads/` folder of chipcal's cache root (measure/cache.py: $CHIPCAL_CACHE_DIR, else
 $XDG_CACHE_HOME/chipcal, else ~/.cache/chipcal), keyed by a hash of the workload code
-and the torch/torchvision versions: a change to either invalidates the entry.
+and the torch/torchvision/transformers versions: a change to either invalidates the entry. An
+LLM forward (llm_config.StepKey: config digest, phase, batch, tokens, cache, dtype, partition) is
+stored the same way as an LlmStep.
 
 The cache is data, never code: JSON (model/workload/serialize.py) with a SHA-256 of its content,
 checked on load. Only model names shaped like torchvision's (lowercase letters, digits, _) reach a
@@ -40,7 +42,7 @@ def _code_key() -> str:
     for path in sorted(p for loc in spec.submodule_search_locations for p in Path(loc).glob("*.py")):
         h.update(path.name.encode())
         h.update(path.read_bytes())
-    for dist in ("torch", "torchvision"):
+    for dist in ("torch", "torchvision", "transformers"):
         try:
             h.update(metadata.version(dist).encode())
         except metadata.PackageNotFoundError:
@@ -80,7 +82,7 @@ class WorkloadSource:
     def __init__(self, use_cache: bool = True, notify: Callable[[str], None] = lambda _: None):
         self.use_cache = use_cache
         self.notify = notify
-        self.memo: dict[tuple[str, int, bool], object] = {}
+        self.memo: dict[object, object] = {}
         self.key = _code_key() if use_cache else ""
         self._dir: Path | None = None
         self._dir_checked = False
@@ -108,11 +110,43 @@ class WorkloadSource:
             return None
         return directory / f"{model}-b{batch}-{'fused' if fuse else 'eager'}-{self.key}.json"
 
+    def llm_step(self, key):
+        """The LlmStep `key` (llm_config.StepKey) names, from the cache or characterized now
+        (torch and transformers; TransformersMissing without them)."""
+        if key in self.memo:
+            return self.memo[key]
+        directory = self._directory() if self.use_cache else None
+        path = directory / f"{key.slug}-{self.key}.json" if directory else None
+        header = {"step": key.slug}
+        step = self._load(path, header, "llm_step") if path else None
+        if step is None:
+            from chipcal.model.workload.llm import characterize_step, transformers_module
+
+            transformers_module(key.config.name)        # refused in one line, before the note
+            self.notify(f"characterizing {key.config.name} {key.phase} at batch {key.batch}, "
+                        f"{key.cached + key.tokens} tokens (torch, meta tensors)...")
+            step = characterize_step(key)
+            if path:
+                self._store(path, header, "llm_step", step)
+        self.memo[key] = step
+        return step
+
     def get(self, model: str, batch: int, fuse: bool = True):
+        """The Workload of torchvision model `model`, or of the user's `file.py:factory` (never
+        stored on disk: its code can change), at `batch`."""
         if (model, batch, fuse) in self.memo:
             return self.memo[(model, batch, fuse)]
+        from chipcal.model.workload.user_model import is_user_model
+
+        if is_user_model(model):
+            from chipcal.model.workload.user_model import characterize_user_model
+
+            self.notify(f"characterizing {model} at batch {batch} (runs your file; torch, meta tensors)...")
+            self.memo[(model, batch, fuse)] = characterize_user_model(model, batch, fuse)
+            return self.memo[(model, batch, fuse)]
         path = self._path(model, batch, fuse) if self.use_cache else None
-        workload = self._load(path, model, batch, fuse) if path else None
+        header = {"model": model, "batch": batch, "fused": fuse}
+        workload = self._load(path, header, "workload") if path else None
         if workload is None:
             from chipcal.model.workload import (
                 UnknownModelError,
@@ -125,13 +159,16 @@ class WorkloadSource:
             self.notify(f"characterizing {model} at batch {batch} (torch, meta tensors)...")
             workload = characterize_model(model, batch, fuse=fuse)
             if path:
-                self._store(path, (model, batch, fuse), workload)
+                self._store(path, header, "workload", workload)
         self.memo[(model, batch, fuse)] = workload
         return workload
 
-    def _load(self, path: Path, model: str, batch: int, fuse: bool):
-        """The cached workload, or None (a miss, or any problem with the entry: noted)."""
-        from chipcal.model.workload.serialize import workload_from_dict
+    def _load(self, path: Path, header: dict, kind: str):
+        """The cached record (`kind` "workload" or "llm_step"), or None (a miss, or any problem
+        with the entry: noted). `header` must match the entry's."""
+        from chipcal.model.workload.serialize import llm_step_from_dict, workload_from_dict
+
+        from_dict = workload_from_dict if kind == "workload" else llm_step_from_dict
 
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -148,22 +185,20 @@ class WorkloadSource:
                 doc = json.loads(fh.read())
             if not isinstance(doc, dict) or doc.get("format") != FORMAT:
                 raise ValueError(f"not a {FORMAT} file")
-            if (doc.get("key"), doc.get("model"), doc.get("batch"), doc.get("fused")) != (self.key, model, batch, fuse):
+            if doc.get("key") != self.key or any(doc.get(k) != v for k, v in header.items()):
                 raise ValueError("written for another model, batch or code version")
-            if doc.get("sha256") != _digest(doc.get("workload")):
+            if doc.get("sha256") != _digest(doc.get(kind)):
                 raise ValueError("content hash does not match")
-            return workload_from_dict(doc["workload"])
+            return from_dict(doc[kind])
         except (OSError, ValueError, TypeError, RecursionError) as exc:
             self.notify(f"note: cache entry {path.name} unusable ({str(exc)[:80]}); characterizing again")
             return None
 
-    def _store(self, path: Path, entry: tuple[str, int, bool], workload) -> None:
-        from chipcal.model.workload.serialize import workload_to_dict
+    def _store(self, path: Path, header: dict, kind: str, record) -> None:
+        from chipcal.model.workload.serialize import llm_step_to_dict, workload_to_dict
 
-        payload = workload_to_dict(workload)
-        model, batch, fuse = entry
-        doc = {"format": FORMAT, "key": self.key, "model": model, "batch": batch, "fused": fuse,
-               "sha256": _digest(payload), "workload": payload}
+        payload = (workload_to_dict if kind == "workload" else llm_step_to_dict)(record)
+        doc = {"format": FORMAT, "key": self.key, **header, "sha256": _digest(payload), kind: payload}
         try:
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
             try:

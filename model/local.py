@@ -111,6 +111,24 @@ CPU_CLASSES: dict[str, CpuClass] = {
 }
 
 
+# Cycles of one microcode assist: Intel cores run a SIMD floating-point instruction with a
+# subnormal input or result through one (Intel oneMKL developer guide, "Operating on Denormals";
+# "over 160 cycles on Sandybridge-family", P. Cordes, stackoverflow.com/a/60970819). Measured here:
+# 44 ns per assisted 16-lane FMA at the 2.1 GHz nominal clock of the 2-vCPU Sapphire Rapids VM
+# (bmm with half of one operand subnormal, N = 16-128, thread CPU time; model/workload/subnormal.py).
+# AMD Zen and Arm Neoverse cores handle subnormals in hardware: no assist (the recorded Zen 4/5 runs
+# time swin_t, whose attention takes subnormals, within 5-19 % of the model without one).
+INTEL_SUBNORMAL_ASSIST_CYCLES = 92
+SUBNORMAL_SOURCE = ("measured: 44 ns per assisted 16-lane FMA at 2.1 GHz on a Sapphire Rapids VM "
+                    "(model/workload/subnormal.py); Intel cores take a microcode assist for subnormal "
+                    "operands (oneMKL developer guide, 'Operating on Denormals')")
+
+
+def subnormal_assist_cycles(vendor: str) -> int | None:
+    """Cycles a core of `vendor` loses per SIMD instruction with a subnormal operand (None: no assist)."""
+    return INTEL_SUBNORMAL_ASSIST_CYCLES if vendor == "GenuineIntel" else None
+
+
 def cpu_class(vendor: str, arch: str, simd_bits: int, has_amx: bool, family: int | None = None) -> CpuClass:
     """The reference class for a CPU with these features (see CPU_CLASSES); AMD family 26 (0x1A)
     with AVX-512 is Zen 5."""
@@ -232,7 +250,9 @@ def chip_from_cpu(spec: CpuSpec) -> Chip:
             "l2_bytes_per_core": l2,
             "l3_bytes": l3,
             **({"matrix_engine": "amx"} if spec.has_amx else {}),
-            "source": f"measured: OS cache and topology report; {fma_note}{cache_note}",
+            **({"subnormal_assist_cycles": assist} if (assist := subnormal_assist_cycles(spec.vendor)) else {}),
+            "source": (f"measured: OS cache and topology report; {fma_note}{cache_note}"
+                       + (f"; subnormal_assist_cycles {SUBNORMAL_SOURCE}" if assist else "")),
         },
         "notes": ("Built from the local machine; in a VM the reported L3 and clock are the host's "
                   "(the clock is often the TSC rate, not the sustained AVX-512/AMX clock)."),

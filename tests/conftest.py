@@ -1,11 +1,17 @@
-"""Shared test configuration: skip `gpu` tests on machines without CUDA."""
+"""Shared test configuration: `gpu` tests skip without CUDA; the slow tests start first; under
+pytest-xdist a `timing` test runs alone; models and micro-layers can be characterized once."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 
 def pytest_collection_modifyitems(config, items):
+    # slowest first: pytest-xdist hands tests out in this order, and a long test started last would
+    # leave the other worker idle at the end (sort is stable: the order within each group stays)
+    items.sort(key=lambda item: "slow" not in item.keywords)
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return
@@ -16,6 +22,70 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _timing_tests_run_alone(request, tmp_path_factory):
+    """Under pytest-xdist, a `timing` test runs with no other test beside it: the other worker's
+    load would be timed with the code. It shuts a gate to tests not yet started, waits until the
+    running ones have left the room and holds it alone; any other test passes the gate and shares
+    the room. (flock on two files in the directory the workers share; without xdist, nothing.)"""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp().parent
+    with open(shared / "timing-gate.lock", "a") as gate, open(shared / "timing-room.lock", "a") as room:
+        if "timing" in request.keywords:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(room, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(gate, fcntl.LOCK_SH)
+            fcntl.flock(room, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(room, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session")
+def _workloads() -> dict:
+    return {}
+
+
+@pytest.fixture(scope="module")
+def characterize_once(_workloads):
+    """For a test module: each torchvision model (by name, batch, input size, partition) and each
+    micro-layer or chain of measure.layers (by label and partition) is characterized once per
+    session. A Workload is a frozen record and characterizing the same module again gives an equal
+    one; the tests of characterization itself do not use this."""
+    from chipcal.measure.layers import default_cases, default_chains
+    from chipcal.model.workload import characterization, models
+
+    cases = {c.label for c in default_cases("cpu") + default_cases("cuda") + default_chains()}
+    real_model, real_characterize = models.characterize_model, characterization.characterize
+
+    def characterize_model(name, batch=1, input_size=None, fuse=True):
+        key = ("model", name, batch, input_size, fuse)
+        if key not in _workloads:
+            _workloads[key] = real_model(name, batch, input_size, fuse)
+        return _workloads[key]
+
+    def characterize(module, example_inputs, model_name="custom", **options):
+        if model_name not in cases or set(options) - {"fuse"}:
+            return real_characterize(module, example_inputs, model_name, **options)
+        key = ("case", model_name, options.get("fuse", True))
+        if key not in _workloads:
+            _workloads[key] = real_characterize(module, example_inputs, model_name, **options)
+        return _workloads[key]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(models, "characterize_model", characterize_model)
+        mp.setattr(characterization, "characterize", characterize)
+        yield
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ def test_passes_in_a_recorded_trace():
     assert passes_in_trace("\n".join(line for line in ZEN4_TRACE.splitlines() if ",reorder," not in line)) == 0.0
 
 
+@pytest.mark.timing
 # torch.backends.mkldnn.flags() also sets oneDNN's TF32 switch, which warns on builds without Intel GPU support
 @pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN:UserWarning")
 def test_probe_counts_this_machine_and_none_without_onednn():
@@ -160,6 +161,7 @@ def test_weight_reorder_times_in_a_recorded_trace():
     assert reorder_times_s(ZEN5_WEIGHT_TRACE.replace("512x512x3x3", "x"), "512x512x3x3") == []
 
 
+@pytest.mark.timing
 @pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN:UserWarning")
 def test_probe_times_weight_reorders_or_says_none():
     """On this machine: oneDNN reorders OIHW weights in every call (a rate), or the detail says not."""

@@ -66,14 +66,11 @@ def test_cuda_without_gpu_says_why(cli):
 
 @pytest.mark.parametrize("argv", MODEL_BAD, ids=" ".join)
 def test_measure_model_efficiency_bad_input(cli, argv):
-    if argv[:2] == ["--model", "resnet5"]:
-        pytest.importorskip("chipcal.model.workload")
     rc, out, err = cli(mme.main, argv)
     one_line_usage_error(rc, out, err)
 
 
 def test_unknown_model_suggests(cli):
-    pytest.importorskip("chipcal.model.workload")
     _, _, err = cli(mme.main, ["--model", "resnet5"])
     assert "resnet50" in err
 
@@ -153,7 +150,6 @@ ISSUE_MODEL_FIELDS = {"model", "batch", "precision", "device", "flop", "latency_
 
 
 def test_measure_model_efficiency_json_and_ctrl_c(cli, tiny_sweep, tmp_path, monkeypatch):
-    pytest.importorskip("chipcal.model.workload")
     calls = []
 
     def fake(*a, **k):
@@ -182,7 +178,6 @@ def test_measure_model_efficiency_json_and_ctrl_c(cli, tiny_sweep, tmp_path, mon
 
 
 def test_unsupported_model_precision_is_a_row(cli, tiny_sweep, monkeypatch):
-    pytest.importorskip("chipcal.model.workload")
 
     def unsupported(name, batch, precision, device, **kw):
         raise models_mod.UnsupportedPrecision(f"unsupported: {name} at {precision} on {device}: no kernel")

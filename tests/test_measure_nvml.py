@@ -15,6 +15,8 @@ from chipcal.measure import system
 from chipcal.measure.models import measure_module
 from chipcal.measure.power import NvmlSource, UnavailableSource, open_power_source
 
+pytestmark = pytest.mark.timing          # the fake sensor's windows are real seconds
+
 
 class NVMLError(Exception):
     pass

@@ -124,6 +124,7 @@ def test_open_power_source_cpu_with_powercap(monkeypatch, rapl_tree):
     assert src.available and src.name == "rapl"
 
 
+@pytest.mark.timing
 def test_sampler_failure_is_flagged_not_silent(rapl_tree):
     import time
 

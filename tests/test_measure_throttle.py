@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import time
 
+import pytest
+
 from chipcal.calibrate import flags as gap
 from chipcal.measure.throttle import ThrottleWatch, cpu_throttle_count, decode_clock_events
 from chipcal.measure.timing import ClockSampler, time_callable
@@ -49,6 +51,7 @@ def test_gpu_power_cap_reason_is_reported_idle_is_not(tmp_path):
     assert watch.reasons == ("sw_power_cap",)
 
 
+@pytest.mark.timing
 def test_sustained_run_has_enough_clock_samples_for_the_sag_flag():
     # a 1.2 s run sampled every 0.1 s: ~11 samples; a clock falling 3.0 -> 2.0 GHz halfway is a sag
     clocks = itertools.chain([3.0e9] * 6, itertools.repeat(2.0e9))

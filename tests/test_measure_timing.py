@@ -10,6 +10,8 @@ import torch
 from chipcal.measure import timing
 from chipcal.measure.timing import Measurement, median_ci_ranks, time_callable
 
+pytestmark = pytest.mark.timing          # every test here times code on this host
+
 
 def sleep(seconds: float):
     """A wait of `seconds` that a loaded host cannot stretch by preemption, as it can a busy-wait."""
@@ -158,3 +160,58 @@ def test_contention_marks_unstable():
     busy_run = Measurement.from_samples(steady, other_cpus=1.0, cpu_count=2)
     assert busy_run.unstable and any("other processes used 1.0 of 2 CPUs" in w for w in busy_run.warnings)
     assert Measurement.from_dict(busy_run.to_dict()).other_cpus == 1.0
+
+
+def test_mean_and_its_ci_by_hand():
+    m = Measurement.from_samples([float(v) for v in range(1, 11)])  # 1..10
+    # Student t(0.975, 9) = 2.2622; s = 3.0277; half-width 2.2622 * 3.0277 / sqrt(10) = 2.1659
+    assert (m.mean_ci_low_s, m.mean_ci_high_s) == pytest.approx((5.5 - 2.1659, 5.5 + 2.1659), abs=1e-3)
+    assert m.distribution == ""          # symmetric: the mean in the median's CI and the median in the mean's
+
+
+def test_a_second_mode_is_flagged_bimodal():
+    # 12 calls at 10 ms, 8 at 20 ms: median 10 ms (CI ranks 6 and 15: 10-20 ms), mean 14 ms with a
+    # t CI of 14 +- 2.093 * 5.03 / sqrt(20) = 11.65-16.35 ms: the median lies outside it
+    m = Measurement.from_samples([0.010] * 12 + [0.020] * 8)
+    assert m.median_s == 0.010 and m.mean_s == pytest.approx(0.014)
+    assert m.mean_ci_low_s == pytest.approx(0.01165, abs=2e-5)
+    assert m.distribution == "bimodal" and any(w.startswith("bimodal:") for w in m.warnings)
+    assert Measurement.from_dict(m.to_dict()) == m
+
+
+def test_a_few_slow_calls_are_flagged_heavy_tailed():
+    # 18 calls at 10 ms, 2 at 60 ms: the mean (15 ms) leaves the median's CI (10-10 ms), but the
+    # slow group holds 10 % of the calls, below the 20 % a second mode needs
+    m = Measurement.from_samples([0.010] * 18 + [0.060] * 2)
+    assert m.mean_s == pytest.approx(0.015) and (m.ci_low_s, m.ci_high_s) == (0.010, 0.010)
+    assert m.distribution == "heavy-tailed" and any(w.startswith("heavy-tailed:") for w in m.warnings)
+
+
+def test_cpu_timing_runs_no_thread_beside_the_timed_one():
+    """A clock-sampling thread on a 2-core machine timing 2 torch threads preempts one of them at
+    every wake-up; CPU timings read the clock between rounds only."""
+    import threading
+
+    before = threading.active_count()
+    seen = []
+    time_callable(lambda: seen.append(threading.active_count()), max_time_s=0.3, min_samples=3,
+                  clock_probe=lambda: 2.6e9)
+    assert seen and max(seen) == before
+
+
+def test_chipcal_timer_agrees_with_torch_utils_benchmark():
+    """chipcal's figure for a tiny callable against torch.utils.benchmark's blocked_autorange at
+    the same thread count, interleaved in this run: the median ratio within 0.7-1.4 (a shared host
+    shifts single rounds; never an absolute time)."""
+    import statistics
+
+    from torch.utils.benchmark import Timer
+
+    a = torch.randn(96, 96)
+    ratios = []
+    for _ in range(3):
+        ours = time_callable(lambda: a @ a, max_time_s=0.15, min_samples=5, threads=1).median_s
+        theirs = statistics.median(Timer("a @ a", globals={"a": a}, num_threads=1)
+                                   .blocked_autorange(min_run_time=0.15).times)
+        ratios.append(ours / theirs)
+    assert 0.7 <= statistics.median(ratios) <= 1.4, ratios

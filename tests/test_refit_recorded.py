@@ -1,12 +1,15 @@
 """Re-fit recorded calibration runs of other machines and predict their recorded whole-model
-timings: the fit must hold on a CPU the code was not developed on (issue: calibration that holds
-on a second machine)."""
+timings: the fit must hold on a CPU the code was not developed on (issues: calibration that holds
+on a second machine; that transfers to a third, issue 38). Each run is re-fitted once per session
+(`refitted`); its bounds are the target or the figure it first reached, and its figures may not
+drift from what its refit reached at the last review by more than two points (Recorded)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import re
+from dataclasses import dataclass, field
 
 import pytest
 from recorded import MACHINES, machine_tree, reference_document
@@ -19,6 +22,8 @@ from chipcal.cli import calibrate as calibrate_cli
 from chipcal.measure import system
 from chipcal.measure.bandwidth import local_overrides
 
+pytestmark = pytest.mark.usefixtures("characterize_once")
+
 
 def recorded_chip(tmp_path, name: str, doc: CalibrationDocument):
     """The recorded CPU as a calibration models it: its cores, SIMD and clock from the recorded
@@ -29,88 +34,147 @@ def recorded_chip(tmp_path, name: str, doc: CalibrationDocument):
     return system.local_chip(**local_overrides(recorded_bandwidth(doc), spec), cpu=spec)
 
 
-# (machine, document, held-out runs, calibrated median |error| of the run's own day, median and p90
-# bounds, how many times better than the defaults the median must be)
+TARGET = {"median": 0.10, "p90": 0.25}   # the issues' accuracy target for median and p90 |error|
+WORSE_BY = 0.02    # how far a refit may drift from the figure it reached at the last review (issue 38)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A recorded CPU run and what its refit is held to.
+
+    `bound`: per statistic, either the TARGET (the run reached it, on its own day or in a refit: it
+    must stay there) or the figure the run first reached, its own calibration's validation on its
+    day as the document records it (it must get no worse than the machine did then); each entry's
+    comment says which. A bound is never relaxed: where today's code misses it, the case is a
+    strict xfail that names the figures (`regressed`), so it turns into a failure once met.
+    `reached`: the refit's figures at the last review (commit in the comment); a change may move
+    them by at most WORSE_BY before it fails, and when a change improves them they are lowered."""
+
+    name: str
+    document: str
+    runs: int                          # held-out (model, batch) timings in the document
+    bound: dict[str, float]
+    reached: dict[str, float]
+    gain: float                        # the calibrated median beats the defaults' by this factor
+    regressed: dict[str, str] = field(default_factory=dict)   # statistic -> why today misses its bound
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}/{self.document}"
+
+
+def _figures(median: float, p90: float) -> dict[str, float]:
+    return {"median": median, "p90": p90}
+
+
 RECORDED = [
-    # AVX2-only EPYC, quiet host, --quick: 6 models x batch 1, 8; that day 18.6 % (defaults 36.2 %)
-    ("amd-epyc-avx2-2vcpu", "calibration-quick.json", 12, 0.186, 0.16, 0.35, 2.0),
-    # Xeon with AMX, the checked-in reference run: 7 models x batch 1, 8; that day 11.8 % (defaults 34.2 %).
-    # Since the GEMM-informed prior 17.4 % / 22.0 % (was 15.2 % / 24.1 %; mean |error| 14.6 %, was 15.1 %).
-    # Since the DRAM figure is read beyond the cache (25.6 GB/s, not the 39.9 that the 51 GB/s of
-    # its 32-48 MiB sizes lifted): 18.3 % / 24.0 %, and the defaults on that figure 24.2 % (gain 1.3)
-    ("intel-xeon-spr-2vcpu", "calibration-full.json", 14, 0.118, 0.19, 0.35, 1.25),
-    # Zen 4 EPYC (AVX-512, bf16, VNNI), full run of 2026-11-24 with the cross-validation self-check:
-    # 19.4 % / 39.6 % (defaults 31.4 % / 46.0 %); refit 17.3 % / 39.1 %; mobile networks at batch 8
-    # are 35-52 % too fast
-    ("amd-epyc-zen4-2vcpu", "calibration-full.json", 14, 0.194, 0.25, 0.45, 1.4),
-    # Zen 5 EPYC (AVX-512, bf16, VNNI; torch 2.14.1), `chipcal calibrate --remeasure` of 2026-11-23
-    # (results/amd-epyc-2c-c90a32d0): 7 models x batch 1, 8; that day 19.7 % / 32.6 % (defaults
-    # 24.3 % / 41.4 %); refit 18.4 % / 29.5 % (defaults 24.5 %), every model too fast (-6 to -31 %):
-    # 3 chains and batch-1 micro-layers only, and its fp32 GEMM at 65 % of the derived peak
-    # Since a parameter found unconstrained in the fit's second pass is held at its prior too (the
-    # elementwise efficiency went back from 0.069 to 0.5): 22.0 % / 32.6 % (defaults 24.5 %)
-    ("amd-epyc-zen5-2vcpu", "calibration-full.json", 14, 0.197, 0.23, 0.34, 1.1),
-    # the same VM type, torch 2.15, `chipcal calibrate --quick` of 2026-11-25 (results/amd-epyc-2c-c90a32d0):
-    # 9 models x batch 1, 8. Run 2 of three: that day 16.5 % / 50.9 % (defaults 33.4 % / 47.2 %), with
-    # the elementwise efficiency at 0.06 while the report said its prior 0.5 was kept and conv1x1
-    # reverted to its defaults; refit 9.4 % / 29.7 %: ResNet-family 1x1 convolutions at batch 8 are
-    # 19-43 % too slow (conv1x1 efficiency 0.68 against 0.86 in run 3). Since the graph input stays
-    # on chip with the weights (mapping.base.traffic; 53 recorded runs: mean median 10.3 % -> 9.4 %,
-    # 30 -> 36 within the target): 13.1 % / 27.9 % (was 9.6 % / 29.9 %). Its 1x1 micro-layers on
-    # large maps are predicted faster, and this run (glibc's default allocator) fits the elementwise
-    # efficiency at 0.048 to slow them down, which makes EfficientNet-B0 at batch 8 28 % too slow
-    ("amd-epyc-zen5-2vcpu", "calibration-quick-2.json", 18, 0.165, 0.14, 0.32, 2.5),
-    # run 3, in a slow minute (1 thread as fast as 2 on a 1024^3 fp32 matmul just before): that day
-    # 6.9 % / 16.2 % (defaults 31.3 % / 42.1 %), the issue's target; bound 10.5 % as for the Zen 4 runs.
-    # Since the memory factor is held at its ceiling 4 when it runs into it (not put back to 1):
-    # 7.1 % / 13.0 %
-    ("amd-epyc-zen5-2vcpu", "calibration-quick-3.json", 18, 0.069, 0.105, 0.25, 3.0),
-    # the same VM, `chipcal calibrate --quick` with the allocator pinned and the batch-8 micro-layers:
-    # 8.5 % / 22.3 % (defaults 25.1 % / 50.1 %), the issue's target (median <= 10 %, p90 <= 25 %).
-    # Since the self-check weighs held-out layers by their time (calibrate.selfcheck.ClassVerdict):
-    # 12.4 % / 23.7 %, conv1x1 and matmul back at their priors (was 8.3 % / 22.6 %); the same rule
-    # took the Zen 5 main job of 2026-11-25 from 15.5 % / 44.9 % to 10.0 % / 16.2 % and 41 recorded
-    # runs from a mean median 11.5 % to 11.2 % (docs/calibration-fits.md, step 4a)
-    ("amd-epyc-zen4-2vcpu", "calibration-quick-pinned.json", 12, 0.085, 0.13, 0.25, 1.9),
-    # the same VM, --quick with the fourth chain (mobile blocks at batch 8) that separates the
-    # in-network memory factor from the switch cost (results/.../20261124T231213Z): 9 models x
-    # batch 1, 8; that day 9.93 % / 16.2 % (defaults 26.1 % / 38.7 %), factor 3.79, with a DRAM
-    # figure of 98 GB/s read in the cache; since the factor scales the on-chip stream only and the
-    # DRAM figure is read beyond the cache (31.1 GB/s), 8.6 % / 13.9 %, factor 1.0. The median's bound is 10.5 %: at
-    # 10 % the least-squares tolerance on another machine's BLAS could decide the test
-    ("amd-epyc-zen4-2vcpu", "calibration-quick-chains.json", 18, 0.099, 0.105, 0.25, 2.5),
-    # the Zen 5 VM, the main job of 2026-11-25 18:24 (results/.../20261125T182344Z), the first whose
-    # layout probe timed oneDNN's fixed cost per convolution call (38 us, the convolution classes'
-    # overhead prior) beside its per-call weight reorders (27.4 GB/s 3x3, 78.8 GB/s 1x1): 11 models x
-    # batch 1, 8; that day 7.1 % / 12.3 % (defaults 27.3 % / 42.4 %), the issue's target. (The main job
-    # of 15:52, calibration-main-reorder.json, is refitted with and without its weight rates below.)
-    ("amd-epyc-zen5-2vcpu", "calibration-main-call.json", 22, 0.071, 0.10, 0.25, 3.0),
+    # AVX2-only EPYC, quiet host, --quick, 6 models x batch 1, 8. Bounds: first reached, its own day
+    # 18.6 % / 37.1 % (defaults 36.2 %). Reached 12.7 % / 31.6 % (issue 38, both before and after)
+    Recorded("amd-epyc-avx2-2vcpu", "calibration-quick.json", 12, _figures(0.186, 0.371),
+             _figures(0.127, 0.316), 2.0),
+    # Xeon with AMX, the first reference run (2026-11-21), 7 models. Bounds: median first reached, its
+    # own day 11.8 % (older code); p90 the target (its day: 24.2 %). Reached 14.1 % / 26.2 %
+    Recorded("intel-xeon-spr-2vcpu", "calibration-full.json", 14, _figures(0.118, TARGET["p90"]),
+             _figures(0.141, 0.262), 1.25,
+             {"median": "11.8 % on its day (with the code of 2026-11-21); refits since the GEMM-informed "
+                        "prior 14-18 %: its mobile networks are 13-25 % too fast",
+              "p90": "24.2 % on its day; 26.2 % since: resnet50 and vit_b_16 at batch 8 21-27 % too slow"}),
+    # Zen 4 EPYC, the full run of 2026-11-24. Bounds: first reached, its own day 19.4 % / 39.6 %
+    # (defaults 31.4 % / 46.0 %). Reached 11.7 % / 33.5 %
+    Recorded("amd-epyc-zen4-2vcpu", "calibration-full.json", 14, _figures(0.194, 0.396),
+             _figures(0.117, 0.335), 1.4),
+    # Zen 5 EPYC, `chipcal calibrate --remeasure` of 2026-11-23, 7 models. Bounds: first reached, its
+    # own day 19.7 % / 32.6 %. Reached 20.3 % / 33.5 %
+    Recorded("amd-epyc-zen5-2vcpu", "calibration-full.json", 14, _figures(0.197, 0.326),
+             _figures(0.203, 0.335), 1.1,
+             {"median": "19.7 % on its day; 20.3 % since a parameter found unconstrained in the second "
+                        "pass is held at its prior (the elementwise efficiency back to 0.5)",
+              "p90": "32.6 % on its day; 33.5 % since (every model too fast, 3 chains and batch-1 layers only)"}),
+    # the same VM type, torch 2.15, --quick run 2 of 2026-11-25, 9 models. Bounds: first reached, its
+    # own day 16.5 % / 50.9 %. Reached 13.1 % / 27.9 %
+    Recorded("amd-epyc-zen5-2vcpu", "calibration-quick-2.json", 18, _figures(0.165, 0.509),
+             _figures(0.131, 0.279), 2.5),
+    # run 3: its own day 6.9 % / 16.2 %. Bounds: the target. Reached 7.0 % / 14.0 %
+    Recorded("amd-epyc-zen5-2vcpu", "calibration-quick-3.json", 18, dict(TARGET), _figures(0.070, 0.140), 3.0),
+    # Zen 4 --quick, allocator pinned, batch-8 micro-layers: its own day 8.5 % / 22.3 %. Bounds: the
+    # target. Reached 7.9 % / 21.1 %
+    Recorded("amd-epyc-zen4-2vcpu", "calibration-quick-pinned.json", 12, dict(TARGET), _figures(0.079, 0.211), 1.9),
+    # Zen 4 --quick with the fourth chain: its own day 9.9 % / 16.2 %. Bounds: the target. Reached
+    # 6.7 % / 14.3 %
+    Recorded("amd-epyc-zen4-2vcpu", "calibration-quick-chains.json", 18, dict(TARGET), _figures(0.067, 0.143), 2.5),
+    # Zen 5 main job of 2026-11-25 18:24 with oneDNN's per-call cost timed: its own day 7.1 % /
+    # 12.3 %. Bounds: the target. Reached 7.1 % / 12.2 % (with the BLAS weight pack of issue 38)
+    Recorded("amd-epyc-zen5-2vcpu", "calibration-main-call.json", 22, dict(TARGET), _figures(0.071, 0.122), 3.0),
+    # Xeon (Sapphire Rapids class) VM, --quick of 2026-11-26, 9 models: its own day 22.6 % / 42.1 %
+    # (noise between rounds 15.2 %). Bounds: first reached, its own day. Reached 15.6 % / 37.3 %
+    # (issue 38: subnormal assists and the BLAS weight pack; 22.6 % / 42.1 % before)
+    Recorded("intel-xeon-spr-2vcpu-20261126", "calibration-quick.json", 18, _figures(0.226, 0.421),
+             _figures(0.156, 0.373), 2.2),
+    # the same VM, the README's main job of 2026-11-26, 11 models: its own day 11.7 % / 39.3 %.
+    # Bounds: median the target (reached in the refit of issue 38), p90 first reached, its own day.
+    # Reached 8.1 % / 26.1 % (11.7 % / 39.3 % before)
+    Recorded("intel-xeon-spr-2vcpu-20261126", "calibration-main.json", 22, _figures(TARGET["median"], 0.393),
+             _figures(0.081, 0.261), 2.5),
 ]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("name", "document", "runs", "that_day", "median_bound", "p90_bound", "gain"), RECORDED)
-def test_refit_of_a_recorded_run_predicts_its_models(tmp_path, name, document, runs, that_day, median_bound,
-                                                     p90_bound, gain):
-    """Today's fit on each machine's recorded raw timings predicts that machine's recorded
-    whole-model timings (never used in the fit) better than the defaults, by `gain`.
+@pytest.fixture(scope="session")
+def refitted(tmp_path_factory):
+    """refitted(name, document) -> (document, Refit): each recorded run re-fitted once per session
+    (a refit takes 20-30 s), shared by every test that looks at it."""
+    done = {}
 
-    The issue's target is a median |error| <= 10 % and p90 <= 25 %. The Zen 4 quick runs with the
-    allocator pinned and batch-8 micro-layers meet it (today 8.3 % / 22.6 %; with the fourth chain
-    and the memory factor fitted from it 6.6 % / 14.9 %) and are held to it; so are the Zen 5 quick
-    run 3 of 2026-11-25 on its median (7.1 % / 13.0 %; run 2, 13.1 % / 27.9 %, to 14 %). The
-    older documents were timed under glibc's default allocator with batch-1 micro-layers only;
-    today's fit reaches 12.6 % / 31.7 % on the AVX2 EPYC, 16.4 % / 22.7 % on the Xeon,
-    14.1 % / 36.9 % on the Zen 4 EPYC and 22.0 % / 32.6 % on the Zen 5 EPYC there, so their bounds
-    guard against regressions. The last check allows 7 points over the run's own day (the Xeon's
-    11.8 % was with older code). Every parameter the fits report as held at its prior holds that
+    def get(name: str, document: str):
+        if (name, document) not in done:
+            doc = CalibrationDocument.from_dict(json.loads((MACHINES / name / document).read_text()))
+            chip = recorded_chip(tmp_path_factory.mktemp(name), name, doc)
+            done[name, document] = doc, refit(doc, chip), chip
+        return done[name, document]
+
+    return get
+
+
+def _per_model(result) -> str:
+    return ", ".join(f"{m.model} b{m.batch} {m.error:+.0%}" for m in result.models)
+
+
+def _bound_cases():
+    for run in RECORDED:
+        for stat in ("median", "p90"):
+            marks = ([pytest.mark.xfail(strict=True, reason=f"{run.id}: {stat} regressed: {run.regressed[stat]}")]
+                     if stat in run.regressed else [])
+            yield pytest.param(run, stat, id=f"{run.id}-{stat}", marks=marks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("run", "stat"), list(_bound_cases()))
+def test_refit_of_a_recorded_run_meets_its_bound(refitted, run, stat):
+    """Today's fit on a machine's recorded raw timings predicts its recorded whole-model timings
+    (never used in the fit) within the run's bound: the target where the run reached it, else the
+    figure the machine first reached (Recorded)."""
+    _, result, _ = refitted(run.name, run.document)
+    figure = result.median_abs_error if stat == "median" else result.p90_abs_error
+    meaning = "the target" if run.bound[stat] == TARGET[stat] else "the figure this run first reached"
+    assert figure <= run.bound[stat], (f"{run.id}: refit {stat} |error| {figure:.1%} misses its bound "
+                                       f"{run.bound[stat]:.1%} ({meaning}); per model: {_per_model(result)}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", RECORDED, ids=lambda r: r.id)
+def test_refit_of_a_recorded_run_is_no_worse_than_it_was(refitted, run):
+    """A change that makes a recorded machine worse by more than WORSE_BY than the figures its refit
+    reached at the last review fails here, naming the machine and the models; the calibration
+    beats the defaults by `gain`; every parameter the fits report as held at its prior holds that
     value (a parameter found unconstrained only in the second pass once kept its fitted value)."""
-    doc = CalibrationDocument.from_dict(json.loads((MACHINES / name / document).read_text()))
-    result = refit(doc, recorded_chip(tmp_path, name, doc))
-    assert len(result.models) == runs
-    assert result.median_abs_error < median_bound and result.p90_abs_error < p90_bound
-    assert result.median_abs_error < result.default_median_abs_error / gain
-    assert result.median_abs_error < that_day + 0.07
+    _, result, _ = refitted(run.name, run.document)
+    assert len(result.models) == run.runs
+    for stat, figure in (("median", result.median_abs_error), ("p90", result.p90_abs_error)):
+        assert figure <= run.reached[stat] + WORSE_BY, (
+            f"{run.id}: refit {stat} |error| {figure:.1%} is worse than the {run.reached[stat]:.1%} it reached "
+            f"by more than {WORSE_BY:.0%}; per model: {_per_model(result)}")
+    assert result.median_abs_error < result.default_median_abs_error / run.gain, (
+        f"{run.id}: calibrated median {result.median_abs_error:.1%} is not {run.gain}x better than the "
+        f"defaults' {result.default_median_abs_error:.1%}")
     for fit in (result.fit.layer_fit, result.fit.switch_fit):
         for name, reason in fit.unconstrained.items():
             held = re.search(r"the prior (\S+) is kept", reason)
@@ -145,6 +209,37 @@ def h100_refit():
 @pytest.fixture(scope="module")
 def h100_quick_refit():
     return _h100_refit("calibration-quick.json")
+
+
+XEON = "intel-xeon-spr-2vcpu-20261126"
+
+
+@pytest.mark.slow
+def test_subnormal_assists_bring_swin_t_on_the_recorded_xeon_toward_its_measurement(refitted):
+    """On the Sapphire Rapids VM swin_t's shifted-window mask (-100) makes half of each masked
+    window's softmax subnormal, and every SIMD instruction that takes one pays a microcode assist
+    (model/workload/subnormal.py). The same fitted parameters on the same chip without the assist
+    term predict swin_t faster: further from its recorded times at both batches. vit_b_16 (no mask)
+    does not move."""
+    import dataclasses
+
+    from chipcal.calibrate.layer_fits import as_timed
+    from chipcal.measure.models import MODEL_FP32_MODE
+    from chipcal.model.workload import characterize_model
+
+    doc, result, chip = refitted(XEON, "calibration-quick.json")
+    assert chip.microarch["subnormal_assist_cycles"] == 92
+    plain = dataclasses.replace(chip, microarch={k: v for k, v in chip.microarch.items()
+                                                 if k != "subnormal_assist_cycles"})
+    for check in result.models:
+        if check.model not in ("swin_t", "vit_b_16"):
+            continue
+        workload = characterize_model(check.model, batch=check.batch, fuse=False)
+        without = as_timed(workload, plain, doc.precision, result.params, MODEL_FP32_MODE).latency_s
+        if check.model == "vit_b_16":
+            assert without == pytest.approx(check.predicted_s, rel=1e-9)
+        else:
+            assert abs(check.predicted_s / check.measured_s - 1) < abs(without / check.measured_s - 1)
 
 
 @pytest.mark.slow

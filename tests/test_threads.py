@@ -26,6 +26,7 @@ def test_two_threads_that_do_one_cores_work_are_flagged():
     assert gap.threads_not_scaling(2, 1.49) is not None and gap.threads_not_scaling(2, 1.5) is None
 
 
+@pytest.mark.timing
 def test_probe_times_one_thread_and_all(monkeypatch):
     with fixed_threads(2):
         probe = probe_thread_scaling(max_time_s=0.1, min_samples=3)

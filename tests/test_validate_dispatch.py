@@ -9,6 +9,7 @@ import pytest
 from chipcal.measure.dispatch import OPS_PER_REPEAT, probe_dispatch
 
 
+@pytest.mark.timing
 def test_probe_returns_a_per_op_distribution():
     d = probe_dispatch(repeats=4, max_time_s=0.3, min_samples=3)
     assert d.ops_per_call == 4 * OPS_PER_REPEAT == 12

@@ -1,5 +1,6 @@
 """Timing of characterize_model (target: under 1 s each for resnet50 and vit_b_16 once torch is
-imported). Skipped in normal runs; run with `pytest tests/test_workload_bench.py --benchmark-only`."""
+imported). Skipped in normal runs; run with `pytest tests/test_workload_bench.py --benchmark-only -n 0`
+(in one process: pytest-benchmark does not time under the suite's pytest-xdist workers)."""
 
 from __future__ import annotations
 

@@ -222,7 +222,8 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
             calibration: CalibrationParams | None = None, runtime: str = "fused",
             host_overhead_s: float | None = None, autocast: bool = False, fp32_mode: str = "pytorch",
             memory_format: str = "nchw", framework: str = DEFAULT_FRAMEWORK,
-            host_source: str = "given (--host-overhead-s)", repeated: bool = False) -> Prediction:
+            host_source: str = "given (--host-overhead-s)", repeated: bool = False,
+            trailing_ops: Sequence[tuple[float, float]] = ()) -> Prediction:
     """Predict `workload` (a characterized Workload) on `chip` at `precision` under `runtime`.
 
     `params` overrides everything; otherwise the calibration applies if it was fitted on this chip,
@@ -233,12 +234,16 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
     module docstring (Numerics, Layout). `repeated`: the time per call of back-to-back calls (a
     timer's average, host.run_queue) instead of one call's latency. A run whose average power at the
     listed clocks exceeds the TDP is predicted at the power-limited clock (throttle.py; bottleneck "power").
+    `trailing_ops`: (device time, extra host issue time) of ops an eager host issues after the
+    workload's own, before it waits for the device (generate's per-token loop, estimate/llm.py);
+    their energy is not counted.
     """
     if params is None:
         params = params_for(chip.name, chip.kind, calibration, chip.active_mode, runtime, framework, memory_format)
     if memory_format not in MEMORY_FORMATS:
         raise ValueError(f"unknown memory format {memory_format!r}; valid: {', '.join(MEMORY_FORMATS)}")
-    setup = _Setup(runtime, host_overhead_s, autocast, fp32_mode, memory_format, framework, host_source, repeated)
+    setup = _Setup(runtime, host_overhead_s, autocast, fp32_mode, memory_format, framework, host_source, repeated,
+                   tuple(trailing_ops))
 
     def at(c: Chip) -> Prediction:
         return _predict_at_clock(workload, c, precision, params, setup)
@@ -282,6 +287,7 @@ class _Setup:
     framework: str
     host_source: str
     repeated: bool
+    trailing_ops: tuple[tuple[float, float], ...] = ()
 
 
 def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams, setup: _Setup) -> Prediction:
@@ -322,6 +328,8 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
                 cast_bytes += c.bytes
             device.append(e.latency_s)
             issue.append(e.host_issue_s)
+        device += [d for d, _ in setup.trailing_ops]
+        issue += [h for _, h in setup.trailing_ops]
         queue = run_queue(device, host, issue, setup.repeated, params.host_call_s)
         latency = queue.latency_s
     mem = memory_profile(workload, scale)

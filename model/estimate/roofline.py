@@ -10,7 +10,9 @@
                    (one CTA's K bytes, from the mapper: each CTA streams its reduction operand K
                    tile by K tile, and with one CTA per SM every tile waits for its load, so a
                    batch-1 convolution with a deep K is latency-bound, not throughput-bound; with
-                   many waves other CTAs hide the latency, so it is charged once per kernel)
+                   many waves other CTAs hide the latency, so it is charged once per kernel);
+                   plus assist_cycles / clock (a CPU core's microcode assists on subnormal
+                   operands, mapping/cpu.py: serial with the kernel's work)
     memory_time  = max(DRAM bytes / (spec bandwidth × bandwidth_efficiency),
                        network_memory_factor × on-chip bytes / (spec bandwidth × onchip_bandwidth_ratio))
                    (network_memory_factor and switch_overhead_s: a kernel inside a network, not
@@ -25,7 +27,12 @@
                    512->512 3x3 at 7x7, batch 1: weight reorder 0.34 ms, convolution 0.49 ms; the
                    same FLOP at 64 channels and 56x56: 0.007 ms and 0.47 ms); serial, the same at
                    any batch; 0 where the parameters have no rate (a calibration times it,
-                   measure.layout)
+                   measure.layout). A GEMM with weights and more than one row (a linear layer) pays
+                   its weights / the pointwise rate too: the BLAS packs its weight operand into
+                   panels on every call, the same
+                   K x N reorder oneDNN runs for a 1x1 convolution's weights (2-vCPU Xeon, one
+                   thread: swin_t's 52 linears took 84 ms at batch 1 and 572 ms at batch 8, a
+                   fixed 14 ms per pass for their 110 MB of weights)
     overhead     = overhead_s[op_class] + switch_overhead_s + overhead_cycles / engine clock
                    (a GPU: overhead_s[op_class] + switch_overhead_s are the host's cost of issuing
                    the op inside a network, charged by the eager host queue (host_issue_s,
@@ -229,15 +236,19 @@ def first_touch_s(output_bytes: float, params: FamilyParams) -> float:
     return output_bytes / rate
 
 
-POINTWISE_CLASS = "conv1x1"     # its weights take weight_layout's pointwise rate
+POINTWISE_CLASSES = ("conv1x1", "matmul")     # their weights take weight_layout's pointwise rate
 
 
 def weight_layout_s(subgraph, weight_bytes: float, params: FamilyParams) -> float:
-    """Per-call weight reorder of a convolution (module docstring), `weight_bytes` at the
-    precision's element size; 0 for other ops and where the parameters have no rate."""
-    if subgraph.op_class not in CONV_CLASSES or not weight_bytes:
+    """Per-call weight reorder of a convolution, or pack of a GEMM's weight operand (module
+    docstring), `weight_bytes` at the precision's element size; 0 for other ops, for a
+    matrix-vector product (one row: the BLAS streams the weights unpacked) and where the
+    parameters have no rate."""
+    cls = subgraph.op_class
+    gemv = subgraph.gemm is not None and subgraph.gemm.m <= 1
+    if not weight_bytes or cls not in (*CONV_CLASSES, "matmul") or (cls == "matmul" and gemv):
         return 0.0
-    rate = (params.pointwise_weight_layout_bytes_per_s if subgraph.op_class == POINTWISE_CLASS
+    rate = (params.pointwise_weight_layout_bytes_per_s if cls in POINTWISE_CLASSES
             else params.weight_layout_bytes_per_s)
     return weight_bytes / rate if rate else 0.0
 
@@ -281,7 +292,7 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     throughput = flop / available if flop > 0 else 0.0
     engine = next(e for e in chip.engines if e.name == alloc.engine)
     k_loop = alloc.serial_k_bytes * params.k_loop_cycles_per_byte / engine.clock_hz
-    compute = max(throughput, k_loop)
+    compute = max(throughput, k_loop) + alloc.assist_cycles / engine.clock_hz
     memory = memory_time_s(alloc.dram_bytes, alloc.onchip_bytes, ctx.bandwidth_bytes_per_s, params)
     kernel = flop > 0 or alloc.onchip_bytes > 0
     overhead, host_issue = kernel_fixed_costs(chip, params, subgraph.op_class, engine.clock_hz) if kernel else (0.0, 0.0)

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from chipcal.model.chip import Chip
 from chipcal.model.mapping import cpu, gpu, kpu, tpu
-from chipcal.model.mapping.base import MAC_CLASSES, Allocation, UnsupportedPrecision, traffic
+from chipcal.model.mapping.base import (
+    MAC_CLASSES,
+    Allocation,
+    UnsupportedPrecision,
+    traffic,
+)
 from chipcal.model.mapping.params import (
     CalibrationError,
     CalibrationParams,

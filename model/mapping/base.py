@@ -67,6 +67,9 @@ class Allocation:
     # bytes of its reduction a unit's work item walks one tile after another (tiled GPU GEMMs: one
     # CTA's K, padded to the MMA depth, x bytes per element); 0 where no such loop is modelled
     serial_k_bytes: float = 0.0
+    # cycles each busy unit spends in microcode assists, serial with its work (a CPU's SIMD
+    # instructions on subnormal operands: mapping/cpu.py); 0 where none are modelled
+    assist_cycles: float = 0.0
 
     @property
     def available_flop_per_s(self) -> float:

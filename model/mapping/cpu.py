@@ -13,11 +13,18 @@
   cores used = min(cores, ceil(outputs / 32768)); lane fill from the vectorizable dimension.
   Depthwise conv (oneDNN vectorizes over channels) takes one SIMD vector of outputs per item.
 * Cache fit: activations stay on chip when input + output fit in L3 + the cores' L2s.
+* Subnormal operands (fp32): a core that takes a microcode assist for a SIMD instruction with a
+  subnormal input or result (microarch subnormal_assist_cycles: Intel; absent on AMD and Arm)
+  spends assist_cycles = subnormal_ops / lanes × subnormal_assist_cycles / busy cores on them,
+  serial with the kernel's work (subnormal_ops: workload/subnormal.py; the assist flushes the
+  pipeline, nothing overlaps it).
 
 Cores are the units; SMT threads share a core's FMA pipes and add none.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from chipcal.model.chip import Chip, Engine
 from chipcal.model.mapping.base import (
@@ -91,7 +98,25 @@ def onchip_capacity(chip: Chip) -> float:
 blocking_capacity = onchip_capacity   # GEMM blocks use the whole on-chip level
 
 
+SUBNORMAL_PRECISIONS = ("fp32",)   # subnormal_ops are counted on fp32 values (workload/subnormal.py)
+
+
+def assist_cycles(subgraph, chip: Chip, precision: str, units_busy: int) -> float:
+    """Cycles each busy core spends in subnormal assists (module docstring); 0 where none."""
+    ops = getattr(subgraph, "subnormal_ops", 0.0)
+    cycles = float(chip.microarch.get("subnormal_assist_cycles", 0) or 0)
+    if not ops or not cycles or precision not in SUBNORMAL_PRECISIONS:
+        return 0.0
+    return ops / storage_lanes(chip, precision) * cycles / max(units_busy, 1)
+
+
 def allocate(subgraph, chip: Chip, precision: str, moved: Traffic) -> Allocation:
+    alloc = _allocate(subgraph, chip, precision, moved)
+    cycles = assist_cycles(subgraph, chip, precision, alloc.units_allocated)
+    return replace(alloc, assist_cycles=cycles) if cycles else alloc
+
+
+def _allocate(subgraph, chip: Chip, precision: str, moved: Traffic) -> Allocation:
     if not is_mac_work(subgraph):
         found = vector_engine(chip, precision) or mac_engines(chip, precision)[0]
         return _vector(subgraph, chip, found[0], found[1], moved, GRAIN_SIZE)

@@ -25,6 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 from chipcal.model.workload.attention import COMPOSITES
+from chipcal.model.workload.subnormal import SubnormalTracker
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Call:
     out: object
     owner: int
     composite: bool
+    subnormal_ops: float = 0.0      # element-operations on subnormal operands (subnormal.py)
 
 
 @dataclass(eq=False)
@@ -63,6 +65,7 @@ class _Recorder:
     owner: int | None = None
     suppress: int = 0
     _names: dict[str, int] = field(default_factory=dict)
+    subnormals: SubnormalTracker = field(default_factory=SubnormalTracker)
 
     def new_owner(self, name: str, target: str) -> int:
         seen = self._names.get(name, 0)
@@ -75,14 +78,19 @@ class _Recorder:
         if owner is None:
             label = func.overloadpacket.__name__ if not composite else func.__name__
             owner = self.new_owner(label, f"aten.{label}" if not composite else f"F.{label}")
-        self.calls.append(Call(func, args, kwargs, out, owner, composite))
+        subnormal = 0.0 if composite else self.subnormals.observe(func, args, kwargs, out)
+        self.calls.append(Call(func, args, kwargs, out, owner, composite, subnormal))
 
 
-class _AtenRecorder(TorchDispatchMode):
+class _Reporting:
+    """Base of the two torch modes below: each reports the calls it sees to one _Recorder."""
+
     def __init__(self, rec: _Recorder):
         super().__init__()
         self.rec = rec
 
+
+class _AtenRecorder(_Reporting, TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
@@ -91,11 +99,7 @@ class _AtenRecorder(TorchDispatchMode):
         return out
 
 
-class _CompositeRecorder(TorchFunctionMode):
-    def __init__(self, rec: _Recorder):
-        super().__init__()
-        self.rec = rec
-
+class _CompositeRecorder(_Reporting, TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func not in COMPOSITES or self.rec.suppress:

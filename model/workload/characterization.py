@@ -92,23 +92,26 @@ def _subgraphs(df: Dataflow, ops: tuple[Op, ...], drafts: list[Draft], op_of: li
             input_bytes=b.input_bytes, weight_bytes=b.weight_bytes, output_bytes=b.output_bytes,
             bytes_saved_by_fusion=unfused - (b.input_bytes + b.weight_bytes + b.output_bytes),
             parallelism=dom.parallelism, gemm=dom.gemm, depends_on=tuple(depends_on[g]), stage=level[g],
-            threads=dom.threads))
+            threads=dom.threads, subnormal_ops=sum(op.subnormal_ops for op in members_ops)))
     return tuple(result)
 
 
 def characterize(module: torch.nn.Module, example_inputs, model_name: str = "custom", *,
-                 capture: str = "auto", execution: str = "auto", fuse: bool = True) -> Workload:
+                 capture: str = "auto", execution: str = "auto", fuse: bool = True,
+                 codegen: bool = False) -> Workload:
     """Count, fuse and schedule `module` on `example_inputs` (a tensor or a tuple of arguments).
 
     The module is used in the mode it is in (call .eval() for inference counts); it is not modified.
-    `fuse=False` partitions for an eager runtime: one kernel per op (views excepted).
+    `fuse=False` partitions for an eager runtime: one kernel per op (views excepted);
+    `codegen=True` for the kernels TorchInductor generates (fusion.py).
     """
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     cap, notes = _capture(module, inputs, capture, execution)
     df = build_dataflow(cap)
     drafts, op_of = draft_ops(df)
     ops = build_ops(df, drafts, op_of, cap.owners)
-    groups = partition(ops, [d.producers for d in drafts], [d.users for d in drafts], fuse=fuse)
+    groups = partition(ops, [d.producers for d in drafts], [d.users for d in drafts], fuse=fuse,
+                       codegen=codegen)
     subgraphs = _subgraphs(df, ops, drafts, op_of, groups)
     depends_on = [s.depends_on for s in subgraphs]
     _, stages = concurrency.stages(depends_on)
@@ -120,4 +123,4 @@ def characterize(module: torch.nn.Module, example_inputs, model_name: str = "cus
         subgraphs=subgraphs, stages=stages,
         critical_path=concurrency.critical_path(depends_on, [s.flop for s in subgraphs]),
         params=sum(p.numel() for p in module.parameters()), execution=cap.execution,
-        capture_notes=tuple(notes), fused=fuse)
+        capture_notes=tuple(notes), fused=fuse, codegen=fuse and codegen)

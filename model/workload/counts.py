@@ -11,10 +11,15 @@ Non-MAC work, FLOP per output element unless noted (a transcendental counts as 1
     batch norm, inference 2 (per-channel scale and shift folded); training 6
     layer/group norm 8 with affine, 6 without (mean 1, variance 3, normalize 2, affine 2)
     max pool: window − 1 compares; avg pool: window (adds + divide); adaptive pools: their windows
-    reductions (mean, sum, amax, …) 1 per input element; vector norm 2; var/std 4
+    reductions (mean, sum, amax, …) and top-k selection 1 per input element; vector norm 2; var/std 4
     linear / bilinear / trilinear interpolation 3 / 7 / 15 (2, 4, 8 multiplies and their adds)
 Data movement (views, copies, cat, pad, gather, nearest upsampling, factories) is 0 FLOP;
 views move no bytes.
+Partial accesses: an embedding lookup reads the rows it gathers (one per index, at most the
+table), not the table; the in-place indexed writes index_copy_, index_put_ and index_add_
+write (and index_add_ reads) as many elements of their target as their source holds, not the
+target (a KV-cache update writes one token's keys, not the cache). index_add_ is 1 FLOP per
+source element.
 Anything else is unclassified: counted as zero and flagged.
 """
 
@@ -28,8 +33,8 @@ import torch
 from chipcal.model.precision import FLOP_PER_MAC
 from chipcal.model.workload import attention
 from chipcal.model.workload.parts import Part, gemm_parallelism, tensor_parallelism
-from chipcal.model.workload.tensors import tensors_in
-from chipcal.model.workload.types import GemmShape, Parallelism
+from chipcal.model.workload.tensors import dtype_name, spec_of, tensors_in
+from chipcal.model.workload.types import GemmShape, Parallelism, TensorSpec
 
 IsWeight = Callable[[torch.Tensor], bool]
 
@@ -54,7 +59,7 @@ ELEMENTWISE_FLOP: dict[str, int] = {
 SOFTMAX = ("_softmax", "_safe_softmax", "_log_softmax")
 REDUCTION_FLOP: dict[str, int] = {
     **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "prod", "argmax", "argmin", "any",
-                     "all", "nansum", "aminmax", "logsumexp"), 1),
+                     "all", "nansum", "aminmax", "logsumexp", "topk"), 1),
     "linalg_vector_norm": 2, "norm": 2,
     **dict.fromkeys(("var", "std", "var_mean", "std_mean"), 4),
 }
@@ -69,7 +74,7 @@ COPIES = frozenset((
     "reflection_pad2d", "reflection_pad3d", "replication_pad1d", "replication_pad2d", "replication_pad3d",
     "roll", "index", "_unsafe_index", "index_select", "gather", "repeat", "flip", "tril", "triu",
     "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle", "slice_scatter",
-    "select_scatter", "embedding", "fill_", "zero_", "zeros", "ones", "full", "zeros_like", "ones_like",
+    "select_scatter", "fill_", "zero_", "zeros", "ones", "full", "zeros_like", "ones_like",
     "full_like", "new_zeros", "new_ones", "new_full", "arange", "scalar_tensor", "eye", "linspace",
     "_local_scalar_dense",   # Tensor.item(): one element read back to the host
     "lift_fresh_copy", "index_put", "scatter", "scatter_add", "masked_scatter", "nonzero", "masked_select",
@@ -87,6 +92,7 @@ POOLS_MAX = frozenset(("max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_wit
 POOLS_AVG = frozenset(("avg_pool1d", "avg_pool2d", "avg_pool3d"))
 POOLS_ADAPTIVE = frozenset(("_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_avg_pool1d",
                             "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d"))
+INDEXED_WRITES = frozenset(("index_copy_", "index_put_", "index_add_"))   # in place, partial
 SDPA_KERNELS = frozenset(("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
                           "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
                           "_scaled_dot_product_fused_attention_overrideable"))
@@ -102,9 +108,43 @@ def _named(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> dict:
 
 
 def _part(target, label, kind, op_class, family, macs, flop, gemm, par, reads, writes,
-          moves_data=True, classified=True) -> Part:
+          moves_data=True, classified=True, touched=None) -> Part:
     return Part(target, label, kind, op_class, family, int(macs), int(flop), gemm, par, moves_data,
-                classified, tuple(reads), tuple(writes))
+                classified, tuple(reads), tuple(writes), touched)
+
+
+def _rows(t: torch.Tensor, rows: int) -> TensorSpec:
+    """`rows` rows (index into dim 0) of `t`, capped at the whole tensor."""
+    whole = spec_of(t)
+    if t.dim() == 0 or rows >= t.shape[0]:
+        return whole
+    return TensorSpec((rows, *t.shape[1:]), whole.dtype, rows * (whole.nbytes // t.shape[0]))
+
+
+def _like(source: torch.Tensor, target: torch.Tensor) -> TensorSpec:
+    """As many elements of `target` as `source` holds, at `target`'s element size."""
+    elements = min(source.numel(), target.numel())
+    return TensorSpec(tuple(source.shape), dtype_name(target.dtype), elements * target.element_size())
+
+
+def _embedding(target, named, reads, writes) -> Part:
+    weight, indices = named["weight"], named["indices"]
+    touched = {id(weight): _rows(weight, indices.numel())}
+    return _part(target, "embedding", "reshape", "data", "data", 0, 0, None,
+                 tensor_parallelism(writes[0] if writes else None), reads, writes, touched=touched)
+
+
+def _indexed_write(target, base, named, reads, writes) -> Part:
+    """index_copy_ / index_put_ / index_add_ on `self`: the source's worth of `self` is written
+    (index_add_ also reads it), not all of it."""
+    dest = named["self"]
+    source = named.get("source", named.get("values"))
+    touched = {id(dest): _like(source, dest)}
+    reads = [t for t in reads if t is not dest] + ([dest] if base == "index_add" else [])
+    adds = base == "index_add"
+    return _part(target, base, "elementwise" if adds else "reshape", "elementwise" if adds else "data",
+                 "elementwise" if adds else "data", 0, source.numel() if adds else 0, None,
+                 tensor_parallelism(source), reads, writes, touched=touched)
 
 
 def _convolution(target, label, named, reads, writes) -> Part:
@@ -179,6 +219,10 @@ def count_aten(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: obje
     if base in VIEWS or (func.is_view and name not in COPIES):
         return [_part(target, base, "reshape", "data", "data", 0, 0, None, tensor_parallelism(first_out),
                       reads, writes, moves_data=False)]
+    if name in INDEXED_WRITES:
+        return [_indexed_write(target, base, _named(func, args, kwargs), reads, writes)]
+    if base == "embedding":
+        return [_embedding(target, _named(func, args, kwargs), reads, writes)]
     if base in ALLOCATIONS:
         return [_part(target, base, "reshape", "data", "data", 0, 0, None, tensor_parallelism(first_out),
                       reads, writes, moves_data=False)]

@@ -9,7 +9,9 @@ For a group of events:
 - bytes written = footprints of the buffers it writes whose version is read outside the group or
   returned by the model, each buffer once. Outputs nobody reads (max-pool indices, saved norm
   statistics) are not traffic: an inference kernel does not produce them.
-Weights are parameters and buffers, and tensors computed from nothing but weights.
+Weights are parameters and buffers, and tensors computed from nothing but weights; a weight read
+through a view counts the bytes the view spans (one expert of a stacked expert tensor), once per
+group at the largest view read.
 Unclassified events take part in the dataflow but contribute no bytes (counted as zero).
 """
 
@@ -35,6 +37,7 @@ class Event:
     part: Part
     read_from: tuple[int | None, ...]   # per read: event that wrote the version read (None: weight/input)
     obj_from: tuple[int | None, ...]    # per read: event that produced the tensor object
+    subnormal_ops: float = 0.0          # the call's operations on subnormal operands (first part)
 
 
 @dataclass(eq=False)
@@ -81,7 +84,7 @@ def build_dataflow(capture: Capture) -> Dataflow:
         return is_weight(id(t))
 
     for call in capture.calls:
-        for part in _parts(call, weight_check):
+        for n, part in enumerate(_parts(call, weight_check)):
             index = len(df.events)
             read_from, obj_from = [], []
             for t in part.reads:
@@ -108,7 +111,8 @@ def build_dataflow(capture: Capture) -> Dataflow:
                 df.obj_producer[id(t)] = index
                 if derived:
                     df.weight_ids.add(id(t))
-            df.events.append(Event(index, call.owner, part, tuple(read_from), tuple(obj_from)))
+            df.events.append(Event(index, call.owner, part, tuple(read_from), tuple(obj_from),
+                                   call.subnormal_ops if n == 0 else 0.0))
     df.final_writer = writer
     outputs = tensors_in(capture.output)
     df.output_ids = {id(t) for t in outputs}
@@ -116,42 +120,50 @@ def build_dataflow(capture: Capture) -> Dataflow:
     return df
 
 
+def _keep(table: dict[int, TensorSpec], key: int, spec: TensorSpec) -> None:
+    """Record `spec` under `key`; a tensor touched twice counts once, at the larger access."""
+    if key not in table or spec.nbytes > table[key].nbytes:
+        table[key] = spec
+
+
 def boundary(df: Dataflow, members: list[int], group_of: list[int], group: int) -> Boundary:
-    """Traffic across the boundary of the events `members` (all with group_of[e] == group)."""
+    """Traffic across the boundary of the events `members` (all with group_of[e] == group).
+    A part that touches less than a whole tensor (Part.touched) counts what it touches."""
     inside = group_of.__getitem__
-    inputs: dict[int, torch.Tensor] = {}
-    weights: dict[int, torch.Tensor] = {}
-    written: dict[int, torch.Tensor] = {}
+    inputs: dict[int, TensorSpec] = {}
+    weights: dict[int, TensorSpec] = {}
+    written: dict[int, TensorSpec] = {}
     outputs: dict[int, torch.Tensor] = {}
     for e in members:
         event = df.events[e]
         part = event.part
+        touched = part.touched or {}
         counted = part.moves_data and part.classified
         if counted:
             for t, src, obj in zip(part.reads, event.read_from, event.obj_from, strict=True):
                 if src is not None and inside(src) == group:
                     continue
+                partial = touched.get(id(t))
                 while obj is not None and inside(obj) == group and not df.events[obj].part.moves_data \
                         and df.events[obj].part.reads:
                     view = df.events[obj]
                     t, obj = view.part.reads[0], view.obj_from[0]
-                if id(t) in df.weight_ids:
-                    root = df.tensors.get(df.root_of(t), t)
-                    weights.setdefault(id(root), root)
+                if id(t) in df.weight_ids:     # a view of a weight reads what it spans (one expert of a stack)
+                    _keep(weights, df.root_of(t), partial or spec_of(t))
                 else:
-                    inputs.setdefault(id(t), t)
+                    _keep(inputs, id(t), partial or spec_of(t))
         for t in part.writes:
             root = df.root_of(t)
             if counted and root not in written:
                 readers = df.data_readers.get((e, root), ())
                 if any(inside(r) != group for r in readers) or (
                         root in df.output_roots and df.final_writer.get(root) == e):
-                    written[root] = df.tensors.get(root, t)
+                    written[root] = touched.get(id(t)) or spec_of(df.tensors.get(root, t))
             if id(t) not in outputs and (id(t) in df.output_ids
                                          or any(inside(r) != group for r in df.obj_readers.get(id(t), ()))):
                 outputs[id(t)] = t
-    in_specs = tuple(spec_of(t) for t in inputs.values())
-    w_specs = tuple(spec_of(t) for t in weights.values())
+    in_specs = tuple(inputs.values())
+    w_specs = tuple(weights.values())
     return Boundary(in_specs, w_specs, tuple(spec_of(t) for t in outputs.values()),
                     sum(s.nbytes for s in in_specs), sum(s.nbytes for s in w_specs),
-                    sum(spec_of(t).nbytes for t in written.values()))
+                    sum(s.nbytes for s in written.values()))

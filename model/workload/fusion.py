@@ -13,6 +13,17 @@ absorbing it creates no cycle between subgraphs. Views of a member's result alwa
 - views (reshape, permute, …) join whichever subgraph they follow, since they move nothing.
 A GEMM never joins a subgraph that already has work (no prologue fusion, one GEMM per kernel);
 pooling, copies (cat, pad, contiguous) and unclassified ops stay alone.
+
+Generated code (`codegen=True`, TorchInductor under torch.compile): GEMMs, convolutions and
+attention are library calls (cuBLAS, cuDNN, SDPA), one kernel each with nothing fused into them
+(Inductor's default, without max-autotune templates); every other op is generated code, and
+Inductor fuses producers into their consumers (vertical fusion) into one kernel: a subgraph starts
+at a generated op and absorbs, nearest first, every generated op connected to it through data
+(a consumer of a member, or a producer of such a consumer) while that creates no cycle between
+subgraphs. A decoder layer's RMSNorm (pow, mean, add, rsqrt, mul, mul) is one kernel, the
+rotary embedding of its queries another, that of its keys with the KV-cache write a third.
+Siblings that only share an input are not merged (no horizontal fusion); unclassified ops stay
+alone.
 """
 
 from __future__ import annotations
@@ -76,22 +87,73 @@ def _reaches(start: int, targets: set[int], producers: list[set[int]], floor: in
     return False
 
 
+def _generated(op: Op) -> bool:
+    """An op TorchInductor writes code for (module docstring), not a library call or a view."""
+    return role(op) not in ("gemm", "attention", "view") and op.classified
+
+
+def _grow_generated(ops: tuple[Op, ...], producers: list[set[int]], consumers: list[set[int]],
+                    users: list[set[int]], members: list[int], group_of: list[int], g: int) -> None:
+    """Grow a generated-code subgraph over the generated ops connected to it (consumers of its
+    members, and unassigned producers of those), nearest first in program order, each unless it
+    would create a cycle between subgraphs: a path from the subgraph to the op, or from the op to
+    the subgraph, through an op outside both. Views of members join as they appear."""
+    start = members[0]
+    _absorb_views(ops, users, members, group_of, g)
+
+    def neighbours(i: int) -> set[int]:
+        return {j for j in consumers[i] | producers[i] if group_of[j] < 0 and _generated(ops[j])}
+
+    def outside(ids: set[int], joined: set[int]) -> set[int]:
+        """Ops of `ids` not in `joined`, less views of `joined` (they join with their base)."""
+        return {p for p in ids - joined if not (role(ops[p]) == "view" and producers[p] <= joined)}
+
+    frontier = set().union(*(neighbours(m) for m in members))
+    while frontier:
+        nxt = min(frontier)
+        frontier.discard(nxt)
+        inside = set(members)
+        joined = inside | {nxt}
+        if any(_reaches(p, inside, producers, start) for p in outside(producers[nxt], joined)) or any(
+                _reaches(p, {nxt}, producers, nxt) for m in members for p in outside(producers[m], joined)):
+            continue
+        added = len(members)
+        members.append(nxt)
+        group_of[nxt] = g
+        _absorb_views(ops, users, members, group_of, g)
+        for m in members[added:]:
+            frontier |= neighbours(m)
+
+
 def partition(ops: tuple[Op, ...], producers: list[set[int]], users: list[set[int]],
-              fuse: bool = True) -> list[list[int]]:
+              fuse: bool = True, codegen: bool = False) -> list[list[int]]:
     """Op indices per subgraph, subgraphs in a topological order (ties: earliest op first).
 
     `producers[i]`: ops whose data op i reads; `users[i]`: ops handed the tensors op i made.
     With `fuse=False` every op is its own kernel (an eager runtime such as PyTorch eager mode);
-    views still join their producer, since they move no data.
+    views still join their producer, since they move no data. `codegen=True` (with fuse)
+    partitions as TorchInductor does (module docstring).
     """
     group_of = [-1] * len(ops)
     groups: list[list[int]] = []
+    consumers: list[set[int]] = [set() for _ in ops]
+    if fuse and codegen:
+        for i, ps in enumerate(producers):
+            for p in ps:
+                consumers[p].add(i)
     for start in range(len(ops)):
         if group_of[start] >= 0:
             continue
         g = len(groups)
         members, tail = [start], start
         group_of[start] = g
+        if fuse and codegen:
+            if _generated(ops[start]):
+                _grow_generated(ops, producers, consumers, users, members, group_of, g)
+            else:
+                _absorb_views(ops, users, members, group_of, g)
+            groups.append(members)
+            continue
         while fuse and len(users[tail]) == 1:
             (nxt,) = users[tail]
             if group_of[nxt] >= 0 or not _allowed([ops[m] for m in members], ops[tail], ops[nxt]):

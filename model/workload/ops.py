@@ -151,5 +151,6 @@ def build_ops(df: Dataflow, drafts: list[Draft], op_of: list[int], owners: list[
             macs=sum(p.macs for p in parts), flop=sum(p.flop for p in parts),
             bytes_read=b.input_bytes + b.weight_bytes, bytes_written=b.output_bytes,
             parallelism=d.dominant.parallelism, gemm=d.dominant.gemm,
-            classified=all(p.classified for p in parts), terms=terms))
+            classified=all(p.classified for p in parts), terms=terms,
+            subnormal_ops=sum(df.events[e].subnormal_ops for e in d.events)))
     return tuple(ops)

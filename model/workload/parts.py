@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from chipcal.model.workload.types import GemmShape, Parallelism
+from chipcal.model.workload.types import GemmShape, Parallelism, TensorSpec
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,6 +33,10 @@ class Part:
     classified: bool
     reads: tuple[torch.Tensor, ...]
     writes: tuple[torch.Tensor, ...]
+    # id(tensor) -> the part of it this call touches, for a read or write of less than the whole
+    # tensor (an embedding lookup reads its rows, an in-place index_copy_ writes its source's);
+    # None: every tensor is touched whole (its footprint)
+    touched: dict[int, TensorSpec] | None = None
 
 
 def contiguous_run(t: torch.Tensor) -> int:

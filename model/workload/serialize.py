@@ -16,7 +16,7 @@ import typing
 from functools import cache
 
 from chipcal.model.errors import ChipcalError
-from chipcal.model.workload.types import Workload
+from chipcal.model.workload.types import LlmStep, Workload
 
 
 class WorkloadDataError(ChipcalError, ValueError):
@@ -31,6 +31,15 @@ def workload_to_dict(workload: Workload) -> dict:
 def workload_from_dict(data: object) -> Workload:
     """The Workload `data` describes (as written by workload_to_dict); WorkloadDataError if not one."""
     return _build(Workload, data, "workload")
+
+
+def llm_step_to_dict(step: LlmStep) -> dict:
+    return dataclasses.asdict(step)
+
+
+def llm_step_from_dict(data: object) -> LlmStep:
+    """The LlmStep `data` describes (as written by llm_step_to_dict); WorkloadDataError if not one."""
+    return _build(LlmStep, data, "llm_step")
 
 
 @cache

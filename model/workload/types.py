@@ -101,6 +101,7 @@ class Op:
     gemm: GemmShape | None
     classified: bool        # False -> its unclassified work counted as zero and flagged
     terms: tuple[Term, ...] = ()
+    subnormal_ops: float = 0.0   # element-operations on subnormal fp32 operands (workload/subnormal.py)
 
     @property
     def arithmetic_intensity(self) -> float:
@@ -138,6 +139,7 @@ class Subgraph:
     depends_on: tuple[int, ...]  # subgraph indices whose outputs it reads
     stage: int                   # execution stage (longest dependency chain before it)
     threads: int                 # thread-level parallelism of its dominant op (Op.threads)
+    subnormal_ops: float = 0.0   # its ops' element-operations on subnormal fp32 operands
 
     @property
     def bytes_read(self) -> int:
@@ -167,6 +169,7 @@ class Workload:
     execution: str = "meta"  # "meta": shapes propagated without arithmetic; "real": the model ran
     capture_notes: tuple[str, ...] = ()     # why earlier capture paths were not used
     fused: bool = True                      # False: one subgraph per op (an eager runtime)
+    codegen: bool = False                   # True: subgraphs are TorchInductor's kernels (fusion.py)
 
     @property
     def macs(self) -> int:
@@ -238,3 +241,24 @@ class Workload:
             for term in op.terms:
                 totals[term.family] += term.macs
         return totals
+
+
+@dataclass(frozen=True)
+class LlmStep:
+    """One characterized forward of a decoder LLM (model/workload/llm.py): a prefill over the
+    prompt or one decode step, with the model facts that do not depend on the step."""
+
+    workload: Workload
+    phase: str              # "prefill" | "decode"
+    tokens: int             # new tokens per sequence in this forward
+    cached: int             # tokens in the KV cache before it
+    capacity: int           # static cache length (0: a dynamic cache that grows)
+    params: int
+    matrix_params: int      # parameters of weight matrices GEMMs read (not embedding tables, norms,
+                            # biases): what weight-only quantization stores narrow
+    matrix_channels: int    # their output channels (one per-channel scale each)
+    experts_touched: int    # experts per MoE layer this forward routes tokens to (0: dense)
+
+    @property
+    def batch(self) -> int:
+        return self.workload.batch
