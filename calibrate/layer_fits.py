@@ -201,27 +201,26 @@ def _coordinate_start(names: list[str], x0: list[float], lower: list[float], upp
 def fit_network_costs(chains: Sequence, chip, precision: str, params):
     """Fit what a kernel costs inside a network over its time alone, from the timed chains:
 
-        t(chain) = Σ_kernels [overhead + max(compute, DRAM time, network_memory_factor × on-chip time)]
-                   + switch_overhead_s × kernels
+        t(chain) = the predictor (as_timed) with each kernel paying switch_overhead_s more and its
+                   on-chip time × network_memory_factor
 
     Starts from `params` (the isolated-layer fit) with the kernels as if alone (`FamilyParams.alone`).
     The memory factor is why kernels fed from the cache slow down in a network (their data no
     longer hot, mapping.params); the switch cost what every kernel pays. A log-normal prior (PRIOR_SIGMA) centred on 1 holds the
     factor there where the chains cannot separate it from the switch cost (FitResult.unconstrained);
-    the switch cost has no prior, as before the factor was fitted beside it. A factor that runs
+    the switch cost has no prior, as before the factor was fitted beside it. Both go through the
+    predictor, so the switch cost lands where the prediction charges it (a GPU's host queue,
+    roofline.kernel_fixed_costs) and a chain that waits on the other side does not absorb it. A factor that runs
     into NETWORK_MEMORY_FACTOR_MAX is held there, not at 1: the chains want at least that much (on
     the Zen 5 VM the batch-8 mobile chain ran 2x its kernels alone, and a factor put back to 1 left
     the mobile networks at batch 8 26-34% too fast).
     Returns (params with both fitted, FitResult).
     """
     alone = params.alone()
-    kernels = np.asarray([sum(1 for e in as_timed(c.workload, chip, precision, alone).subgraphs if e.overhead_s > 0)
-                          for c in chains], dtype=float)
 
     def predict(v):
-        inside = dataclasses.replace(alone, network_memory_factor=v["network_memory_factor"])
-        base = np.asarray([as_timed(c.workload, chip, precision, inside).latency_s for c in chains])
-        return base + v["switch_overhead_s"] * kernels
+        inside = dataclasses.replace(alone, **v)
+        return np.asarray([as_timed(c.workload, chip, precision, inside).latency_s for c in chains])
 
     names = ["switch_overhead_s", "network_memory_factor"]
     fit = fit_log_latency(names, [1e-6, 1.0], predict,

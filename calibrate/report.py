@@ -92,8 +92,9 @@ def _fit_blocks(doc: CalibrationDocument) -> list[Block]:
     blocks += [
         Paragraph("Resulting parameter set (`chipcal predict --calibration <this directory>` applies it to "
                   f"`{doc.parameters.chip}`):"),
-        table(["op class", "efficiency", "overhead"],
-              [[c, f"{params.efficiency[c]:.3f}", si(params.overhead_s[c], "s")] for c in params.efficiency]),
+        table(["op class", "efficiency", "tensor-core efficiency", "overhead"],
+              [[c, f"{params.efficiency[c]:.3f}", _tensor_efficiency_text(params, c), si(params.overhead_s[c], "s")]
+               for c in params.efficiency]),
         Paragraph(
             f"half_efficiency_flop = {params.half_efficiency_flop:.3g} FLOP, "
             f"bandwidth_efficiency = {params.bandwidth_efficiency:.3f}, "
@@ -101,10 +102,18 @@ def _fit_blocks(doc: CalibrationDocument) -> list[Block]:
             f"switch_overhead_s = {si(params.switch_overhead_s, 's')} per kernel, "
             f"network_memory_factor = {params.network_memory_factor:.2f}"
             + (f", overhead_cycles = {params.overhead_cycles:.3g} per kernel" if params.overhead_cycles else "")
+            + (f", host_call_s = {si(params.host_call_s, 's')} per call of a network" if params.host_call_s else "")
             + (f", k_loop_cycles_per_byte = {params.k_loop_cycles_per_byte:g} (family default, not fitted)"
                if params.k_loop_cycles_per_byte else "") + "."),
     ]
     return blocks
+
+
+def _tensor_efficiency_text(params, op_class: str) -> str:
+    """The class's tensor-core efficiency (FamilyParams.class_efficiency), '-' where it has none."""
+    if params.tensor_efficiency is None or op_class not in params.tensor_efficiency:
+        return "-"
+    return f"{params.tensor_efficiency[op_class]:.3f}"
 
 
 def _noise_line(val) -> str:

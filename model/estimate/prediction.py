@@ -45,10 +45,10 @@ from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, host_cost, run_queue
 from chipcal.model.estimate.memory import MemoryProfile, memory_profile
 from chipcal.model.estimate.numerics import Cast, OpNumerics, plan, switches
 from chipcal.model.estimate.roofline import (
-    HOST_ISSUED_CLASS_COSTS,
     SubgraphEstimate,
     chip_context,
     estimate_subgraph,
+    kernel_fixed_costs,
 )
 from chipcal.model.estimate.schedule import StageEstimate, schedule
 from chipcal.model.estimate.throttle import power_limited_fraction
@@ -183,12 +183,9 @@ def weights_stay_on_chip(workload, chip: Chip, bytes_scale: float) -> bool:
 
 def cast_kernel_s(nbytes: float, chip: Chip, engine_clock_hz: float, params: FamilyParams) -> tuple[float, float]:
     """(device time, extra host issue time) of a cast kernel moving `nbytes` (read + write): a
-    memory-bound elementwise kernel; its class cost is the host's on a GPU (roofline.host_issue_s)."""
-    class_cost = params.overhead_s["elementwise"]
-    host_side = chip.kind == HOST_ISSUED_CLASS_COSTS
-    device = (nbytes / (chip.memory.bandwidth_bytes_per_s * params.bandwidth_efficiency)
-              + (0.0 if host_side else class_cost) + params.overhead_cycles / engine_clock_hz)
-    return device, class_cost if host_side else 0.0
+    memory-bound elementwise kernel with an elementwise kernel's fixed costs (roofline.kernel_fixed_costs)."""
+    device, host = kernel_fixed_costs(chip, params, "elementwise", engine_clock_hz)
+    return nbytes / (chip.memory.bandwidth_bytes_per_s * params.bandwidth_efficiency) + device, host
 
 
 def weight_cast(subgraph, numerics: OpNumerics, trace_bpe: float) -> Cast | None:

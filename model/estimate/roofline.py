@@ -34,9 +34,10 @@
                    thread: swin_t's 52 linears took 84 ms at batch 1 and 572 ms at batch 8, a
                    fixed 14 ms per pass for their 110 MB of weights)
     overhead     = overhead_s[op_class] + switch_overhead_s + overhead_cycles / engine clock
-                   (a GPU: overhead_s[op_class] is the host's cost of issuing the op, charged by the
-                   eager host queue (host_issue_s, estimate/host.py), not the device's: the device
-                   pays switch_overhead_s + overhead_cycles / clock)
+                   (a GPU: overhead_s[op_class] + switch_overhead_s are the host's cost of issuing
+                   the op inside a network, charged by the eager host queue (host_issue_s,
+                   estimate/host.py), not the device's: the device pays overhead_cycles / clock;
+                   kernel_fixed_costs)
     first_touch_time = output bytes / first_touch_bytes_per_s, for an output of at least
                    fresh_allocation_bytes: the allocator maps such a buffer fresh for every call
                    (glibc's dynamic mmap threshold tops out at 32 MiB, mallopt(3); a calibration
@@ -252,6 +253,19 @@ def weight_layout_s(subgraph, weight_bytes: float, params: FamilyParams) -> floa
     return weight_bytes / rate if rate else 0.0
 
 
+def kernel_fixed_costs(chip: Chip, params: FamilyParams, op_class: str, engine_clock_hz: float) -> tuple[float, float]:
+    """(device, host issue) seconds every kernel of `op_class` pays besides its work (module
+    docstring, `overhead`). A GPU's class cost and its in-network extra (switch_overhead_s) are
+    the eager host's: the chains that fit the extra on the H100 were host-bound, their kernels
+    waiting on the host, so it is charged where they paid it; the device keeps overhead_cycles.
+    Elsewhere all of it is the kernel's own time."""
+    cycles = params.overhead_cycles / engine_clock_hz
+    fixed = params.overhead_s[op_class] + params.switch_overhead_s
+    if chip.kind == HOST_ISSUED_CLASS_COSTS:
+        return cycles, fixed
+    return fixed + cycles, 0.0
+
+
 def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams,
                       trace_bytes_per_element: float = 4.0, weights_on_chip: bool = False,
                       context: ChipContext | None = None, producer_layout_bytes: float = 0.0,
@@ -281,10 +295,7 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     compute = max(throughput, k_loop) + alloc.assist_cycles / engine.clock_hz
     memory = memory_time_s(alloc.dram_bytes, alloc.onchip_bytes, ctx.bandwidth_bytes_per_s, params)
     kernel = flop > 0 or alloc.onchip_bytes > 0
-    class_cost = params.overhead_s[subgraph.op_class]
-    host_side = chip.kind == HOST_ISSUED_CLASS_COSTS
-    overhead = ((0.0 if host_side else class_cost) + params.switch_overhead_s
-                + params.overhead_cycles / engine.clock_hz) if kernel else 0.0
+    overhead, host_issue = kernel_fixed_costs(chip, params, subgraph.op_class, engine.clock_hz) if kernel else (0.0, 0.0)
     memory += first_touch_s(subgraph.output_bytes * s_out, params) if kernel else 0.0
     reorder = weight_layout_s(subgraph, subgraph.weight_bytes * s_w, params) if kernel else 0.0
     work = max(compute, memory) + reorder
@@ -319,7 +330,7 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
         units_allocated=alloc.units_allocated, units_total=alloc.units_total, waves=alloc.waves,
         utilization=alloc.utilization, lane_fill=alloc.lane_fill, occupancy=alloc.occupancy,
         class_efficiency=eff, compute_time_s=compute, memory_time_s=memory, overhead_s=overhead,
-        host_issue_s=class_cost if host_side else 0.0,
+        host_issue_s=host_issue,
         latency_s=latency, bottleneck=bottleneck, dram_bytes=alloc.dram_bytes,
         onchip_bytes=alloc.onchip_bytes, activations_on_chip=alloc.activations_on_chip,
         attained_flop_per_s=attained,
