@@ -245,3 +245,40 @@ def test_a_parameter_at_its_physical_ceiling_is_held_there_not_at_its_prior():
                           lower=[1e-3], upper=[1.5], prior_sigma=10.0, prior_centre=[1.0], ceiling=[True],
                           data_sigma=0.01)
     assert fit.parameters["a"] == pytest.approx(1.2, rel=1e-3) and "a" not in fit.unconstrained
+
+
+@pytest.mark.usefixtures("characterize_once")
+@pytest.mark.parametrize(("chip_name", "precision"), [("xeon-platinum-8480-plus", "fp32"),
+                                                      ("xeon-platinum-8480-plus", "bf16"),
+                                                      ("h100-sxm5", "fp32"), ("h100-sxm5", "fp16")])
+def test_a_micro_layer_reads_the_parameters_of_its_own_classes_only(chip_name, precision):
+    """The layer fit reuses a micro-layer's prediction while only other classes' parameters move
+    (layer_fits.fit_layer_params): that holds only if its prediction reads no class parameter but
+    those of its subgraphs' classes and a cast kernel's (elementwise). Every other class's
+    efficiency, tensor-core efficiency and overhead x3: each micro-layer predicted exactly as before."""
+    import dataclasses
+
+    from test_mapping import REGISTRY
+
+    from chipcal.calibrate.layer_fits import as_timed
+    from chipcal.measure.layers import default_cases
+    from chipcal.model.mapping.params import default_params
+    from chipcal.model.workload import characterize
+
+    chip = REGISTRY.get(chip_name)
+    params = default_params(chip.kind)
+    params = dataclasses.replace(params, tensor_efficiency=params.tensor_efficiency or dict(params.efficiency))
+    for case in (c for c in default_cases() if c.batch == 1):
+        workload = characterize(*case.build(), model_name=case.label, fuse=False)
+        own = {sg.op_class for sg in workload.subgraphs} | {"elementwise"}
+        others = [c for c in params.efficiency if c not in own]
+        assert others, case.label
+
+        def tripled(table, others=others):
+            return {c: v * 3 if c in others else v for c, v in table.items()}
+
+        moved = dataclasses.replace(params, efficiency=tripled(params.efficiency),
+                                    tensor_efficiency=tripled(params.tensor_efficiency),
+                                    overhead_s=tripled(params.overhead_s))
+        assert as_timed(workload, chip, precision, moved).latency_s == as_timed(workload, chip, precision, params).latency_s, \
+            case.label
