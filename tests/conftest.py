@@ -52,35 +52,54 @@ def _timing_tests_run_alone(request, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def _workloads() -> dict:
-    return {}
+def _workloads(tmp_path_factory):
+    """(this process's workloads by key, the folder where every pytest-xdist worker of the session
+    leaves the workloads it characterized, as JSON)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "characterized"
+    shared.mkdir(exist_ok=True)
+    return {}, shared
 
 
 @pytest.fixture(scope="module")
 def characterize_once(_workloads):
     """For a test module: each torchvision model (by name, batch, input size, partition) and each
     micro-layer or chain of measure.layers (by label and partition) is characterized once per
-    session. A Workload is a frozen record and characterizing the same module again gives an equal
-    one; the tests of characterization itself do not use this."""
+    session, by whichever pytest-xdist worker needs it first (the other reads it back:
+    model/workload/serialize.py round-trips a Workload to an equal one). A Workload is a frozen
+    record and characterizing the same module again gives an equal one; the tests of
+    characterization itself do not use this."""
+    import hashlib
+    import json
+
     from chipcal.measure.layers import default_cases, default_chains
     from chipcal.model.workload import characterization, models
+    from chipcal.model.workload.serialize import workload_from_dict, workload_to_dict
 
+    known, shared = _workloads
     cases = {c.label for c in default_cases("cpu") + default_cases("cuda") + default_chains()}
     real_model, real_characterize = models.characterize_model, characterization.characterize
 
+    def once(key, build):
+        if key not in known:
+            path = shared / f"{hashlib.sha256(repr(key).encode()).hexdigest()[:24]}.json"
+            if path.exists():
+                known[key] = workload_from_dict(json.loads(path.read_text()))
+            else:
+                known[key] = build()
+                partial = path.with_suffix(f".{os.getpid()}.tmp")
+                partial.write_text(json.dumps(workload_to_dict(known[key])))
+                partial.replace(path)      # whole or absent for the other worker
+        return known[key]
+
     def characterize_model(name, batch=1, input_size=None, fuse=True):
-        key = ("model", name, batch, input_size, fuse)
-        if key not in _workloads:
-            _workloads[key] = real_model(name, batch, input_size, fuse)
-        return _workloads[key]
+        return once(("model", name, batch, input_size, fuse), lambda: real_model(name, batch, input_size, fuse))
 
     def characterize(module, example_inputs, model_name="custom", **options):
         if model_name not in cases or set(options) - {"fuse"}:
             return real_characterize(module, example_inputs, model_name, **options)
-        key = ("case", model_name, options.get("fuse", True))
-        if key not in _workloads:
-            _workloads[key] = real_characterize(module, example_inputs, model_name, **options)
-        return _workloads[key]
+        return once(("case", model_name, options.get("fuse", True)),
+                    lambda: real_characterize(module, example_inputs, model_name, **options))
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(models, "characterize_model", characterize_model)
