@@ -81,7 +81,8 @@ def markdown_report(by_split: dict, fit=None) -> str:
                 _markdown_table(stats_table(summary.by_runtime, "runtime")), "",
                 _markdown_table(stats_table(summary.by_chip, "chip")), "",
                 _markdown_table(stats_table(summary.by_model, "model")), "",
-                "<details><summary>every row</summary>\n", _markdown_table(row_table(comparisons)),
+                "<details><summary>every row</summary>\n",
+                _markdown_table([{k: v for k, v in r.items() if k != "split"} for r in row_table(comparisons)]),
                 "\n</details>"]
     if fit is not None:
         out += ["\n### Fit on the `fit` split\n",

@@ -23,9 +23,9 @@ import torch
 from chipcal.measure.models import (
     MODEL_FP32_MODE,
     ModelMeasurement,
+    first_call_failure,
     numerics,
-    oom_error,
-    out_of_memory,
+    power_provenance,
 )
 from chipcal.measure.power import PowerSource
 from chipcal.measure.timing import budget_s, time_callable
@@ -85,20 +85,12 @@ def measure_llm(config: LlmConfig, phase: str, batch: int, context: int, new_tok
             model = build_llm(config, trace_dtype(precision), device, seed=seed)
             fn = _step(config, model, phase, batch, context, new_tokens, device, seed)
         except (RuntimeError, NotImplementedError) as exc:
-            if out_of_memory(exc):
-                raise oom_error(name, batch, precision, device, exc) from None
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UnsupportedPrecision(f"unsupported: {name} at {precision} on {device}: {first}") from None
+            raise first_call_failure(exc, name, batch, precision, device) from None
         budget = budget_s(fn, device, max_time_s, min(min_samples, 6))
         latency = time_callable(fn, device=device, min_samples=min_samples, max_time_s=budget, warmup=0,
                                 threads=threads, clock_probe=clock_probe)
         reading = power.measure(fn, call_time_s=latency.median_s) if power is not None and power.available else None
-    if power is None:
-        source, note = "unavailable", "power not requested"
-    elif power.available:
-        source, note = power.name, reading.method
-    else:
-        source, note = "unavailable", power.reason
+    source, note = power_provenance(power, reading)
     return ModelMeasurement(model=config.name, batch=batch, precision=precision, device=device, flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,
                             power_source=source, power_note=note, numerics=switches)

@@ -154,10 +154,7 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
             with torch.inference_mode():
                 forward()
         except (RuntimeError, NotImplementedError) as exc:
-            if out_of_memory(exc):
-                raise oom_error(name, batch, precision, device, exc) from None
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UnsupportedPrecision(f"unsupported: {name} at {precision} on {device}: {first}") from None
+            raise first_call_failure(exc, name, batch, precision, device) from None
         budget = budget_s(forward, device, max_time_s, min(min_samples, 6))
         latency = time_callable(forward, device=device, min_samples=min_samples, max_time_s=budget, warmup=0,
                                 threads=threads, clock_probe=clock_probe)
@@ -167,15 +164,28 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
                 with torch.inference_mode():
                     forward()
             reading = power.measure(timed_forward, call_time_s=latency.median_s)
-    if power is None:
-        source, note = "unavailable", "power not requested"
-    elif power.available:
-        source, note = power.name, reading.method
-    else:
-        source, note = "unavailable", power.reason
+    source, note = power_provenance(power, reading)
     return ModelMeasurement(model=name, batch=batch, precision=precision, device=device, flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,
                             power_source=source, power_note=note, numerics=switches)
+
+
+def first_call_failure(exc: Exception, name: str, batch: int, precision: str, device: str) -> Exception:
+    """What a failed first call of a model means: OutOfMemory when it ran out of device or host
+    memory, else UnsupportedPrecision naming the framework's first line."""
+    if out_of_memory(exc):
+        return oom_error(name, batch, precision, device, exc)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return UnsupportedPrecision(f"unsupported: {name} at {precision} on {device}: {first}")
+
+
+def power_provenance(power: PowerSource | None, reading) -> tuple[str, str]:
+    """(power_source, power_note) of a ModelMeasurement: the sensor and its method, or why none."""
+    if power is None:
+        return "unavailable", "power not requested"
+    if power.available:
+        return power.name, reading.method
+    return "unavailable", power.reason
 
 
 def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: str = "cpu", *,

@@ -110,9 +110,10 @@ def test_producer_layout_bytes_of_a_conv_bn_relu():
     by_class = {sg.op_class: sg for sg in workload.subgraphs}
     # the BN reads the conv's 1x8x16x16 fp32 output (8192 B) that the conv's output reorder wrote while
     # reading its blocked copy (8192 B more); the ReLU's producer is the BN: nothing; no passes: nothing
-    assert producer_layout_bytes(workload, by_class["norm"], 1.0) == 8 * 16 * 16 * 4
-    assert producer_layout_bytes(workload, by_class["elementwise"], 1.0) == 0.0
-    assert producer_layout_bytes(workload, by_class["norm"], 0.0) == 0.0
+    one, none = [1.0] * len(workload.subgraphs), [0.0] * len(workload.subgraphs)   # passes by subgraph
+    assert producer_layout_bytes(workload, by_class["norm"], one) == 8 * 16 * 16 * 4
+    assert producer_layout_bytes(workload, by_class["elementwise"], one) == 0.0
+    assert producer_layout_bytes(workload, by_class["norm"], none) == 0.0
 
 
 def test_prediction_charges_layout_passes_from_the_parameters():

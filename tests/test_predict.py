@@ -456,3 +456,24 @@ def test_host_cost_defaults_by_host_class_and_calibration_overrides():
     assert host_cost(chip("h100-sxm5"), "eager", probed, override_s=3e-6).per_op_s == 3e-6
     again = type(gpu).from_dict(probed.to_dict())
     assert again.host_overhead_s == 7e-6
+
+
+def test_the_corpus_frameworks_transpose_nchw_tensor_core_convolutions():
+    """cuDNN 8 under the corpus's eager frameworks (PyTorch 1.x, Paddle) transposes an NCHW
+    tensor-core convolution's input and output to NHWC (NVIDIA, Convolutional Layers User's Guide):
+    one pass each, read and written, 2 × (input + output) bytes. Today's PyTorch carries NCHW in
+    its efficiency instead; channels-last, a fused runtime and CUDA-core fp32 pay none."""
+    m = 64 * 56 * 56                                   # a 1x1 conv 64 -> 256 at 56x56, batch 64
+    w = workload([gemm_subgraph(0, m, 256, 64, op_class="conv1x1")], batch=64)
+    v100 = chip("v100-sxm2")
+
+    def dram(precision="fp16", runtime="eager", **kw):
+        return predict(w, v100, precision, runtime=runtime, host_overhead_s=0.0, **kw).dram_bytes
+
+    a_in, out = 2 * m * 64, 2 * m * 256                # fp16 bytes, far larger than the V100's 6 MB L2
+    transposes = 2 * (a_in + out)
+    assert dram(framework="pytorch1") - dram(framework="pytorch2") == pytest.approx(transposes)
+    assert dram(framework="pytorch1") - dram(framework="pytorch1", memory_format="channels_last") \
+        == pytest.approx(transposes)
+    assert dram(framework="pytorch1", runtime="fused") == pytest.approx(dram(framework="pytorch2", runtime="fused"))
+    assert dram("fp32", framework="pytorch1") == pytest.approx(dram("fp32", framework="pytorch2"))  # CUDA cores

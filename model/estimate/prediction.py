@@ -22,11 +22,16 @@ host issues each cast like any op; a cast's device time is its bytes / (bandwidt
 bandwidth_efficiency) + the per-kernel overhead, and its bytes are charged DRAM and on-chip
 energy. A captured graph (fused, compiled) fuses the casts into its kernels: no cast kernels.
 
-Layout (PyTorch runtimes on a GPU): eager PyTorch keeps activations NCHW unless `memory_format` is
-channels_last, and cuDNN's NCHW paths reach a far smaller share of tensor-core peak than its NHWC
-ones: the parameters of today's PyTorch (mapping.params.PYTORCH_GPU_NCHW) carry that for NCHW
-convolutions on tensor cores. torch.compile's Inductor converts convolutions to channels-last
-itself (PYTORCH_GPU), and fused runtimes (TensorRT) pick NHWC.
+Layout (eager runtimes on a GPU): eager frameworks keep activations NCHW unless `memory_format` is
+channels_last, and cuDNN's tensor-core convolutions run far below their NHWC rate on them. The
+corpus's frameworks of 2020-21 (PyTorch 1.x, Paddle; cuDNN 8.0-8.1) transposed the input and the
+output of every such convolution (conv, conv1x1 in TF32/bf16/fp16/fp8/int8; not depthwise, not
+CUDA-core fp32): one layout pass each (mapping.base.traffic's layout_passes; NVIDIA, "Convolutional
+Layers User's Guide", Tensor Core layouts: NCHW inputs are transposed to NHWC). Today's PyTorch
+(cuDNN 9 on the H100) ran TF32 1x1 convolutions at batch 32 in less time than those transposes
+alone: its parameters (mapping.params.PYTORCH_GPU_NCHW) carry NCHW's cost in the tensor-core
+efficiency instead, and no pass is charged. torch.compile's Inductor converts convolutions to
+channels-last itself (PYTORCH_GPU), and fused runtimes (TensorRT) pick NHWC: no passes.
 
 Steady-state inference: when all weights plus the largest subgraph's activations fit in on-chip
 memory, weights are not re-read from DRAM (`weights_on_chip`). A precision no engine of the chip
@@ -43,7 +48,7 @@ from dataclasses import dataclass, field, fields, replace
 from chipcal.model.chip import Chip
 from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, host_cost, run_queue
 from chipcal.model.estimate.memory import MemoryProfile, memory_profile
-from chipcal.model.estimate.numerics import Cast, OpNumerics, plan, switches
+from chipcal.model.estimate.numerics import TF32_CONV_CLASSES, Cast, OpNumerics, plan, switches
 from chipcal.model.estimate.roofline import (
     SubgraphEstimate,
     chip_context,
@@ -54,7 +59,7 @@ from chipcal.model.estimate.schedule import StageEstimate, schedule
 from chipcal.model.estimate.throttle import power_limited_fraction
 from chipcal.model.mapping import onchip_capacity
 from chipcal.model.mapping.base import CONV_CLASSES, UnsupportedPrecision, is_mac_work
-from chipcal.model.mapping.params import CalibrationParams, FamilyParams, params_for
+from chipcal.model.mapping.params import HOST_RUNTIMES, CalibrationParams, FamilyParams, params_for
 from chipcal.model.precision import BYTES_PER_ELEMENT
 
 NAN = float("nan")
@@ -209,13 +214,26 @@ def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
     return max(share, key=share.get) if share else "none"
 
 
-def producer_layout_bytes(workload, subgraph, layout_passes: float) -> float:
-    """Traced bytes the layout passes of `subgraph`'s convolution producers read last: each
-    reorders its channel-blocked output into the tensor `subgraph` reads (mapping.base.traffic)."""
-    if not layout_passes:
+def layout_passes(subgraph, chip: Chip, numerics: OpNumerics, params: FamilyParams, setup: _Setup) -> float:
+    """Layout passes around `subgraph` (module docstring, Layout): a GPU's NCHW tensor-core
+    convolution under an eager framework of the corpus's generation transposes its input and
+    output (1); today's PyTorch none (its efficiency carries NCHW); a CPU's are its FamilyParams'
+    (oneDNN's reorders); else 0."""
+    if chip.kind != "gpu":
+        return params.layout_passes
+    if (setup.runtime not in HOST_RUNTIMES or setup.memory_format != "nchw" or setup.framework == DEFAULT_FRAMEWORK
+            or subgraph.op_class not in TF32_CONV_CLASSES):
         return 0.0
-    return layout_passes * sum(workload.subgraphs[p].output_bytes for p in subgraph.depends_on
-                               if workload.subgraphs[p].op_class in CONV_CLASSES)
+    engine = chip.engine_for(numerics.precision)
+    return 1.0 if engine is not None and engine.circuit == "tensor_core" else 0.0
+
+
+def producer_layout_bytes(workload, subgraph, passes: Sequence[float]) -> float:
+    """Traced bytes the layout passes of `subgraph`'s convolution producers read last: each
+    reorders its channel-blocked output into the tensor `subgraph` reads (mapping.base.traffic).
+    `passes`: each subgraph's layout passes, by index."""
+    return sum(passes[p] * workload.subgraphs[p].output_bytes for p in subgraph.depends_on
+               if workload.subgraphs[p].op_class in CONV_CLASSES and passes[p])
 
 
 def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = None,
@@ -302,10 +320,13 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
     numerics = plan(workload, chip, precision, trace_bpe, setup.fp32_mode, setup.autocast)
     ctx = chip_context(chip, precision)
     resident = weights_stay_on_chip(workload, chip, scale)
+    passes = [0.0] * len(workload.subgraphs)
+    for sg, n in zip(workload.subgraphs, numerics, strict=True):
+        passes[sg.index] = layout_passes(sg, chip, n, params, setup)
     try:
         estimates = tuple(estimate_subgraph(sg, chip, n.precision, params, trace_bpe, resident,
                                             chip_context(chip, n.precision),
-                                            producer_layout_bytes(workload, sg, params.layout_passes), n.scales)
+                                            producer_layout_bytes(workload, sg, passes), n.scales, passes[sg.index])
                           for sg, n in zip(workload.subgraphs, numerics, strict=True))
     except UnsupportedPrecision as exc:
         return unsupported(workload, chip, precision, str(exc), runtime)

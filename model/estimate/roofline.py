@@ -269,21 +269,23 @@ def kernel_fixed_costs(chip: Chip, params: FamilyParams, op_class: str, engine_c
 def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams,
                       trace_bytes_per_element: float = 4.0, weights_on_chip: bool = False,
                       context: ChipContext | None = None, producer_layout_bytes: float = 0.0,
-                      scales: tuple[float, float, float] | None = None) -> SubgraphEstimate:
+                      scales: tuple[float, float, float] | None = None,
+                      layout_passes: float | None = None) -> SubgraphEstimate:
     """Roofline estimate of one fused subgraph (module docstring has the formulas).
 
     `trace_bytes_per_element` is the element size the workload was traced in (fp32: 4); byte
     counts are rescaled by BYTES_PER_ELEMENT[precision] / trace_bytes_per_element, or by `scales`
     (input, weight, output) where they differ (estimate.numerics).
     `weights_on_chip`: the model's weights stay on chip between inferences (no DRAM weight reads).
-    `producer_layout_bytes`: mapping.base.traffic (prediction.producer_layout_bytes works it out).
+    `producer_layout_bytes`: mapping.base.traffic (prediction.producer_layout_bytes works it out);
+    `layout_passes` replaces params.layout_passes for this subgraph (prediction.layout_passes).
     Raises mapping.UnsupportedPrecision if no engine of `chip` runs `precision`.
     """
     ctx = context if context is not None else chip_context(chip, precision)
     scale = BYTES_PER_ELEMENT[precision] / trace_bytes_per_element
     s_in, s_w, s_out = scales if scales is not None else (scale,) * 3
-    alloc = map_subgraph(subgraph, chip, precision, scale, weights_on_chip, params.layout_passes,
-                         producer_layout_bytes, scales)
+    passes = params.layout_passes if layout_passes is None else layout_passes
+    alloc = map_subgraph(subgraph, chip, precision, scale, weights_on_chip, passes, producer_layout_bytes, scales)
     flop = float(subgraph.flop)
     eff = params.class_efficiency(subgraph.op_class, alloc.circuit)
     if is_mac_work(subgraph) and alloc.lane_fill > 0:
