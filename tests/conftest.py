@@ -1,4 +1,4 @@
-"""Shared test configuration: `gpu` tests skip without CUDA; the slow tests start first; under
+"""Shared test configuration: `gpu` tests skip without CUDA; the timing tests, then the slow ones start first; under
 pytest-xdist a `timing` test runs alone; models and micro-layers can be characterized once."""
 
 from __future__ import annotations
@@ -9,9 +9,13 @@ import pytest
 
 
 def pytest_collection_modifyitems(config, items):
-    # slowest first: pytest-xdist hands tests out in this order, and a long test started last would
-    # leave the other worker idle at the end (sort is stable: the order within each group stays)
-    items.sort(key=lambda item: "slow" not in item.keywords)
+    # pytest-xdist hands tests out in this order (--no-loadscope-reorder). The `timing` tests first:
+    # one waits until the other worker's test has finished, and behind a 2-minute refit its worker
+    # idled (60 s waits in a --durations run). Then the slow tests, those of a refit group (the
+    # longest units) before the others: a long test started last would leave the other worker idle
+    # at the end. The sort is stable: the order within each kind stays.
+    items.sort(key=lambda item: ("timing" not in item.keywords, "slow" not in item.keywords,
+                                 item.get_closest_marker("xdist_group") is None))
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return
