@@ -46,6 +46,8 @@ CV_THRESHOLD = 0.10        # coefficient of variation above which a measurement 
 CLOCK_DRIFT = 0.05         # relative clock change between rounds that marks a measurement unstable
 CONTENTION = 0.25          # share of the CPUs other processes may use before a timing is unstable
 MIN_CUDA_BLOCK_S = 1e-3
+# CPU: rounds of at most the budget / this, the clock read after each (no sampling thread)
+CPU_CLOCK_READS = 8
 
 
 def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int] | None:
@@ -309,29 +311,33 @@ def _benchmark_timer():
 
 def _time_cpu(fn: Callable[[], object], *, min_samples: int, max_time_s: float, target_rel_ci: float,
               threads: int, clock_probe: Callable[[], float | None] | None) -> tuple[list[float], int, list, str]:
+    """torch.utils.benchmark's blocked_autorange picks the calls per sample (a block long enough
+    that the timer's own overhead is ≤ 1e-4 of it) over a first share of the budget; then one
+    block per sample with that count until the CI target, min_samples and the budget allow. The
+    clock is read between blocks, at most every budget / CPU_CLOCK_READS / 2 s (no sampling
+    thread), so a sustained run has the samples a sag check needs (calibrate.flags.sag: 8)."""
     Timer = _benchmark_timer()
 
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
-    samples: list[float] = []
     clocks: list[float | None] = [clock_probe() if clock_probe else None]
     start = time.perf_counter()
-    round_s = max_time_s / 4
-    rounds, number = 0, 1
-    while True:
-        result = timer.blocked_autorange(min_run_time=max(round_s, 1e-3))
-        rounds += 1
-        number = result.number_per_run
-        samples.extend(result.times)
-        clocks.append(clock_probe() if clock_probe else None)
-        left = max_time_s - (time.perf_counter() - start)
-        if _done(samples, min_samples, target_rel_ci) or left <= 0:
-            break
-        block_s = float(np.median(result.times)) * number
-        round_s = _next_round_s(samples, block_s, min_samples, target_rel_ci, left)
-        if round_s <= 0:
-            break
-    method = (f"torch.utils.benchmark.Timer.blocked_autorange × {rounds} rounds, {number} calls per sample, "
-              f"{threads} threads, inference_mode")
+    first = timer.blocked_autorange(min_run_time=max(max_time_s / CPU_CLOCK_READS, 1e-3))
+    number = first.number_per_run
+    samples: list[float] = list(first.times)
+    clocks.append(clock_probe() if clock_probe else None)
+    read_every, last_read = max_time_s / CPU_CLOCK_READS / 2, time.perf_counter()
+    check_at = min_samples
+    while time.perf_counter() - start < max_time_s:
+        if len(samples) >= check_at:
+            if _done(samples, min_samples, target_rel_ci):
+                break
+            check_at = len(samples) + max(1, len(samples) // 8)     # the CI is sorted out every ~12 %
+        samples.extend(timer.timeit(number).times)
+        if clock_probe and time.perf_counter() - last_read >= read_every:
+            clocks.append(clock_probe())
+            last_read = time.perf_counter()
+    method = (f"torch.utils.benchmark.Timer: blocked_autorange for the block size, then "
+              f"{len(samples) - len(first.times)} blocks of {number} calls, {threads} threads, inference_mode")
     return samples, number, clocks, method
 
 
