@@ -81,12 +81,12 @@ that moves no bytes and does no arithmetic (a view) launches no kernel and costs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from chipcal.model import power, tdp, technology
 from chipcal.model.chip import Chip
 from chipcal.model.mapping import map_subgraph
-from chipcal.model.mapping.base import CONV_CLASSES, Allocation, is_mac_work, vector_engine
+from chipcal.model.mapping.base import CONV_CLASSES, is_mac_work, vector_engine
 from chipcal.model.mapping.params import FamilyParams
 from chipcal.model.memo import recent
 from chipcal.model.precision import BYTES_PER_ELEMENT, FLOP_PER_MAC
@@ -180,7 +180,29 @@ class SubgraphEstimate:
     static_energy_j: float
     wasted_energy_j: float
     mapping: str
-    explanation: str
+    # what `explanation` is written from: (serial K bytes, throughput time, K-loop cycles per byte,
+    # weight reorder time); the text is built when asked for, not in every prediction of a fit
+    explain_terms: tuple[float, float, float, float] = field(default=(0.0, 0.0, 0.0, 0.0), repr=False)
+
+    @property
+    def explanation(self) -> str:
+        """One line: why this kernel takes its time (bound, terms, mapping, attained rate)."""
+        if self.bottleneck == "none":
+            return f"{self.name}: no data movement and no arithmetic (a view): no kernel"
+        serial_k_bytes, throughput, k_cycles_per_byte, reorder = self.explain_terms
+        compute, memory, overhead = self.compute_time_s, self.memory_time_s, self.overhead_s
+        moved = memory + reorder     # the weight reorder is a memory pass of its own, serial
+        why = {
+            "compute": f"compute-bound: {_us(compute)} compute vs {_us(moved)} memory",
+            "memory": f"memory-bound: {_us(moved)} memory vs {_us(compute)} compute",
+            "overhead": f"overhead-bound: {_us(overhead)} fixed cost vs {_us(max(compute, memory) + reorder)} work",
+        }[self.bottleneck]
+        k_loop = (f"; compute set by the K loop ({serial_k_bytes:.0f} B x {k_cycles_per_byte:g} cycles/B; "
+                  f"{_us(throughput)} at throughput)" if compute > throughput else "")
+        return (f"{self.name} ({self.op_class}): {self.mapping}; utilization {self.utilization:.0%}, "
+                f"lane fill {self.lane_fill:.0%}, class efficiency {self.class_efficiency:.0%}; {why}"
+                f" (+{_us(overhead)} overhead){f'; memory includes a {_us(reorder)} weight reorder' if reorder else ''};"
+                f" attains {self.attained_flop_per_s / 1e12:.3g} TFLOP/s{k_loop}")
 
     @property
     def busy_s(self) -> float:
@@ -198,25 +220,6 @@ class SubgraphEstimate:
 
 def _us(t: float) -> str:
     return f"{t * 1e6:.2f} us"
-
-
-def _explain(sg, alloc: Allocation, compute: float, memory: float, overhead: float,
-             bottleneck: str, attained: float, eff: float, throughput: float, k_cycles_per_byte: float,
-             reorder: float) -> str:
-    if bottleneck == "none":
-        return f"{sg.name}: no data movement and no arithmetic (a view): no kernel"
-    moved = memory + reorder     # the weight reorder is a memory pass of its own, serial
-    why = {
-        "compute": f"compute-bound: {_us(compute)} compute vs {_us(moved)} memory",
-        "memory": f"memory-bound: {_us(moved)} memory vs {_us(compute)} compute",
-        "overhead": f"overhead-bound: {_us(overhead)} fixed cost vs {_us(max(compute, memory) + reorder)} work",
-    }[bottleneck]
-    k_loop = (f"; compute set by the K loop ({alloc.serial_k_bytes:.0f} B x {k_cycles_per_byte:g} cycles/B; "
-              f"{_us(throughput)} at throughput)" if compute > throughput else "")
-    return (f"{sg.name} ({sg.op_class}): {alloc.detail}; utilization {alloc.utilization:.0%}, "
-            f"lane fill {alloc.lane_fill:.0%}, class efficiency {eff:.0%}; {why}"
-            f" (+{_us(overhead)} overhead){f'; memory includes a {_us(reorder)} weight reorder' if reorder else ''};"
-            f" attains {attained / 1e12:.3g} TFLOP/s{k_loop}")
 
 
 def memory_time_s(dram_bytes: float, onchip_bytes: float, bandwidth_bytes_per_s: float,
@@ -341,6 +344,5 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
         arithmetic_intensity=flop / alloc.dram_bytes if alloc.dram_bytes > 0 else float("inf"),
         compute_energy_j=compute_j, clock_energy_j=clock_j, dram_energy_j=dram_j, onchip_energy_j=onchip_j,
         static_energy_j=static_j, wasted_energy_j=wasted_j, mapping=alloc.detail,
-        explanation=_explain(subgraph, alloc, compute, memory, overhead, bottleneck, attained, eff,
-                             throughput, params.k_loop_cycles_per_byte, reorder),
+        explain_terms=(alloc.serial_k_bytes, throughput, params.k_loop_cycles_per_byte, reorder),
     )
