@@ -245,3 +245,48 @@ def test_call_overhead_is_the_prior_of_every_convolution_class():
     old = LayoutSection.from_dict({"passes": 1.0, "detail": "written before the fixed cost was timed"})
     assert old.charged_in(defaults).overhead_s == defaults.overhead_s
     assert "call_overhead_s" not in old.to_dict()
+
+
+def test_a_linear_layer_pays_the_slower_of_the_reorder_and_the_blas_pack_by_hand():
+    """A 768->3072 linear at 197 rows ((768 x 3072 + 3072 bias) x 4 = 9,449,472 B of fp32 weights):
+    with the 1x1 reorder at 20 GB/s and the sweep's pack at 10 GB/s it pays 944.9 us per call; with
+    the pack faster than the reorder, the reorder's 472.5 us; a pack rate alone (no layout probe) charges
+    nothing, as a run without the probe charged nothing; the rate round-trips."""
+    import torch
+
+    from chipcal.model.estimate.prediction import predict
+    from chipcal.model.registry import load_registry
+    from chipcal.model.workload import characterize
+
+    chip, params = load_registry().get("xeon-platinum-8480-plus"), default_params("cpu")
+    workload = characterize(torch.nn.Linear(768, 3072).eval(), (torch.randn(197, 768),), model_name="l", fuse=False)
+    base = predict(workload, chip, "fp32", params=params, runtime="eager").latency_s
+    weights = (768 * 3072 + 3072) * 4
+
+    def extra(**rates) -> float:
+        return predict(workload, chip, "fp32", params=dataclasses.replace(params, **rates), runtime="eager").latency_s - base
+
+    assert extra(pointwise_weight_layout_bytes_per_s=20e9, gemm_pack_bytes_per_s=10e9) == pytest.approx(weights / 10e9)
+    assert extra(pointwise_weight_layout_bytes_per_s=20e9, gemm_pack_bytes_per_s=40e9) == pytest.approx(weights / 20e9)
+    assert extra(gemm_pack_bytes_per_s=10e9) == 0.0
+    packed = dataclasses.replace(params, gemm_pack_bytes_per_s=14.2e9)
+    assert FamilyParams.from_dict(packed.to_dict()).gemm_pack_bytes_per_s == 14.2e9
+    assert "gemm_pack_bytes_per_s" not in params.to_dict()
+
+
+def test_the_gemm_sweep_gives_the_pack_rate_it_was_built_with():
+    """Sweep points timed as 2MNK / 300 GFLOP/s + K·N·4 B / 12 GB/s (square and skinny shapes, as
+    measure.peak sweeps them) give back 12 GB/s; points with no pack term (a rate alone) give None."""
+    from chipcal.calibrate.layer_fits import gemm_pack_rate
+
+    shapes = [(256, 256, 256), (1024, 1024, 1024), (16384, 256, 1024), (256, 4096, 4096), (4096, 4096, 256),
+              (4096, 4096, 4096)]
+
+    def point(m, n, k, pack_bytes_per_s):
+        flop = 2 * m * n * k
+        seconds = flop / 300e9 + (k * n * 4 / pack_bytes_per_s if pack_bytes_per_s else 0.0)
+        return SimpleNamespace(m=m, k=k, flop=flop, flop_per_s=flop / seconds)
+
+    assert gemm_pack_rate([point(*s, 12e9) for s in shapes], 4.0) == pytest.approx(12e9, rel=1e-6)
+    assert gemm_pack_rate([point(*s, None) for s in shapes], 4.0) is None
+    assert gemm_pack_rate([point(*s, 12e9) for s in shapes[:2]], 4.0) is None
