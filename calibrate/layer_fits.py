@@ -84,33 +84,6 @@ def gemm_informed(defaults, gemm_fit):
     return dataclasses.replace(defaults, efficiency=eff)
 
 
-def gemm_pack_rate(points, bytes_per_element: float) -> float | None:
-    """The rate (bytes of the K x N operand per second) at which the BLAS packs a GEMM's second
-    operand on every call, read from the sweep's shapes: each point's time as
-    flop / R + K·N·bytes / P, least squares in relative error with R and P >= 0 (scipy nnls).
-    The sweep holds square and skinny shapes of the same FLOP: on the Sapphire Rapids VM M = 256
-    against K = N = 4096 ran at 232 GFLOP/s where 4096^3 ran at 309, its 64 MB operand packed at
-    14.2 GB/s (20.8-22.0 GB/s for oneDNN's 1x1 reorder, measure.layout). `points`: anything with
-    m, k, flop and flop_per_s (measure.peak.GemmPoint, a document's GemmRow). None when the sweep
-    has fewer than three shaped points or shows no pack (P unbounded)."""
-    from scipy.optimize import nnls
-
-    shaped = [p for p in points if p.flop_per_s and p.m and p.k]
-    if len(shaped) < 3:
-        return None
-    seconds = np.array([p.flop / p.flop_per_s for p in shaped])
-    design = np.array([[p.flop, p.flop / (2.0 * p.m) * bytes_per_element] for p in shaped])   # K·N = flop / 2M
-    x, _ = nnls(design / seconds[:, None], np.ones(len(shaped)))
-    return 1.0 / x[1] if x[1] > 0 and x[0] > 0 else None
-
-
-def gemm_pack_in(params, points, precision: str):
-    """`params` with the sweep's pack rate (gemm_pack_rate) of the calibrated precision."""
-    from chipcal.model.precision import BYTES_PER_ELEMENT
-
-    return dataclasses.replace(params, gemm_pack_bytes_per_s=gemm_pack_rate(points, BYTES_PER_ELEMENT[precision]))
-
-
 def _runs_on_tensor_cores(op_class: str, chip, precision: str) -> bool:
     """Whether a micro-layer of `op_class` timed at `precision` under PyTorch's defaults (as_timed)
     runs on a GPU's tensor cores."""

@@ -24,13 +24,7 @@ from chipcal.calibrate.accuracy import Checked, CheckedSet
 from chipcal.calibrate.crossval import CrossValidation, folds
 from chipcal.calibrate.document import CalibrationDocument, LayerRow
 from chipcal.calibrate.fits import FitResult
-from chipcal.calibrate.layer_fits import (
-    RUNTIME,
-    gemm_fits,
-    gemm_informed,
-    gemm_pack_in,
-    host_in_overheads,
-)
+from chipcal.calibrate.layer_fits import RUNTIME, gemm_fits, gemm_informed, host_in_overheads
 from chipcal.calibrate.micro import MicroFit, fit_micro
 from chipcal.measure.device import device_kind
 from chipcal.measure.timing import Measurement
@@ -150,9 +144,7 @@ def refit(doc: CalibrationDocument, chip, progress=None) -> Refit:
         prior, bandwidth_efficiency=bw.memory_bytes_per_s / model_bw,
         onchip_bandwidth_ratio=onchip / model_bw if onchip else defaults.onchip_bandwidth_ratio, source="refit")
     base = doc.first_touch.charged_in(base) if doc.first_touch else base
-    if doc.layout:   # the layout probe's weight rates, the linear layers' pack as the sweep shows it
-        base = gemm_pack_in(doc.layout.charged_in(base),
-                            [r for r in doc.observations.gemm if r.precision == precision], precision)
+    base = doc.layout.charged_in(base) if doc.layout else base
     recorded = doc.observations
     progress.phase("characterizing the recorded layers, chains and models",
                    len(recorded.layers) + len(recorded.chains) + len(recorded.models))

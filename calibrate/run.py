@@ -34,7 +34,6 @@ from chipcal.calibrate.layer_fits import (
     as_timed,
     gemm_fits,
     gemm_informed,
-    gemm_pack_in,
     host_in_overheads,
 )
 from chipcal.calibrate.micro import fit_micro
@@ -284,7 +283,6 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
             journal.put("layout", recorded)
         layout = cd.LayoutSection(**recorded)
         base = layout.charged_in(base)
-        base = gemm_pack_in(base, gemm.curve(config.precision), config.precision)   # a linear's BLAS pack
 
     # 4d. eager host side: per-op dispatch cost (measure.dispatch); on a GPU it seeds the overheads
     if (recorded := journal.get("dispatch")) is None:

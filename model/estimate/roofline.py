@@ -32,10 +32,7 @@
                    panels on every call, the same
                    K x N reorder oneDNN runs for a 1x1 convolution's weights (2-vCPU Xeon, one
                    thread: swin_t's 52 linears took 84 ms at batch 1 and 572 ms at batch 8, a
-                   fixed 14 ms per pass for their 110 MB of weights), or / gemm_pack_bytes_per_s
-                   where the GEMM sweep's shapes show the BLAS's own pack slower than oneDNN's
-                   reorder (calibrate.layer_fits.gemm_pack_rate; 14.2 against 20.8-22.0 GB/s on
-                   the Sapphire Rapids VM)
+                   fixed 14 ms per pass for their 110 MB of weights)
     overhead     = overhead_s[op_class] + switch_overhead_s + overhead_cycles / engine clock
                    (a GPU: overhead_s[op_class] + switch_overhead_s are the host's cost of issuing
                    the op inside a network, charged by the eager host queue (host_issue_s,
@@ -256,8 +253,6 @@ def weight_layout_s(subgraph, weight_bytes: float, params: FamilyParams) -> floa
         return 0.0
     rate = (params.pointwise_weight_layout_bytes_per_s if cls in POINTWISE_CLASSES
             else params.weight_layout_bytes_per_s)
-    if rate and cls == "matmul" and params.gemm_pack_bytes_per_s:
-        rate = min(rate, params.gemm_pack_bytes_per_s)     # the BLAS's own pack, where the sweep saw it slower
     return weight_bytes / rate if rate else 0.0
 
 

@@ -50,11 +50,6 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
                            a serial pass of its own (PyTorch eager keeps OIHW weights and oneDNN
                            reorders them per call); None: not charged; a CPU calibration times the
                            reorders in oneDNN's trace (measure.layout)
-    gemm_pack_bytes_per_s  rate (weight bytes per second) at which the BLAS packs a GEMM's K x N
-                           operand on every call, read from the GEMM sweep's shapes
-                           (calibrate.layer_fits.gemm_pack_rate); a linear layer pays the slower of
-                           it and pointwise_weight_layout_bytes_per_s (estimate.roofline.weight_layout_s);
-                           None: the pointwise rate alone
 
 A calibration (`CalibrationParams`, read from a calibration directory by calibrate.store) is
 applied to the chip it was fitted on only (every other chip keeps its family defaults). A
@@ -144,7 +139,6 @@ class FamilyParams:
     k_loop_cycles_per_byte: float = 0.0
     weight_layout_bytes_per_s: float | None = None
     pointwise_weight_layout_bytes_per_s: float | None = None
-    gemm_pack_bytes_per_s: float | None = None
     tensor_efficiency: Mapping[str, float] | None = None
     host_call_s: float = 0.0
 
@@ -183,7 +177,7 @@ class FamilyParams:
                            _number("network_memory_factor", self.network_memory_factor, allow_zero=False))
         object.__setattr__(self, "k_loop_cycles_per_byte",
                            _number("k_loop_cycles_per_byte", self.k_loop_cycles_per_byte, allow_zero=True))
-        for name in ("weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s", "gemm_pack_bytes_per_s"):
+        for name in ("weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _number(name, getattr(self, name), allow_zero=False))
 
@@ -224,8 +218,7 @@ class FamilyParams:
             **({"k_loop_cycles_per_byte": self.k_loop_cycles_per_byte}                 # absent: 0
                if self.k_loop_cycles_per_byte else {}),
             **{name: getattr(self, name) for name in ("weight_layout_bytes_per_s",      # absent: None
-                                                      "pointwise_weight_layout_bytes_per_s",
-                                                      "gemm_pack_bytes_per_s")
+                                                      "pointwise_weight_layout_bytes_per_s")
                if getattr(self, name) is not None},
             **({"tensor_efficiency": dict(self.tensor_efficiency)}                     # absent: None
                if self.tensor_efficiency is not None else {}),
@@ -245,7 +238,7 @@ class FamilyParams:
                                       "first_touch_bytes_per_s", "fresh_allocation_bytes", "layout_passes",
                                       "network_memory_factor", "k_loop_cycles_per_byte",
                                       "weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s",
-                                      "gemm_pack_bytes_per_s", "tensor_efficiency", "host_call_s")
+                                      "tensor_efficiency", "host_call_s")
                     if k in d}
         return cls(**{k: d[k] for k in keys}, **optional)
 
