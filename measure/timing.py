@@ -46,7 +46,7 @@ CV_THRESHOLD = 0.10        # coefficient of variation above which a measurement 
 CLOCK_DRIFT = 0.05         # relative clock change between rounds that marks a measurement unstable
 CONTENTION = 0.25          # share of the CPUs other processes may use before a timing is unstable
 MIN_CUDA_BLOCK_S = 1e-3
-# CPU: rounds of at most the budget / this, the clock read after each (no sampling thread)
+# CPU: the clock is read between timed blocks, at most 2 x this many times per budget (no sampling thread)
 CPU_CLOCK_READS = 8
 
 
@@ -279,18 +279,6 @@ def _done(samples: list[float], min_samples: int, target_rel_ci: float) -> bool:
         return False
     m = Measurement.from_samples(samples)
     return m.rel_ci <= target_rel_ci and median_ci_ranks(len(samples)) is not None
-
-
-def _next_round_s(samples: list[float], block_s: float, min_samples: int, target_rel_ci: float,
-                  left_s: float) -> float:
-    """Time for the next round: enough blocks to reach min_samples and, by √n scaling, the target CI."""
-    n = len(samples)
-    need = max(min_samples - n, 1)
-    if n >= 2:
-        rel = Measurement.from_samples(samples).rel_ci
-        if rel > target_rel_ci:
-            need = max(need, math.ceil(n * (rel / target_rel_ci) ** 2) - n)
-    return max(min(need * block_s, left_s), 0.0)
 
 
 def _benchmark_timer():
