@@ -300,7 +300,7 @@ def _benchmark_timer():
 def _time_cpu(fn: Callable[[], object], *, min_samples: int, max_time_s: float, target_rel_ci: float,
               threads: int, clock_probe: Callable[[], float | None] | None) -> tuple[list[float], int, list, str]:
     """torch.utils.benchmark's blocked_autorange picks the calls per sample (a block long enough
-    that the timer's own overhead is ≤ 1e-4 of it) over a first share of the budget; then one
+    that the timer's own overhead is ≤ 1e-4 of it) over the first quarter of the budget; then one
     block per sample with that count until the CI target, min_samples and the budget allow. The
     clock is read between blocks, at most every budget / CPU_CLOCK_READS / 2 s (no sampling
     thread), so a sustained run has the samples a sag check needs (calibrate.flags.sag: 8)."""
@@ -309,7 +309,7 @@ def _time_cpu(fn: Callable[[], object], *, min_samples: int, max_time_s: float, 
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
     clocks: list[float | None] = [clock_probe() if clock_probe else None]
     start = time.perf_counter()
-    first = timer.blocked_autorange(min_run_time=max(max_time_s / CPU_CLOCK_READS, 1e-3))
+    first = timer.blocked_autorange(min_run_time=max(max_time_s / 4, 1e-3))
     number = first.number_per_run
     samples: list[float] = list(first.times)
     clocks.append(clock_probe() if clock_probe else None)
