@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,26 @@ def test_bursts_stay_under_the_burst_ceiling_but_a_listed_clock_can_be_beaten(re
     over = {(b.chip, b.precision) for b in report.bursts if not b.within_ceiling}
     assert over <= {("rtx-4090", "bf16")}
     assert {b.chip for b in report.bursts} >= {"h100-sxm5", "h200-sxm", "b200", "t4", "l4"}
+
+
+H200_RUN = Path(__file__).parent / "machines" / "nvidia-h200" / "calibration-quick.json"
+
+
+def test_the_live_h200_holds_check_the_fitted_model(registry):
+    """`chipcal calibrate --device cuda --quick` on a lent H200 (2026-11-26, 700 W) held each
+    tensor-core precision's 8192^3 GEMM on random data until clock and power settled: an
+    independent sustained measurement (the fit saw only Bekman's MAMF rows for the H200). The
+    shipped constants predict the floating-point holds within 10 % at the median, each within 20 %,
+    and never below the hold (the model has no kernel losses beyond its GEMM efficiency). int8 is
+    not power-bound there: cuBLAS's int8 GEMM reached 43 % of spec at 92 % of the boost clock."""
+    chip = registry.get("h200-sxm")
+    holds = [r for r in json.loads(H200_RUN.read_text())["power"]["precisions"]
+             if r["engine"] == "tensor_cores" and r["precision"] != "int8"]
+    assert sorted(r["precision"] for r in holds) == ["bf16", "fp16", "fp8", "tf32"]
+    errors = []
+    for r in holds:
+        assert r["settled"] and r["sustained_power_w"] <= r["tdp_w"] * 1.01 and "sw_power_cap" in r["clock_events"]
+        g = power.gemm_power(chip, r["precision"], power.NOMINAL, activity=evidence.RANDOM_DATA)
+        errors.append(g.sustainable_peak_flop_per_s / r["sustained_flop_per_s"] - 1)
+    assert all(0 <= e <= 0.20 for e in errors)
+    assert statistics.median(errors) <= 0.10
