@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from chipcal.model.memo import recent
 from chipcal.model.precision import FLOP_PER_MAC, PRECISIONS
 
 KINDS = ("cpu", "gpu", "tpu", "kpu")
@@ -199,21 +200,34 @@ class Chip:
         clock where they are listed below it (the H100's tensor cores are listed at the 1.83 GHz
         their datasheet peak assumes and run at 1.98 GHz until the power limit bites); other chips,
         and a chip in a power mode (which fixes its clocks), unchanged."""
-        boost = self.boost_clock_hz
-        if self.kind != "gpu" or not boost or not self.tdp_limits_clock or self.active_mode:
-            return self
-        if all(e.clock_hz >= boost for e in self.engines):
-            return self
-        return dataclasses.replace(self, engines=tuple(_lowered(e, max(e.clock_hz, boost), e.units)
-                                                       for e in self.engines))
+        return _boosted(self)
 
     def at_clock_fraction(self, fraction: float) -> Chip:
         """This chip with every engine clock at `fraction` of its listed clock (0 < fraction <= 1),
         on the same voltage-frequency curve: what its power governor does under a TDP."""
         if not 0 < fraction <= 1:
             raise ValueError(f"clock fraction must be in (0, 1], got {fraction!r}")
-        return dataclasses.replace(self, engines=tuple(_lowered(e, e.clock_hz * fraction, e.units)
-                                                       for e in self.engines))
+        return _at_fraction(self, float(fraction))
+
+
+# The derived chips are built once per chip (and fraction) and the same record returned again: the
+# mapping and energy memos (model.memo) key a chip by identity, and a fit predicts a GPU's layers
+# at its boost clock hundreds of thousands of times.
+@recent(maxsize=64)
+def _boosted(chip: Chip) -> Chip:
+    boost = chip.boost_clock_hz
+    if chip.kind != "gpu" or not boost or not chip.tdp_limits_clock or chip.active_mode:
+        return chip
+    if all(e.clock_hz >= boost for e in chip.engines):
+        return chip
+    return dataclasses.replace(chip, engines=tuple(_lowered(e, max(e.clock_hz, boost), e.units)
+                                                   for e in chip.engines))
+
+
+@recent(maxsize=256)
+def _at_fraction(chip: Chip, fraction: float) -> Chip:
+    return dataclasses.replace(chip, engines=tuple(_lowered(e, e.clock_hz * fraction, e.units)
+                                                   for e in chip.engines))
 
 
 def _lowered(engine: Engine, clock_hz: float, units: int) -> Engine:
