@@ -50,7 +50,7 @@ def _md_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
 def test_the_reference_report_is_one_self_contained_page(reference):
     doc, text = reference
     page = check_page(text)
-    assert len(page.images) == (4 if doc.observations.power else 3)
+    assert len(page.images) == (4 if doc.observations.power or doc.observations.holds else 3)   # power.png: power read
     assert page.headings[0] == f"Calibration: {doc.machine_slug} ({doc.device})"
 
 
@@ -75,7 +75,7 @@ def test_every_run_in_results_has_its_report_html(run):
     page = check_page(path.read_text())
     assert page.headings[0] == f"Calibration: {doc.machine_slug} ({doc.device})"
     assert f"Created {doc.created_utc}" in path.read_text()
-    assert len(page.images) == (4 if doc.observations.power else 3)
+    assert len(page.images) == (4 if doc.observations.power or doc.observations.holds else 3)   # power.png: power read
 
 
 def _chromium() -> str | None:
