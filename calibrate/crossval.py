@@ -105,7 +105,7 @@ def assign_folds(cases: Sequence[tuple[str, str]], k: int) -> list[int]:
 
 def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, base, defaults,
                    params, k: int, on_fold: Callable[[int], None] | None = None,
-                   overhead_floor_s: float = 0.0, prior=None) -> CrossValidation:
+                   overhead_floor_s: float = 0.0, prior=None, predicted=None) -> CrossValidation:
     """k-fold cross-validation of the layer fit and leave-one-out of the switch fit.
 
     `layers` and `chains` are LayerObservations; `base` is what the layer fit starts from (the
@@ -113,7 +113,7 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
     is compared with), `prior` what a class's fitted values are put back to in the ablation (the
     fit's prior centre, layer_fits.gemm_informed; the defaults when None), `params` the full
     fit's result (its layer parameters serve the chain check). `on_fold(f)` is called after each fold;
-    `overhead_floor_s` goes to the layer fit (fit_layer_params).
+    `overhead_floor_s` and `predicted` (the full fit's layer_fits.LayerPredictions) go to the layer fit.
     """
     def latency(o, p) -> float:
         return as_timed(o.workload, chip, precision, p).latency_s
@@ -126,7 +126,7 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
         test = [o for o, g in zip(layers, folds, strict=True) if g == f]
         if not test:
             continue
-        fold_params, _ = fit_layer_params(train, chip, precision, base, overhead_floor_s)
+        fold_params, _ = fit_layer_params(train, chip, precision, base, overhead_floor_s, predicted)
         for o in test:
             m = o.measurement.median_s
             fitted = latency(o, fold_params)

@@ -9,6 +9,7 @@ the method.
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
@@ -95,7 +96,33 @@ def _runs_on_tensor_cores(op_class: str, chip, precision: str) -> bool:
     return engine is not None and engine.circuit == "tensor_core"
 
 
-def fit_layer_params(observations: Sequence, chip, precision: str, base, overhead_floor_s: float = 0.0):
+PREDICTED_KEPT = 1 << 17     # layer predictions a LayerPredictions keeps (~40 MB; a full run's fit
+                             # and its five folds make ~110,000)
+
+
+class LayerPredictions:
+    """Layer latencies that fits from one base share (fit_layer_params): keyed by the identities of
+    the layer's workload, the chip and the base parameters (each entry holds them, so an id cannot be
+    reused while it is kept), the precision, and the names and values of the fitted parameters the
+    layer reads. The cross-validation's folds start where the full fit started and their grids try
+    the same values, so most of a fold's grid is the full fit's again. Oldest dropped first."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple, tuple] = OrderedDict()
+
+    def get(self, key: tuple) -> float | None:
+        hit = self._entries.get(key)
+        return None if hit is None else hit[0]
+
+    def keep(self, key: tuple, latency_s: float, *held) -> float:
+        if len(self._entries) >= PREDICTED_KEPT:
+            self._entries.popitem(last=False)
+        self._entries[key] = (latency_s, *held)
+        return latency_s
+
+
+def fit_layer_params(observations: Sequence, chip, precision: str, base, overhead_floor_s: float = 0.0,
+                     predicted: LayerPredictions | None = None):
     """Fit efficiency[c] and overhead_s[c] for every op class the micro-layers exercise, and the
     size curve's half_efficiency_flop, through the predictor itself.
 
@@ -143,23 +170,24 @@ def fit_layer_params(observations: Sequence, chip, precision: str, base, overhea
     # a layer's prediction reads the class parameters of its own subgraphs' classes and of a cast
     # kernel's (elementwise), and the shared ones: a finite-difference Jacobian column or a grid
     # trial that moves another class leaves it as it was, so it is reused (same inputs, same value)
-    depends = [[n for n in names if not n.startswith(("efficiency.", "overhead_s."))
-                or n.split(".", 1)[1] in {sg.op_class for sg in o.workload.subgraphs} | {"elementwise"}]
-               for o in observations]
-    reused: dict[tuple, float] = {}
+    reads = [tuple(n for n in names if not n.startswith(("efficiency.", "overhead_s."))
+                   or n.split(".", 1)[1] in {sg.op_class for sg in o.workload.subgraphs} | {"elementwise"})
+             for o in observations]
+    fixed = (id(chip), precision, id(base))
+    predicted = LayerPredictions() if predicted is None else predicted
 
     def predict_all(values: dict[str, float], which: Sequence[int] | None = None) -> np.ndarray:
         params = None
         out = []
         for i in range(len(observations)) if which is None else which:
-            key = (i, *(values[n] for n in depends[i]))
-            if key not in reused:
+            w = observations[i].workload
+            key = (id(w), *fixed, reads[i], *(values[n] for n in reads[i]))
+            latency = predicted.get(key)
+            if latency is None:
                 if params is None:
                     params = params_from(values)
-                if len(reused) >= 64 * len(observations):
-                    reused.clear()
-                reused[key] = as_timed(observations[i].workload, chip, precision, params).latency_s
-            out.append(reused[key])
+                latency = predicted.keep(key, as_timed(w, chip, precision, params).latency_s, w, chip, base)
+            out.append(latency)
         return np.array(out)
 
     sigma = [max(MODEL_SIGMA_FLOOR, o.measurement.iqr_s / 1.349 / o.measurement.median_s) for o in observations]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from chipcal.calibrate.crossval import CrossValidation, cross_validate, keep_defaults
 from chipcal.calibrate.fits import FitResult
-from chipcal.calibrate.layer_fits import fit_layer_params, fit_network_costs
+from chipcal.calibrate.layer_fits import LayerPredictions, fit_layer_params, fit_network_costs
 from chipcal.model.chip import Chip
 
 
@@ -30,9 +30,10 @@ def fit_micro(layers: Sequence, chains: Sequence, chip: Chip, precision: str, ba
     """Layer fit from `base`, its k-fold self-check against `defaults`, the classes whose fitted
     values spoil held-out layers put back to `base` (the prior the fit is centred on), then the
     switch fit on the chains."""
-    params, layer_fit = fit_layer_params(layers, chip, precision, base, overhead_floor_s)
+    predicted = LayerPredictions()      # the folds' grids retrace much of the full fit's
+    params, layer_fit = fit_layer_params(layers, chip, precision, base, overhead_floor_s, predicted)
     crossval = cross_validate(layers, chains, chip, precision, base, defaults, params, k, on_fold=on_fold,
-                              overhead_floor_s=overhead_floor_s, prior=base)
+                              overhead_floor_s=overhead_floor_s, prior=base, predicted=predicted)
     params = keep_defaults(params, base, crossval.classes_keeping_defaults)
     params, switch_fit = fit_network_costs(chains, chip, precision, params)
     return MicroFit(params, layer_fit, crossval, switch_fit)
