@@ -12,6 +12,7 @@ its CUDA cores, so the chip peak for a precision is the best engine's, never the
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -154,9 +155,10 @@ class Chip:
         bursts = [m for m in self.measured if m.precision == precision and not m.sustained and m.data == "random"]
         return max(bursts, key=lambda m: m.flop_per_s, default=None)
 
-    @property
+    @functools.cached_property
     def precisions(self) -> tuple[str, ...]:
-        """Precisions some engine executes natively, in canonical order."""
+        """Precisions some engine executes natively, in canonical order (worked out once per record:
+        a fit asks it for every subgraph it predicts)."""
         have = {p for e in self.engines for p in e.macs_per_unit_per_clock}
         return tuple(p for p in PRECISIONS if p in have)
 
