@@ -113,7 +113,7 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
     is compared with), `prior` what a class's fitted values are put back to in the ablation (the
     fit's prior centre, layer_fits.gemm_informed; the defaults when None), `params` the full
     fit's result (its layer parameters serve the chain check). `on_fold(f)` is called after each fold;
-    `overhead_floor_s` and `predicted` (the full fit's layer_fits.LayerPredictions) go to the layer fit.
+    `overhead_floor_s` and `predicted` (the full fit's model.memo.Recent of layer latencies) go to the layer fit.
     """
     def latency(o, p) -> float:
         return as_timed(o.workload, chip, precision, p).latency_s

@@ -9,12 +9,12 @@ the method.
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 
 from chipcal.calibrate.fits import FitResult, fit_log_latency, fit_saturating_efficiency
+from chipcal.model.memo import Recent
 
 RUNTIME = "eager"    # layers, chains and models are timed in PyTorch eager mode: one kernel per op
 MODEL_SIGMA_FLOOR = 0.05   # per-layer log uncertainty floor: timing spread, else model misfit
@@ -96,33 +96,16 @@ def _runs_on_tensor_cores(op_class: str, chip, precision: str) -> bool:
     return engine is not None and engine.circuit == "tensor_core"
 
 
-PREDICTED_KEPT = 1 << 17     # layer predictions a LayerPredictions keeps (~40 MB; a full run's fit
-                             # and its five folds make ~110,000)
-
-
-class LayerPredictions:
-    """Layer latencies that fits from one base share (fit_layer_params): keyed by the identities of
-    the layer's workload, the chip and the base parameters (each entry holds them, so an id cannot be
-    reused while it is kept), the precision, and the names and values of the fitted parameters the
-    layer reads. The cross-validation's folds start where the full fit started and their grids try
-    the same values, so most of a fold's grid is the full fit's again. Oldest dropped first."""
-
-    def __init__(self) -> None:
-        self._entries: OrderedDict[tuple, tuple] = OrderedDict()
-
-    def get(self, key: tuple) -> float | None:
-        hit = self._entries.get(key)
-        return None if hit is None else hit[0]
-
-    def keep(self, key: tuple, latency_s: float, *held) -> float:
-        if len(self._entries) >= PREDICTED_KEPT:
-            self._entries.popitem(last=False)
-        self._entries[key] = (latency_s, *held)
-        return latency_s
+# Layer latencies that fits from one base share (fit_layer_params, calibrate.micro): keyed by the
+# identities of the layer's workload, the chip and the base parameters (each entry holds them), the
+# precision, and the names and values of the fitted parameters the layer reads. The cross-validation's
+# folds start where the full fit started and their grids try the same values, so most of a fold's
+# grid is the full fit's again; a full run's fit and its five folds keep ~110,000 (~40 MB).
+PREDICTED_KEPT = 1 << 17
 
 
 def fit_layer_params(observations: Sequence, chip, precision: str, base, overhead_floor_s: float = 0.0,
-                     predicted: LayerPredictions | None = None):
+                     predicted: Recent | None = None):
     """Fit efficiency[c] and overhead_s[c] for every op class the micro-layers exercise, and the
     size curve's half_efficiency_flop, through the predictor itself.
 
@@ -174,7 +157,7 @@ def fit_layer_params(observations: Sequence, chip, precision: str, base, overhea
                    or n.split(".", 1)[1] in {sg.op_class for sg in o.workload.subgraphs} | {"elementwise"})
              for o in observations]
     fixed = (id(chip), precision, id(base))
-    predicted = LayerPredictions() if predicted is None else predicted
+    predicted = Recent(PREDICTED_KEPT) if predicted is None else predicted
 
     def predict_all(values: dict[str, float], which: Sequence[int] | None = None) -> np.ndarray:
         params = None

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from chipcal.calibrate.crossval import CrossValidation, cross_validate, keep_defaults
 from chipcal.calibrate.fits import FitResult
-from chipcal.calibrate.layer_fits import LayerPredictions, fit_layer_params, fit_network_costs
+from chipcal.calibrate.layer_fits import PREDICTED_KEPT, fit_layer_params, fit_network_costs
 from chipcal.model.chip import Chip
+from chipcal.model.memo import Recent
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ def fit_micro(layers: Sequence, chains: Sequence, chip: Chip, precision: str, ba
     """Layer fit from `base`, its k-fold self-check against `defaults`, the classes whose fitted
     values spoil held-out layers put back to `base` (the prior the fit is centred on), then the
     switch fit on the chains."""
-    predicted = LayerPredictions()      # the folds' grids retrace much of the full fit's
+    predicted = Recent(PREDICTED_KEPT)      # the folds' grids retrace much of the full fit's
     params, layer_fit = fit_layer_params(layers, chip, precision, base, overhead_floor_s, predicted)
     crossval = cross_validate(layers, chains, chip, precision, base, defaults, params, k, on_fold=on_fold,
                               overhead_floor_s=overhead_floor_s, prior=base, predicted=predicted)

@@ -29,31 +29,56 @@ def _key(arg) -> object:
     return id(arg)
 
 
+class Recent:
+    """The results of the `maxsize` most recently used keys (least recently used dropped first: a
+    fit cycles through the same calls, and a cycle longer than first-in-first-out's capacity would
+    never hit). Each entry also holds the records whose identities its key names (`held`), so an id
+    cannot be reused while the entry is kept."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._entries: OrderedDict[tuple, tuple] = OrderedDict()     # least recently used first
+
+    def get(self, key: tuple, default=None):
+        entry = self._entries.get(key)
+        if entry is None:
+            return default
+        self._entries.move_to_end(key)
+        return entry[0]
+
+    def keep(self, key: tuple, result, *held):
+        """Keep `result` under `key`, with the records `held`; returns `result`."""
+        if len(self._entries) >= self.maxsize:
+            self._entries.popitem(last=False)
+        self._entries[key] = (result, held)
+        return result
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+_MISSING = object()
+
+
 def recent(maxsize: int) -> Callable:
     """Decorator: reuse the results of the `maxsize` most recently used distinct positional calls
-    (least recently used dropped first: a fit cycles through the same calls, and a cycle longer
-    than first-in-first-out's capacity would never hit). Calls with keyword arguments are not
-    reused. The function must be pure and its non-plain arguments frozen."""
+    (Recent). Calls with keyword arguments are not reused. The function must be pure and its
+    non-plain arguments frozen."""
 
     def wrap(fn: Callable) -> Callable:
-        entries: OrderedDict[tuple, tuple] = OrderedDict()     # least recently used first
+        kept = Recent(maxsize)
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
             if kwargs:
                 return fn(*args, **kwargs)
             key = tuple(_key(a) for a in args)
-            hit = entries.get(key)
-            if hit is not None:              # the entry holds its records, so the ids are theirs
-                entries.move_to_end(key)
-                return hit[1]
-            result = fn(*args)
-            if len(entries) >= maxsize:
-                entries.popitem(last=False)
-            entries[key] = (args, result)
+            result = kept.get(key, _MISSING)
+            if result is _MISSING:
+                result = kept.keep(key, fn(*args), *args)
             return result
 
-        call.cache_clear = entries.clear
+        call.cache_clear = kept.clear
         return call
 
     return wrap

@@ -201,22 +201,24 @@ H100_RUN = H100 / "calibration-full.json"
 H100_RUNS = {"calibration-full.json": (0.685, 14), "calibration-quick.json": (0.263, 18)}
 
 
-def _h100_refit(name: str):
+def _registry_refit(path, chip: str):
+    """The recorded GPU run at `path` and its refit on the registry's `chip` (a GPU run's chip is
+    the registry's, so no recorded CPU is needed)."""
     from chipcal.model.registry import load_registry
 
-    doc = CalibrationDocument.from_dict(json.loads((H100 / name).read_text()))
-    return doc, refit(doc, load_registry().get("h100-sxm5"))
+    doc = CalibrationDocument.from_dict(json.loads(path.read_text()))
+    return doc, refit(doc, load_registry().get(chip))
 
 
 @pytest.fixture(scope="module")
 def h100_refit():
     """The recorded H100 SXM5 full run and the library's refit of it (shared: a refit takes minutes)."""
-    return _h100_refit("calibration-full.json")
+    return _registry_refit(H100 / "calibration-full.json", "h100-sxm5")
 
 
 @pytest.fixture(scope="module")
 def h100_quick_refit():
-    return _h100_refit("calibration-quick.json")
+    return _registry_refit(H100 / "calibration-quick.json", "h100-sxm5")
 
 
 XEON = "intel-xeon-spr-2vcpu-20261126"
@@ -283,12 +285,9 @@ def test_refit_of_the_live_h200_run_is_no_worse_than_on_its_day():
     ~24 us: the fit holds the host costs it cannot separate at that probe, and its models came out
     32.7 % / 42.7 % (median / p90), worse than the defaults' 19.2 % at the median
     (docs/findings/2026-11-26-h200-live.md). A change must not make it worse."""
-    from chipcal.model.registry import load_registry
-
-    doc = CalibrationDocument.from_dict(json.loads(H200_RUN.read_text()))
+    doc, result = _registry_refit(H200_RUN, "h200-sxm")
     on_its_day = doc.validation
     assert (on_its_day.median_abs_error, on_its_day.p90_abs_error) == pytest.approx((0.327, 0.427), abs=5e-4)
-    result = refit(doc, load_registry().get("h200-sxm"))
     assert len(result.models) == 18
     assert result.median_abs_error <= on_its_day.median_abs_error + 1e-3
     assert result.p90_abs_error <= on_its_day.p90_abs_error + 1e-3
