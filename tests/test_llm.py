@@ -371,6 +371,7 @@ def test_workload_counts_an_llm_step(cli):
 # --- measured on this CPU -----------------------------------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_gpt2_decode_predicted_against_measured_on_this_cpu(source):
     """One thread for both the bandwidth probe and the decode steps, measured in the same minute,
     so that other processes on the machine slow both alike (a ratio, not an absolute time).
