@@ -397,6 +397,7 @@ def test_gpt2_decode_predicted_against_measured_on_this_cpu(source):
     assert pred.time_per_output_token_s == pytest.approx(measured.latency.median_s, rel=0.35)
 
 
+@pytest.mark.timing
 def test_measure_model_efficiency_times_an_llm_from_a_config(cli, tiny_config, monkeypatch, source):
     from chipcal.cli import measure_model_efficiency as mme
 
