@@ -15,9 +15,11 @@
 * Cache fit: activations stay on chip when input + output fit in L3 + the cores' L2s.
 * Subnormal operands (fp32): a core that takes a microcode assist for a SIMD instruction with a
   subnormal input or result (microarch subnormal_assist_cycles: Intel; absent on AMD and Arm)
-  spends assist_cycles = subnormal_ops / lanes × subnormal_assist_cycles / busy cores on them,
+  spends assist_cycles = its share of subnormal_ops / lanes × subnormal_assist_cycles on them,
   serial with the kernel's work (subnormal_ops: workload/subnormal.py; the assist flushes the
-  pipeline, nothing overlaps it).
+  pipeline, nothing overlaps it). The kernel gives each busy core a contiguous range of ceil(n/busy)
+  of its n matrices (at::parallel_for, MKL's batched GEMM): where the workload knows the
+  operations by matrix (subnormal_split) the busiest range is the share, else 1/busy.
 
 Cores are the units; SMT threads share a core's FMA pipes and add none.
 """
@@ -101,13 +103,26 @@ blocking_capacity = onchip_capacity   # GEMM blocks use the whole on-chip level
 SUBNORMAL_PRECISIONS = ("fp32",)   # subnormal_ops are counted on fp32 values (workload/subnormal.py)
 
 
+def busiest_share(split: tuple[float, ...], units_busy: int) -> float:
+    """The largest part of sum(split) that one of `units_busy` cores gets when each takes a
+    contiguous range of ceil(n / units_busy) of the n entries; 1/units_busy when the split is
+    unknown (empty) or has fewer entries than cores (the kernel then splits inside a matrix)."""
+    busy = max(units_busy, 1)
+    total = sum(split)
+    if len(split) < busy or total <= 0:
+        return 1.0 / busy
+    chunk = ceil_div(len(split), busy)
+    return max(sum(split[i:i + chunk]) for i in range(0, len(split), chunk)) / total
+
+
 def assist_cycles(subgraph, chip: Chip, precision: str, units_busy: int) -> float:
-    """Cycles each busy core spends in subnormal assists (module docstring); 0 where none."""
+    """Cycles the busiest core spends in subnormal assists (module docstring); 0 where none."""
     ops = getattr(subgraph, "subnormal_ops", 0.0)
     cycles = float(chip.microarch.get("subnormal_assist_cycles", 0) or 0)
     if not ops or not cycles or precision not in SUBNORMAL_PRECISIONS:
         return 0.0
-    return ops / storage_lanes(chip, precision) * cycles / max(units_busy, 1)
+    share = busiest_share(tuple(getattr(subgraph, "subnormal_split", ())), units_busy)
+    return ops * share / storage_lanes(chip, precision) * cycles
 
 
 def allocate(subgraph, chip: Chip, precision: str, moved: Traffic) -> Allocation:

@@ -45,6 +45,7 @@ class Call:
     owner: int
     composite: bool
     subnormal_ops: float = 0.0      # element-operations on subnormal operands (subnormal.py)
+    subnormal_split: tuple[float, ...] = ()   # the same by matrix, where known (subnormal.py)
 
 
 @dataclass(eq=False)
@@ -78,8 +79,8 @@ class _Recorder:
         if owner is None:
             label = func.overloadpacket.__name__ if not composite else func.__name__
             owner = self.new_owner(label, f"aten.{label}" if not composite else f"F.{label}")
-        subnormal = 0.0 if composite else self.subnormals.observe(func, args, kwargs, out)
-        self.calls.append(Call(func, args, kwargs, out, owner, composite, subnormal))
+        ops, split = (0.0, ()) if composite else self.subnormals.observe(func, args, kwargs, out)
+        self.calls.append(Call(func, args, kwargs, out, owner, composite, ops, split))
 
 
 class _Reporting:

@@ -15,6 +15,7 @@ from chipcal.model.workload.capture import Capture, run_dispatch, run_fx, trace_
 from chipcal.model.workload.dataflow import Dataflow, boundary, build_dataflow
 from chipcal.model.workload.fusion import partition, pattern
 from chipcal.model.workload.ops import Draft, build_ops, draft_ops
+from chipcal.model.workload.subnormal import merge_splits
 from chipcal.model.workload.tensors import dtype_name, tensors_in
 from chipcal.model.workload.types import Op, Subgraph, Workload
 
@@ -92,7 +93,8 @@ def _subgraphs(df: Dataflow, ops: tuple[Op, ...], drafts: list[Draft], op_of: li
             input_bytes=b.input_bytes, weight_bytes=b.weight_bytes, output_bytes=b.output_bytes,
             bytes_saved_by_fusion=unfused - (b.input_bytes + b.weight_bytes + b.output_bytes),
             parallelism=dom.parallelism, gemm=dom.gemm, depends_on=tuple(depends_on[g]), stage=level[g],
-            threads=dom.threads, subnormal_ops=sum(op.subnormal_ops for op in members_ops)))
+            threads=dom.threads, subnormal_ops=sum(op.subnormal_ops for op in members_ops),
+            subnormal_split=merge_splits((op.subnormal_ops, op.subnormal_split) for op in members_ops)))
     return tuple(result)
 
 

@@ -38,6 +38,7 @@ class Event:
     read_from: tuple[int | None, ...]   # per read: event that wrote the version read (None: weight/input)
     obj_from: tuple[int | None, ...]    # per read: event that produced the tensor object
     subnormal_ops: float = 0.0          # the call's operations on subnormal operands (first part)
+    subnormal_split: tuple[float, ...] = ()   # the same by matrix, where known
 
 
 @dataclass(eq=False)
@@ -112,7 +113,7 @@ def build_dataflow(capture: Capture) -> Dataflow:
                 if derived:
                     df.weight_ids.add(id(t))
             df.events.append(Event(index, call.owner, part, tuple(read_from), tuple(obj_from),
-                                   call.subnormal_ops if n == 0 else 0.0))
+                                   *((call.subnormal_ops, call.subnormal_split) if n == 0 else (0.0, ()))))
     df.final_writer = writer
     outputs = tensors_in(capture.output)
     df.output_ids = {id(t) for t in outputs}

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from chipcal.model.workload.capture import Owner
 from chipcal.model.workload.dataflow import Dataflow, boundary
 from chipcal.model.workload.parts import Part
+from chipcal.model.workload.subnormal import merge_splits
 from chipcal.model.workload.types import Op, Term
 
 _ATTENTION_HOPS = 4
@@ -152,5 +153,6 @@ def build_ops(df: Dataflow, drafts: list[Draft], op_of: list[int], owners: list[
             bytes_read=b.input_bytes + b.weight_bytes, bytes_written=b.output_bytes,
             parallelism=d.dominant.parallelism, gemm=d.dominant.gemm,
             classified=all(p.classified for p in parts), terms=terms,
-            subnormal_ops=sum(df.events[e].subnormal_ops for e in d.events)))
+            subnormal_ops=sum(df.events[e].subnormal_ops for e in d.events),
+            subnormal_split=merge_splits((df.events[e].subnormal_ops, df.events[e].subnormal_split) for e in d.events)))
     return tuple(ops)

@@ -29,6 +29,15 @@ Multipliers measured on that VM (thread CPU time, one thread): bmm 44 ns per ass
 FMA whatever N (16-128) or which operand; softmax 229 ns per subnormal output vector (5.2 x 44);
 an elementwise add or mul 87 ns per vector with subnormal inputs (2 x 44). Copies move bits and
 take no assist.
+
+`subnormal_split` of a call: the same operations by matrix (the index over all but the last two
+dimensions, flattened), where the subnormals' position is known: a constant shift's entries are,
+and views that keep the element order, softmax, scaling and the ops counted above carry them.
+A CPU kernel gives its threads contiguous ranges of that index (at::parallel_for; MKL's batched
+GEMM), so the thread holding the masked windows sets the time, not the average
+(mapping/cpu.assist_cycles). Swin's shifted blocks mask only the last row and column of windows:
+at batch 1 on two threads one thread holds 74 % of stage 1's assists, and the attention-times-values
+bmm took 4.1 ms on that VM against 2.4 ms at an even split (docs/findings/2026-11-26-xeon-transfer.md, 6.).
 """
 
 from __future__ import annotations
@@ -51,6 +60,10 @@ SHIFTS = frozenset(("add", "sub", "rsub", "masked_fill", "where"))
 SOFTMAXES = frozenset(("_softmax", "_safe_softmax", "softmax", "exp"))
 SCALINGS = frozenset(("mul", "div"))
 MATMULS = frozenset(("mm", "bmm", "addmm", "baddbmm", "_addmm_activation", "linear", "matmul"))
+BATCHED = frozenset(("bmm", "baddbmm", "matmul"))   # matmuls whose threads split the batch of matrices
+ORDER_KEEPING = frozenset(("view", "_unsafe_view", "_reshape_alias", "reshape", "alias", "detach", "clone", "expand",
+                           "contiguous", "copy", "_to_copy", "unsqueeze", "squeeze", "lift_fresh", "dropout"))
+PROFILE_ELEMENTS = 1 << 26   # largest tensor whose subnormals are located by matrix
 
 
 def _base(func) -> str:
@@ -70,36 +83,73 @@ def exp_subnormal_fraction(values: torch.Tensor) -> float:
     """Fraction of `values` whose exp is subnormal in fp32."""
     if values.numel() == 0 or not values.is_floating_point():
         return 0.0
+    return float(_in_exp_subnormal_range(values).float().mean())
+
+
+def _in_exp_subnormal_range(values: torch.Tensor) -> torch.Tensor:
     lo, hi = EXP_SUBNORMAL
-    return float(((values >= lo) & (values < hi)).float().mean())
+    return (values >= lo) & (values < hi)
+
+
+def _matrices(t: torch.Tensor) -> int:
+    """How many matrices (all but the last two dimensions, flattened) `t` holds; 0 below 3-D."""
+    return t.numel() // (t.shape[-1] * t.shape[-2]) if t.dim() >= 3 and t.shape[-1] * t.shape[-2] else 0
+
+
+def _per_matrix(indicator: torch.Tensor, shape: torch.Size) -> torch.Tensor | None:
+    """Mean of `indicator` broadcast to `shape`, per matrix of `shape` (flattened), without
+    materialising the broadcast; None when `shape` has no matrices or is too large to follow."""
+    if len(shape) < 3 or math.prod(shape) > PROFILE_ELEMENTS:
+        return None
+    ind = indicator.float().reshape((1,) * (len(shape) - indicator.dim()) + tuple(indicator.shape))
+    per = torch.broadcast_to(ind, ind.shape[:-2] + tuple(shape[-2:])).mean(dim=(-2, -1))
+    return torch.broadcast_to(per, tuple(shape[:-2])).reshape(-1)
+
+
+def merge_splits(parts) -> tuple[float, ...]:
+    """The subnormal_split of work made of several calls' (subnormal_ops, subnormal_split): their
+    sum by matrix where every part with operations has a split of the same length, else () (an
+    even spread: where the subnormals lie is not known)."""
+    splits = [split for ops, split in parts if ops]
+    if not splits or any(len(x) != len(splits[0]) or not x for x in splits):
+        return ()
+    return tuple(float(sum(col)) for col in zip(*splits, strict=True))
 
 
 class SubnormalTracker:
-    """Follows constants, exp-subnormal and subnormal fractions through the recorded ATen calls
-    (module docstring); `observe` returns a call's subnormal_ops."""
+    """Follows constants, exp-subnormal and subnormal fractions through the recorded ATen calls,
+    with their split by matrix where known (module docstring); `observe` returns a call's
+    (subnormal_ops, subnormal_split)."""
 
     def __init__(self) -> None:
         # id -> (traced tensor kept alive so its id is not reused, value)
         self._const: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._exp_sub: dict[int, tuple[torch.Tensor, float]] = {}
-        self._sub: dict[int, tuple[torch.Tensor, float]] = {}
+        # id -> (traced tensor, fraction of its entries, that fraction per matrix or None)
+        self._exp_sub: dict[int, tuple[torch.Tensor, float, torch.Tensor | None]] = {}
+        self._sub: dict[int, tuple[torch.Tensor, float, torch.Tensor | None]] = {}
 
     def _frac(self, table: dict, t: torch.Tensor) -> float:
         hit = table.get(id(t))
         return hit[1] if hit is not None and hit[0] is t else 0.0
 
+    def _profile(self, table: dict, t: torch.Tensor) -> torch.Tensor | None:
+        hit = table.get(id(t))
+        return hit[2] if hit is not None and hit[0] is t else None
+
     def _value(self, t: torch.Tensor) -> torch.Tensor | None:
         hit = self._const.get(id(t))
         return hit[1] if hit is not None and hit[0] is t else None
 
-    def observe(self, func, args: tuple, kwargs: dict, out: object) -> float:
+    def observe(self, func, args: tuple, kwargs: dict, out: object) -> tuple[float, tuple[float, ...]]:
         base = _base(func)
         reads = tensors_in((args, kwargs))
         writes = tensors_in(out)
         self._constants(func, base, args, kwargs, reads, writes)
-        ops = self._subnormal_ops(base, args, kwargs, reads, writes)
-        self._propagate(func, base, args, kwargs, reads, writes)
-        return ops
+        ops, split = (0.0, None) if _moves_bits(func) else self._subnormal_ops(base, reads, writes)
+        self._propagate(func, base, args, reads, writes)
+        if not ops:
+            return 0.0, ()
+        return ops, tuple(float(x) for x in split) if split is not None else ()
 
     # -- constants -------------------------------------------------------------------------------
     def _constants(self, func, base, args, kwargs, reads, writes) -> None:
@@ -130,60 +180,94 @@ class SubnormalTracker:
                 self._const[id(w)] = (w, value)
 
     # -- counting --------------------------------------------------------------------------------
-    def _subnormal_ops(self, base, args, kwargs, reads, writes) -> float:
-        fractions = [(t, self._frac(self._sub, t)) for t in reads]
+    def _operand_ops(self, t: torch.Tensor, uses: int) -> tuple[float, torch.Tensor | None]:
+        """Operations on `t`'s subnormal entries, each used `uses` times, and their split by matrix."""
+        f = self._frac(self._sub, t)
+        if not f:
+            return 0.0, None
+        profile = self._profile(self._sub, t)
+        per_matrix = t.shape[-1] * t.shape[-2] * uses if t.dim() >= 2 else 0
+        return f * t.numel() * uses, None if profile is None else profile * per_matrix
+
+    def _subnormal_ops(self, base, reads, writes) -> tuple[float, torch.Tensor | None]:
         if base in MATMULS:
             mats = [t for t in reads if t.dim() >= 2][-2:]
             if len(mats) < 2:
-                return 0.0
+                return 0.0, None
             a, b = mats
             n = b.shape[0] if base == "linear" else b.shape[-1]          # linear's weight is (N, K)
             m = a.numel() // a.shape[-1] if base == "linear" else a.shape[-2]
-            return self._frac(self._sub, a) * a.numel() * n + self._frac(self._sub, b) * b.numel() * m
+            parts = [self._operand_ops(a, n), self._operand_ops(b, m)]
+            return self._combine(parts, base in BATCHED and a.dim() >= 3 and _matrices(a) == _matrices(b))
         if base in SOFTMAXES and reads:
             f = self._frac(self._exp_sub, reads[0])
-            return SOFTMAX_ASSISTS * f * writes[0].numel() if f and writes else 0.0
-        if base in ("copy", "clone", "contiguous") or not any(f for _, f in fractions):
-            return 0.0
-        return ELEMENTWISE_ASSISTS * sum(f * t.numel() for t, f in fractions)
+            if not f or not writes:
+                return 0.0, None
+            profile = self._profile(self._exp_sub, reads[0])
+            per_matrix = SOFTMAX_ASSISTS * writes[0].shape[-1] * writes[0].shape[-2] if writes[0].dim() >= 2 else 0
+            return (SOFTMAX_ASSISTS * f * writes[0].numel(),
+                    None if profile is None or tuple(reads[0].shape) != tuple(writes[0].shape) else profile * per_matrix)
+        if not any(self._frac(self._sub, t) for t in reads):
+            return 0.0, None
+        parts = [self._operand_ops(t, ELEMENTWISE_ASSISTS) for t in reads]
+        same = bool(writes) and all(tuple(t.shape) == tuple(writes[0].shape) for t in reads if self._frac(self._sub, t))
+        return self._combine(parts, same)
+
+    @staticmethod
+    def _combine(parts, located: bool) -> tuple[float, torch.Tensor | None]:
+        """Total operations of several operands, and their split where each located part has one
+        of the same length."""
+        ops = sum(o for o, _ in parts)
+        splits = [p for o, p in parts if o]
+        if not located or not splits or any(p is None or p.shape != splits[0].shape for p in splits):
+            return ops, None
+        return ops, sum(splits)
 
     # -- propagation -----------------------------------------------------------------------------
-    def _propagate(self, func, base, args, kwargs, reads, writes) -> None:
+    def _propagate(self, func, base, args, reads, writes) -> None:
         if not writes or not reads:
             return
         out = writes[0]
         first = reads[0]
+        same = tuple(out.shape) == tuple(first.shape)
         if _moves_bits(func):
+            keeps = (base in ORDER_KEEPING and out.numel() == first.numel() and out.dim() >= 3
+                     and first.dim() >= 3 and tuple(out.shape[-2:]) == tuple(first.shape[-2:]))
             for table in (self._exp_sub, self._sub):
                 f = self._frac(table, first)
                 if f:
-                    table[id(out)] = (out, f)
+                    profile = self._profile(table, first) if keeps else None
+                    table[id(out)] = (out, f, profile)
             return
         if base in SOFTMAXES:
             f = self._frac(self._exp_sub, first)
             if f:
-                self._sub[id(out)] = (out, f)
+                self._sub[id(out)] = (out, f, self._profile(self._exp_sub, first) if same else None)
             return
         if base in SCALINGS:
             f = self._frac(self._sub, first)
             if f:
-                self._sub[id(out)] = (out, f)
+                self._sub[id(out)] = (out, f, self._profile(self._sub, first) if same else None)
         if base in SHIFTS and self._value(out) is None:
-            shift = self._shift_fraction(base, args, reads)
-            carried = max((self._frac(self._exp_sub, t) for t in reads), default=0.0)
-            f = max(shift, carried)
+            shifted = self._shift(base, args, reads, out)
+            carried = max(((self._frac(self._exp_sub, t), self._profile(self._exp_sub, t)
+                            if tuple(t.shape) == tuple(out.shape) else None) for t in reads),
+                          key=lambda fp: fp[0], default=(0.0, None))
+            f, profile = max(shifted, carried, key=lambda fp: fp[0])
             if f:
-                self._exp_sub[id(out)] = (out, f)
+                self._exp_sub[id(out)] = (out, f, profile)
 
-    def _shift_fraction(self, base, args, reads) -> float:
-        """Fraction of an activation's entries a constant shifts into the exp-subnormal range."""
+    def _shift(self, base, args, reads, out) -> tuple[float, torch.Tensor | None]:
+        """Fraction of an activation's entries a constant shifts into the exp-subnormal range, and
+        that fraction per matrix of the output."""
         if base == "masked_fill" and len(args) >= 3 and not isinstance(args[2], torch.Tensor):
             lo, hi = EXP_SUBNORMAL
             mask = self._value(args[1]) if isinstance(args[1], torch.Tensor) else None
             if mask is not None and lo <= float(args[2]) < hi:
-                return float(mask.float().mean())
-            return 0.0
+                return float(mask.float().mean()), _per_matrix(mask.bool(), out.shape)
+            return 0.0, None
         constants = [self._value(t) for t in reads]
         if any(v is None for v in constants) and any(v is not None for v in constants):
-            return max(exp_subnormal_fraction(v) for v in constants if v is not None)
-        return 0.0
+            f, v = max(((exp_subnormal_fraction(v), v) for v in constants if v is not None), key=lambda fv: fv[0])
+            return f, _per_matrix(_in_exp_subnormal_range(v), out.shape) if f else None
+        return 0.0, None

@@ -102,6 +102,7 @@ class Op:
     classified: bool        # False -> its unclassified work counted as zero and flagged
     terms: tuple[Term, ...] = ()
     subnormal_ops: float = 0.0   # element-operations on subnormal fp32 operands (workload/subnormal.py)
+    subnormal_split: tuple[float, ...] = ()   # the same by matrix, where known (a thread's share: mapping/cpu.py)
 
     @property
     def arithmetic_intensity(self) -> float:
@@ -140,6 +141,7 @@ class Subgraph:
     stage: int                   # execution stage (longest dependency chain before it)
     threads: int                 # thread-level parallelism of its dominant op (Op.threads)
     subnormal_ops: float = 0.0   # its ops' element-operations on subnormal fp32 operands
+    subnormal_split: tuple[float, ...] = ()   # the same by matrix, where known
 
     @property
     def bytes_read(self) -> int:
