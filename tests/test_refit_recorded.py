@@ -253,6 +253,28 @@ def test_subnormal_assists_bring_swin_t_on_the_recorded_xeon_toward_its_measurem
             assert abs(check.predicted_s / check.measured_s - 1) < abs(without / check.measured_s - 1)
 
 
+TRANSFORMERS = ("swin_t", "vit_b_16")
+TRANSFORMER_BOUND = 0.20     # issue 38: each within 20 % of its recorded time, at batch 1 and 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("document", [
+    pytest.param("calibration-main.json", marks=same_refit(f"{XEON}/calibration-main.json")),
+    pytest.param("calibration-quick.json", marks=[
+        same_refit(f"{XEON}/calibration-quick.json"),
+        pytest.mark.xfail(strict=True, reason="swin_t at batch 1 -20.5 % (-24.8 % before the assists' thread split; "
+                                              "the run's noise between rounds 15 %)")])])
+def test_transformers_on_the_recorded_xeon_within_issue_38s_bound(refitted, document):
+    """Issue 38: re-fitted, the recorded Xeon runs predict swin_t and vit_b_16 within 20 % of their
+    recorded times at both batches (the quick run misses it at swin_t batch 1: a strict xfail that
+    turns into a failure once met)."""
+    _, result, _ = refitted(XEON, document)
+    checks = [m for m in result.models if m.model in TRANSFORMERS]
+    assert {(m.model, m.batch) for m in checks} == {(t, b) for t in TRANSFORMERS for b in (1, 8)}
+    for m in checks:
+        assert abs(m.error) <= TRANSFORMER_BOUND, f"{m.model} b{m.batch} {m.error:+.1%}; {_per_model(result)}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("fixture", "name"), [
     pytest.param("h100_refit", "calibration-full.json", marks=same_refit("h100"), id="h100_refit-calibration-full.json"),
