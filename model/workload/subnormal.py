@@ -106,6 +106,12 @@ def _per_matrix(indicator: torch.Tensor, shape: torch.Size) -> torch.Tensor | No
     return torch.broadcast_to(per, tuple(shape[:-2])).reshape(-1)
 
 
+def _split(profile: torch.Tensor | None, per_matrix: float) -> tuple[float, ...]:
+    """Operations per matrix from a per-matrix fraction of a matrix's `per_matrix` operations; ()
+    where the fraction is not located."""
+    return () if profile is None else tuple(float(x) for x in profile * per_matrix)
+
+
 def merge_splits(parts) -> tuple[float, ...]:
     """The subnormal_split of work made of several calls' (subnormal_ops, subnormal_split): their
     sum by matrix where every part with operations has a split of the same length, else () (an
@@ -128,13 +134,17 @@ class SubnormalTracker:
         self._exp_sub: dict[int, tuple[torch.Tensor, float, torch.Tensor | None]] = {}
         self._sub: dict[int, tuple[torch.Tensor, float, torch.Tensor | None]] = {}
 
-    def _frac(self, table: dict, t: torch.Tensor) -> float:
+    @staticmethod
+    def _entry(table: dict, t: torch.Tensor) -> tuple[float, torch.Tensor | None]:
+        """(fraction, per-matrix fraction or None) of `t` in `table`; (0, None) where absent."""
         hit = table.get(id(t))
-        return hit[1] if hit is not None and hit[0] is t else 0.0
+        return hit[1:] if hit is not None and hit[0] is t else (0.0, None)
+
+    def _frac(self, table: dict, t: torch.Tensor) -> float:
+        return self._entry(table, t)[0]
 
     def _profile(self, table: dict, t: torch.Tensor) -> torch.Tensor | None:
-        hit = table.get(id(t))
-        return hit[2] if hit is not None and hit[0] is t else None
+        return self._entry(table, t)[1]
 
     def _value(self, t: torch.Tensor) -> torch.Tensor | None:
         hit = self._const.get(id(t))
@@ -145,11 +155,9 @@ class SubnormalTracker:
         reads = tensors_in((args, kwargs))
         writes = tensors_in(out)
         self._constants(func, base, args, kwargs, reads, writes)
-        ops, split = (0.0, None) if _moves_bits(func) else self._subnormal_ops(base, reads, writes)
+        ops, split = (0.0, ()) if _moves_bits(func) else self._subnormal_ops(base, reads, writes)
         self._propagate(func, base, args, reads, writes)
-        if not ops:
-            return 0.0, ()
-        return ops, tuple(float(x) for x in split) if split is not None else ()
+        return (ops, split) if ops else (0.0, ())
 
     # -- constants -------------------------------------------------------------------------------
     def _constants(self, func, base, args, kwargs, reads, writes) -> None:
@@ -180,48 +188,37 @@ class SubnormalTracker:
                 self._const[id(w)] = (w, value)
 
     # -- counting --------------------------------------------------------------------------------
-    def _operand_ops(self, t: torch.Tensor, uses: int) -> tuple[float, torch.Tensor | None]:
+    def _operand_ops(self, t: torch.Tensor, uses: int) -> tuple[float, tuple[float, ...]]:
         """Operations on `t`'s subnormal entries, each used `uses` times, and their split by matrix."""
-        f = self._frac(self._sub, t)
+        f, profile = self._entry(self._sub, t)
         if not f:
-            return 0.0, None
-        profile = self._profile(self._sub, t)
-        per_matrix = t.shape[-1] * t.shape[-2] * uses if t.dim() >= 2 else 0
-        return f * t.numel() * uses, None if profile is None else profile * per_matrix
+            return 0.0, ()
+        return f * t.numel() * uses, _split(profile, t.shape[-1] * t.shape[-2] * uses) if profile is not None else ()
 
-    def _subnormal_ops(self, base, reads, writes) -> tuple[float, torch.Tensor | None]:
+    def _subnormal_ops(self, base, reads, writes) -> tuple[float, tuple[float, ...]]:
         if base in MATMULS:
             mats = [t for t in reads if t.dim() >= 2][-2:]
             if len(mats) < 2:
-                return 0.0, None
+                return 0.0, ()
             a, b = mats
             n = b.shape[0] if base == "linear" else b.shape[-1]          # linear's weight is (N, K)
             m = a.numel() // a.shape[-1] if base == "linear" else a.shape[-2]
             parts = [self._operand_ops(a, n), self._operand_ops(b, m)]
-            return self._combine(parts, base in BATCHED and a.dim() >= 3 and _matrices(a) == _matrices(b))
+            located = base in BATCHED and a.dim() >= 3 and _matrices(a) == _matrices(b)
+            return sum(o for o, _ in parts), merge_splits(parts) if located else ()
         if base in SOFTMAXES and reads:
-            f = self._frac(self._exp_sub, reads[0])
-            if not f or not writes:
-                return 0.0, None
-            profile = self._profile(self._exp_sub, reads[0])
-            per_matrix = SOFTMAX_ASSISTS * writes[0].shape[-1] * writes[0].shape[-2] if writes[0].dim() >= 2 else 0
-            return (SOFTMAX_ASSISTS * f * writes[0].numel(),
-                    None if profile is None or tuple(reads[0].shape) != tuple(writes[0].shape) else profile * per_matrix)
+            f, profile = self._entry(self._exp_sub, reads[0])
+            if not f or not writes or writes[0].dim() < 2:
+                return 0.0, ()
+            out = writes[0]
+            same = tuple(reads[0].shape) == tuple(out.shape)
+            return (SOFTMAX_ASSISTS * f * out.numel(),
+                    _split(profile, SOFTMAX_ASSISTS * out.shape[-1] * out.shape[-2]) if same else ())
         if not any(self._frac(self._sub, t) for t in reads):
-            return 0.0, None
+            return 0.0, ()
         parts = [self._operand_ops(t, ELEMENTWISE_ASSISTS) for t in reads]
         same = bool(writes) and all(tuple(t.shape) == tuple(writes[0].shape) for t in reads if self._frac(self._sub, t))
-        return self._combine(parts, same)
-
-    @staticmethod
-    def _combine(parts, located: bool) -> tuple[float, torch.Tensor | None]:
-        """Total operations of several operands, and their split where each located part has one
-        of the same length."""
-        ops = sum(o for o, _ in parts)
-        splits = [p for o, p in parts if o]
-        if not located or not splits or any(p is None or p.shape != splits[0].shape for p in splits):
-            return ops, None
-        return ops, sum(splits)
+        return sum(o for o, _ in parts), merge_splits(parts) if same else ()
 
     # -- propagation -----------------------------------------------------------------------------
     def _propagate(self, func, base, args, reads, writes) -> None:
