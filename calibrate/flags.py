@@ -16,7 +16,7 @@ from chipcal.calibrate.records import Record
 from chipcal.model.tdp import VERDICT_UNSUSTAINABLE, ChipTdpComparison
 
 if TYPE_CHECKING:          # calibrate.document imports Flag from here
-    from chipcal.calibrate.document import PrecisionEnergy
+    from chipcal.calibrate.power_records import PrecisionEnergy
 
 MEASURED_VS_SPEC_MIN = 0.80      # measured peak below 80% of the datasheet's dense peak
 MEASURED_VS_PHYSICS_MIN = 0.70   # measured peak below 70% of the local physics peak
@@ -233,3 +233,11 @@ def noise_flags(verdict, extra_time_s: float, median_abs_error: float | None) ->
             "the timing noise permits: it is explained by noise alone, and says nothing about the model "
             "beyond that", {**values, "median_abs_error": median_abs_error}))
     return flags
+
+
+def spec_flags(chip) -> list[Flag]:
+    """The flags from the spec side: a spec peak the TDP cannot sustain (model.tdp)."""
+    from chipcal.model.tdp import compare_chip
+
+    flag = spec_unsustainable(compare_chip(chip)) if chip.stated_peak_flop_per_s else None
+    return [flag] if flag else []

@@ -16,12 +16,13 @@ that share, the run adds rounds, each as long as the rounds so far took on avera
 median CI is wider than that share and the extra time (CalibrationConfig.extra_rounds_time_s)
 allows. A validation median |error| no larger than `permitted` is explained by the noise alone:
 the run cannot tell the model's error from the host's (flag `error_within_noise`).
+`ModelPlan` holds one held-out (model, batch) of the run: its workload, budget and pooled rounds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -95,3 +96,34 @@ def verdict(timings: Sequence[RoundTimings], base_rounds: int, rounds: int,
     explained = bool(median_abs_error is not None and np.isfinite(accuracy) and median_abs_error <= accuracy)
     return NoiseVerdict(rounds, max(0, rounds - base_rounds), round_noise(timings), median_ci(timings),
                         accuracy, explained)
+
+
+@dataclass
+class ModelPlan:
+    """One held-out (model, batch) of the validation: its workload, timing budget and the
+    samples its interleaved rounds have gathered so far."""
+
+    name: str
+    batch: int
+    workload: object
+    budget_s: float          # the predicted call time until the budget is set from it
+    samples: list[float] = field(default_factory=list)
+    methods: list[str] = field(default_factory=list)
+    round_medians: list[float] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}|{self.batch}"
+
+    def add(self, timing: dict) -> None:
+        """Pool one round's Measurement (as its to_dict data)."""
+        m = Measurement.from_dict(timing)
+        self.samples.extend(m.samples_s)
+        self.methods.append(m.method)
+        self.round_medians.append(m.median_s)
+
+    def measurement(self, rounds: int) -> Measurement:
+        return Measurement.from_samples(self.samples, method=f"{self.methods[-1]}; {rounds} interleaved rounds")
+
+    def timings(self) -> RoundTimings:
+        return RoundTimings(tuple(self.samples), tuple(self.round_medians))

@@ -127,7 +127,9 @@ def refit(doc: CalibrationDocument, chip, progress=None) -> Refit:
     recorded sweep and probe points (`recorded_gemm_fits`, `recorded_bandwidth`); a local `chip`
     should carry the same bandwidth (measure.bandwidth.local_overrides, `refit_chip`). `progress`
     is a calibrate.run.Progress."""
-    from chipcal.calibrate.run import SilentProgress, model_predictions, onchip_bandwidth
+    from chipcal.calibrate.heldout import model_predictions
+    from chipcal.calibrate.run import SilentProgress
+    from chipcal.measure.bandwidth import onchip_bandwidth
     from chipcal.measure.layers import default_cases, default_chains
     from chipcal.model.mapping.params import default_params
     from chipcal.model.workload import characterize_model
@@ -203,6 +205,7 @@ def refit_document(doc: CalibrationDocument, chip, origin: str, *, source_run: s
     unchanged; the chip `chip`, the fits, the parameters, every prediction and the validation
     worked out again; the flags about the measurements kept, those in RECOMPUTED_FLAGS replaced."""
     from chipcal.calibrate import flags as gap
+    from chipcal.calibrate import heldout
     from chipcal.calibrate import run as cr
     from chipcal.model.mapping.params import default_params
 
@@ -211,14 +214,14 @@ def refit_document(doc: CalibrationDocument, chip, origin: str, *, source_run: s
     defaults, params = default_params(chip.kind), result.params
 
     def rows(recorded, observed, p):
-        return tuple(dataclasses.replace(row, **cr.layer_predictions(o.workload, chip, precision, p, defaults))
+        return tuple(dataclasses.replace(row, **heldout.layer_predictions(o.workload, chip, precision, p, defaults))
                      for row, o in zip(recorded, observed, strict=True))
 
     models = tuple(dataclasses.replace(row, predicted_s=c.predicted_s, predicted_serial_s=c.predicted_serial_s,
                                        predicted_default_s=c.predicted_default_s, error=c.error,
                                        default_error=c.default_error)
                    for row, c in zip(doc.observations.models, result.models, strict=True))
-    validation = dataclasses.replace(doc.validation, **cr.validation_errors(models, result.crossval))
+    validation = dataclasses.replace(doc.validation, **heldout.validation_errors(models, result.crossval))
     power, power_fit, power_flags = refit_power(doc, chip)
     fits = {**doc.fits, **{k: cd.FitRecord.of(v) for k, v in result.gemm.items()},
             "power": power_fit, "op_class_latency": cd.FitRecord.of(result.fit.layer_fit),
@@ -226,7 +229,7 @@ def refit_document(doc: CalibrationDocument, chip, origin: str, *, source_run: s
     drift = doc.rerun and gap.run_to_run_drift(doc.rerun.median_abs_change, doc.rerun.max_abs_change, doc.rerun.n,
                                                doc.rerun.previous_run, validation.median_abs_error)
     flags = ([f for f in doc.flags if f.code not in RECOMPUTED_FLAGS]
-             + cr.fit_flags(validation, result.crossval) + cr.spec_flags(chip)
+             + heldout.fit_flags(validation, result.crossval) + gap.spec_flags(chip)
              + power_flags
              + ([drift] if drift else []))
     model_bw = chip.memory.bandwidth_bytes_per_s

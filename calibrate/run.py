@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -28,6 +28,12 @@ from chipcal.calibrate import flags as gap
 from chipcal.calibrate import noise
 from chipcal.calibrate.accuracy import error_summary
 from chipcal.calibrate.crossval import folds
+from chipcal.calibrate.heldout import (
+    fit_flags,
+    layer_predictions,
+    model_predictions,
+    validation_errors,
+)
 from chipcal.calibrate.journal import NoJournal, same_machine
 from chipcal.calibrate.layer_fits import (
     RUNTIME,
@@ -37,9 +43,10 @@ from chipcal.calibrate.layer_fits import (
     host_in_overheads,
 )
 from chipcal.calibrate.micro import fit_micro
+from chipcal.calibrate.noise import ModelPlan
 from chipcal.calibrate.power_fit import power_section
+from chipcal.calibrate.power_records import HoldRow
 from chipcal.calibrate.threads import thread_section
-from chipcal.measure.timing import Measurement
 from chipcal.model.mapping.params import CalibrationError
 
 # validation: the classic set, plus structures no micro-layer or chain was built from (grouped
@@ -104,18 +111,6 @@ class CalibrationConfig:
         return 120.0 if self.quick else 300.0
 
 
-def onchip_bandwidth(bw, os_llc_bytes: int | None = None) -> float | None:
-    """Last-level-cache bandwidth from the probe: the median over working sets within 8x below
-    the cache knee (the plateau the knee ends). Where the probe found no knee, the last-level
-    cache size the OS reports (/sys/devices/system/cpu/cpu0/cache) stands in for it; None when
-    neither exists."""
-    knee = max((k for k in bw.knee_bytes.values() if k), default=None) or os_llc_bytes
-    if not knee:
-        return None
-    plateau = [p.bytes_per_s for p in bw.points if knee / 8 <= p.working_set_bytes <= knee]
-    return float(np.median(plateau)) if plateau else None
-
-
 # --- the run ---------------------------------------------------------------------------------------
 
 def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
@@ -130,6 +125,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         local_overrides,
         measure_bandwidth,
         measure_first_touch,
+        onchip_bandwidth,
     )
     from chipcal.measure.device import device_kind
     from chipcal.measure.dispatch import probe_dispatch
@@ -252,7 +248,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         holds = ()
         if source.available:
             limits = QUICK_LIMITS if config.quick else FULL_LIMITS
-            holds = tuple(cd.HoldRow.of(h) for h in power_phase(source, config.device, held, limits,
+            holds = tuple(HoldRow.of(h) for h in power_phase(source, config.device, held, limits,
                                                                   on_hold=lambda h: step(h.label)))
         journal.put("power", [h.to_dict() for h in holds])
         release_freed_memory()
@@ -403,7 +399,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         **validation_errors(model_rows, crossval),
     )
     flags += (gap.noise_flags(verdict, config.extra_rounds_time_s, validation.median_abs_error)
-              + fit_flags(validation, crossval) + spec_flags(chip))
+              + fit_flags(validation, crossval) + gap.spec_flags(chip))
     if model_bw and measured_bw < gap.MEASURED_VS_SPEC_MIN * model_bw and chip.name != LOCAL_CHIP_NAME:
         flags.append(gap.Flag("bandwidth_below_spec", "warning",
                               f"measured {measured_bw / 1e9:.1f} GB/s is {measured_bw / model_bw:.0%} of the "
@@ -469,117 +465,18 @@ def chip_section(chip, origin: str, assumed_bw: float | None) -> cd.ChipSection:
         l3_bytes=chip.microarch.get("l3_bytes"), microarch_source=chip.microarch.get("source"))
 
 
-def layer_predictions(workload, chip, precision: str, params, defaults) -> dict:
-    """A timed micro-layer's or chain's LayerRow predictions: with the defaults and with `params`."""
-    return {"predicted_default_s": as_timed(workload, chip, precision, defaults).latency_s,
-            "predicted_s": as_timed(workload, chip, precision, params).latency_s}
-
-
-def model_predictions(workload, chip, precision: str, params, defaults, measured_s: float,
-                      fp32_mode: str) -> dict:
-    """A held-out model's ModelRow predictions (calibrated, its serial sum, defaults) and their
-    relative errors against the measured median: predicted / measured - 1, in the math mode the
-    model was timed in (`fp32_mode`; the micro-layers ran in PyTorch's defaults)."""
-    predicted = as_timed(workload, chip, precision, params, fp32_mode)
-    default = as_timed(workload, chip, precision, defaults, fp32_mode)
-    return {"predicted_s": predicted.latency_s, "predicted_serial_s": predicted.serial_latency_s,
-            "predicted_default_s": default.latency_s, "error": predicted.latency_s / measured_s - 1,
-            "default_error": default.latency_s / measured_s - 1}
-
-
-def validation_errors(model_rows, crossval) -> dict:
-    """The ValidationSection's error figures: |error| quantiles of the held-out models, calibrated
-    and with the defaults, and the self-check's on the held-out micro-benchmarks."""
-    return {**error_summary([r.error for r in model_rows], ""),
-            **error_summary([r.default_error for r in model_rows], "default_"),
-            "crossval_median_abs_error": crossval.median_abs_error,
-            "crossval_p90_abs_error": crossval.p90_abs_error,
-            "crossval_default_median_abs_error": crossval.default_median_abs_error}
-
-
-def fit_flags(validation: cd.ValidationSection, crossval) -> list[gap.Flag]:
-    """The flags on the fits: op classes put back to their prior by the self-check, and a
-    calibration worse than the defaults on the held-out micro-benchmarks or models (it must earn
-    its place)."""
-    flags = []
-    if crossval.classes_keeping_defaults:
-        flags.append(gap.Flag(
-            "fitted_class_reverted", "info",
-            f"op classes {', '.join(crossval.classes_keeping_defaults)}: their fitted efficiency and overhead "
-            "predicted held-out micro-layers worse than their prior values (cross-validation); those are kept",
-            {"classes": float(len(crossval.classes_keeping_defaults))}))
-    if crossval.held_out and crossval.median_abs_error > crossval.default_median_abs_error:
-        flags.append(gap.Flag(
-            "calibration_worse_than_defaults", "warning",
-            f"held-out micro-benchmarks ({crossval.folds}-fold cross-validation): calibrated median |error| "
-            f"{crossval.median_abs_error:.1%} > {crossval.default_median_abs_error:.1%} with the defaults",
-            {"crossval_median_abs_error": crossval.median_abs_error,
-             "crossval_default_median_abs_error": crossval.default_median_abs_error}))
-    if validation.n and validation.median_abs_error > validation.default_median_abs_error:
-        permits = validation.noise_permits if validation.noise_permits is not None else validation.noise_rel
-        flags.append(gap.Flag(
-            "calibration_worse_than_defaults", "warning",
-            f"held-out models: calibrated median |error| {validation.median_abs_error:.1%} > "
-            f"{validation.default_median_abs_error:.1%} with the uncalibrated defaults "
-            f"(p90 {validation.p90_abs_error:.1%} vs {validation.default_p90_abs_error:.1%}); "
-            f"the timing noise alone permits about {permits:.1%}",
-            {"median_abs_error": validation.median_abs_error,
-             "default_median_abs_error": validation.default_median_abs_error,
-             "noise_rel": permits}))
-    return flags
-
-
-def spec_flags(chip) -> list[gap.Flag]:
-    """The flags from the spec side: a spec peak the TDP cannot sustain (model.tdp)."""
-    from chipcal.model.tdp import compare_chip
-
-    flag = gap.spec_unsustainable(compare_chip(chip)) if chip.stated_peak_flop_per_s else None
-    return [flag] if flag else []
-
-
-@dataclass
-class ModelPlan:
-    """One held-out (model, batch) of the validation: its workload, timing budget and the
-    samples its interleaved rounds have gathered so far."""
-
-    name: str
-    batch: int
-    workload: object
-    budget_s: float          # the predicted call time until the budget is set from it
-    samples: list[float] = field(default_factory=list)
-    methods: list[str] = field(default_factory=list)
-    round_medians: list[float] = field(default_factory=list)
-
-    @property
-    def key(self) -> str:
-        return f"{self.name}|{self.batch}"
-
-    def add(self, timing: dict) -> None:
-        """Pool one round's Measurement (as its to_dict data)."""
-        m = Measurement.from_dict(timing)
-        self.samples.extend(m.samples_s)
-        self.methods.append(m.method)
-        self.round_medians.append(m.median_s)
-
-    def measurement(self, rounds: int) -> Measurement:
-        return Measurement.from_samples(self.samples, method=f"{self.methods[-1]}; {rounds} interleaved rounds")
-
-    def timings(self) -> noise.RoundTimings:
-        return noise.RoundTimings(tuple(self.samples), tuple(self.round_medians))
-
-
 def _finite(value: float) -> float | None:
     """`value`, or None where it could not be determined (nan: too few rounds or samples)."""
     return value if np.isfinite(value) else None
 
 
-def _journaled_holds(recorded) -> tuple[cd.HoldRow, ...] | None:
+def _journaled_holds(recorded) -> tuple[HoldRow, ...] | None:
     """The power phase's holds as the journal has them; None when it has none, or has the power
     curve of older code (a list of windows, not holds: the phase is measured again)."""
     if not isinstance(recorded, list):
         return None
     try:
-        return tuple(cd.HoldRow.from_dict(d) for d in recorded)
+        return tuple(HoldRow.from_dict(d) for d in recorded)
     except CalibrationError:
         return None
 

@@ -340,3 +340,15 @@ def measure_first_touch(size_bytes: int = 64 * 2**20, max_time_s: float = 1.0) -
         fresh = time_callable(fill_fresh, max_time_s=max_time_s, min_samples=5)
         reused = time_callable(lambda: kept.fill_(1.0), max_time_s=max_time_s, min_samples=5)
     return FirstTouch(size_bytes, fresh, reused)
+
+
+def onchip_bandwidth(bw, os_llc_bytes: int | None = None) -> float | None:
+    """Last-level-cache bandwidth from the probe: the median over working sets within 8x below
+    the cache knee (the plateau the knee ends). Where the probe found no knee, the last-level
+    cache size the OS reports (/sys/devices/system/cpu/cpu0/cache) stands in for it; None when
+    neither exists."""
+    knee = max((k for k in bw.knee_bytes.values() if k), default=None) or os_llc_bytes
+    if not knee:
+        return None
+    plateau = [p.bytes_per_s for p in bw.points if knee / 8 <= p.working_set_bytes <= knee]
+    return float(statistics.median(plateau)) if plateau else None
