@@ -8,7 +8,8 @@ import dataclasses
 from collections.abc import Sequence
 
 from chipcal.calibrate import flags as gap
-from chipcal.calibrate.document import FitRecord, HoldRow, PowerRow, PowerSection
+from chipcal.calibrate.document import FitRecord
+from chipcal.calibrate.power_records import HoldRow, PowerRow, PowerSection
 from chipcal.calibrate.sustain import (
     EnergyFitError,
     fit_energy,

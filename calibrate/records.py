@@ -112,6 +112,10 @@ def plain(value: object) -> object:
     return value
 
 
+# the decorator of every record: frozen, and built by keyword (fields added later have defaults)
+record = dataclasses.dataclass(frozen=True, kw_only=True)
+
+
 class Record:
     """Base of a frozen dataclass read from and written to JSON by its field types."""
 

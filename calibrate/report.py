@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from chipcal.calibrate import render, store
-from chipcal.calibrate.document import CalibrationDocument, FitRecord, PowerSection
+from chipcal.calibrate.document import CalibrationDocument, FitRecord
 from chipcal.calibrate.fits import UNCONSTRAINED_SE_LOG
+from chipcal.calibrate.power_records import PowerSection
 from chipcal.calibrate.render import Block, Bullets, Figures, Heading, Paragraph, table
 from chipcal.calibrate.selfcheck import REVERT_MARGIN, REVERT_MIN_LAYERS, CrossValSection
 from chipcal.measure.bandwidth import DRAM_WINDOW

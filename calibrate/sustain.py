@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chipcal.calibrate.document import HoldRow, PowerRow, PrecisionEnergy
 from chipcal.calibrate.fits import FitResult
+from chipcal.calibrate.power_records import HoldRow, PowerRow, PrecisionEnergy
 from chipcal.model import power
 from chipcal.model.errors import ChipcalError
 

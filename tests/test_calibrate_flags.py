@@ -6,7 +6,7 @@ import pytest
 from synthetic_chip import synthetic_chip
 
 from chipcal.calibrate import flags
-from chipcal.calibrate.document import PrecisionEnergy
+from chipcal.calibrate.power_records import PrecisionEnergy
 from chipcal.model.tdp import compare_chip
 
 

@@ -22,8 +22,9 @@ import pytest
 from recorded import MACHINES
 from test_measure_system import gpu_fp
 
-from chipcal.calibrate.document import CalibrationDocument, HoldRow
+from chipcal.calibrate.document import CalibrationDocument
 from chipcal.calibrate.power_fit import power_section
+from chipcal.calibrate.power_records import HoldRow
 from chipcal.calibrate.refit import refit_power
 from chipcal.measure.power import NvmlSource
 from chipcal.measure.power_phase import open_sensor

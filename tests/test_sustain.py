@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chipcal.calibrate.document import PowerRow
+from chipcal.calibrate.power_records import PowerRow
 from chipcal.calibrate.sustain import (
     EnergyFitError,
     EnergyPoint,
