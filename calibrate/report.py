@@ -183,9 +183,6 @@ def report_blocks(doc: CalibrationDocument, plots: tuple[str, ...] | None = None
                   f"{si(bw.onchip_bytes_per_s, 'B/s')} (sets onchip_bandwidth_ratio)."),
         Heading("Fitted parameters"),
         Paragraph("Fitted on micro-benchmarks only (GEMM sweep, bandwidth kernels, the timed micro-layers below). "
-                  "Each timing weighs by its own spread and the host's drift between rounds"
-                  f" ({pct(doc.validation.noise_rel) if doc.validation.noise_rel is not None else 'not measured'}), "
-                  "in quadrature, at least 5 %. "
                   "Uncertainties are 1σ from the fit's covariance; `-` means the data cannot constrain it."),
         *_fit_blocks(doc),
         Heading("Micro-layers (fit data)"),
