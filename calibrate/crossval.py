@@ -105,8 +105,7 @@ def assign_folds(cases: Sequence[tuple[str, str]], k: int) -> list[int]:
 
 def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, base, defaults,
                    params, k: int, on_fold: Callable[[int], None] | None = None,
-                   overhead_floor_s: float = 0.0, prior=None, predicted=None,
-                   host_drift: float = 0.0) -> CrossValidation:
+                   overhead_floor_s: float = 0.0, prior=None, predicted=None) -> CrossValidation:
     """k-fold cross-validation of the layer fit and leave-one-out of the switch fit.
 
     `layers` and `chains` are LayerObservations; `base` is what the layer fit starts from (the
@@ -114,8 +113,7 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
     is compared with), `prior` what a class's fitted values are put back to in the ablation (the
     fit's prior centre, layer_fits.gemm_informed; the defaults when None), `params` the full
     fit's result (its layer parameters serve the chain check). `on_fold(f)` is called after each fold;
-    `overhead_floor_s` and `predicted` (the full fit's model.memo.Recent of layer latencies) go to the layer fit,
-    `host_drift` (layer_fits.data_sigma) to the layer and switch fits.
+    `overhead_floor_s` and `predicted` (the full fit's model.memo.Recent of layer latencies) go to the layer fit.
     """
     def latency(o, p) -> float:
         return as_timed(o.workload, chip, precision, p).latency_s
@@ -128,7 +126,7 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
         test = [o for o, g in zip(layers, folds, strict=True) if g == f]
         if not test:
             continue
-        fold_params, _ = fit_layer_params(train, chip, precision, base, overhead_floor_s, predicted, host_drift)
+        fold_params, _ = fit_layer_params(train, chip, precision, base, overhead_floor_s, predicted)
         for o in test:
             m = o.measurement.median_s
             fitted = latency(o, fold_params)
@@ -141,8 +139,7 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
     chain_held: list[HeldOut] = []
     if len(chains) >= 2:
         for i, c in enumerate(chains):     # fit_network_costs starts from the kernels as if alone itself
-            fold_params, _ = fit_network_costs([o for j, o in enumerate(chains) if j != i], chip, precision, params,
-                                               host_drift)
+            fold_params, _ = fit_network_costs([o for j, o in enumerate(chains) if j != i], chip, precision, params)
             chain_held.append(HeldOut("chain", c.case, c.op_class, i, c.measurement.median_s,
                                       latency(c, fold_params), latency(c, defaults)))
     return CrossValidation(k, tuple(held), tuple(chain_held), tuple(ablations))

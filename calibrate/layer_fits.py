@@ -24,18 +24,6 @@ NETWORK_MEMORY_FACTOR_MAX = 4.0   # in-network on-chip time at most 4x the kerne
                                   # on-chip byte at DRAM speed (LLC plateau / DRAM 3.0-4.7 on the 2-vCPU VMs)
 
 
-def data_sigma(measurement, host_drift: float = 0.0) -> float:
-    """The log-space uncertainty of a timed median as a measure of the chip, which the fits weigh
-    its residual by: its own spread (IQR / 1.349 / median, a normal's sigma) and the host's drift
-    between minutes (`host_drift`: the run's round noise, calibrate.noise, 0 where unknown), two
-    independent errors added in quadrature, at least MODEL_SIGMA_FLOOR. A micro-layer's few
-    samples come from one or two minutes, so their spread misses the drift: on the noisy Xeon VM a
-    conv3x3 128->128 @28 read 0.2 % IQR over 2 samples, and 1.45x its time in the main job 16
-    minutes later (round noise 15 %)."""
-    own = measurement.iqr_s / 1.349 / measurement.median_s
-    return max(MODEL_SIGMA_FLOOR, float(np.hypot(own, host_drift)))
-
-
 def as_timed(workload, chip, precision: str, params, fp32_mode: str = "pytorch"):
     """The prediction a timed eager PyTorch call is compared with: the eager runtime, the time per
     call of calls back to back (a timer's average: on a GPU the host runs a call ahead of its kernels,
@@ -117,15 +105,14 @@ PREDICTED_KEPT = 1 << 17
 
 
 def fit_layer_params(observations: Sequence, chip, precision: str, base, overhead_floor_s: float = 0.0,
-                     predicted: Recent | None = None, host_drift: float = 0.0):
+                     predicted: Recent | None = None):
     """Fit efficiency[c] and overhead_s[c] for every op class the micro-layers exercise, and the
     size curve's half_efficiency_flop, through the predictor itself.
 
     Prediction of a micro-layer = `as_timed` (the predictor under the eager runtime), so
     the mapper's own utilization and lane-fill penalties are not counted twice (the raw GEMM
     sweep fit only seeds half_efficiency_flop). bandwidth_efficiency stays as given in `base`
-    (from the bandwidth probe). Returns (FamilyParams, FitResult). Each layer's residual is
-    weighed by `data_sigma` with the host's `host_drift`.
+    (from the bandwidth probe). Returns (FamilyParams, FitResult).
     `overhead_floor_s` raises each class's overhead prior to at least that many seconds: a GPU's
     defaults put the per-kernel cost in clock cycles (overhead_s 0), and a prior centred on 0 s
     pinned every fitted overhead to its 0.1 µs bound on the H100, where the host's ~30 µs per op
@@ -186,7 +173,7 @@ def fit_layer_params(observations: Sequence, chip, precision: str, base, overhea
             out.append(latency)
         return np.array(out)
 
-    sigma = [data_sigma(o.measurement, host_drift) for o in observations]
+    sigma = [max(MODEL_SIGMA_FLOOR, o.measurement.iqr_s / 1.349 / o.measurement.median_s) for o in observations]
     defaults = list(x0)       # the prior is centred on the family defaults, the search starts from the grid
     touches = {c: [i for i, o in enumerate(observations)
                    if any(sg.op_class == c and (sg.flop > 0 or sg.bytes_written > 0) for sg in o.workload.subgraphs)]
@@ -238,7 +225,7 @@ def _coordinate_start(names: list[str], x0: list[float], lower: list[float], upp
     return [values[n] for n in names]
 
 
-def fit_network_costs(chains: Sequence, chip, precision: str, params, host_drift: float = 0.0):
+def fit_network_costs(chains: Sequence, chip, precision: str, params):
     """Fit what a kernel costs inside a network over its time alone, from the timed chains:
 
         t(chain) = the predictor (as_timed) with each kernel paying switch_overhead_s more and its
@@ -253,8 +240,7 @@ def fit_network_costs(chains: Sequence, chip, precision: str, params, host_drift
     roofline.kernel_fixed_costs) and a chain that waits on the other side does not absorb it. A factor that runs
     into NETWORK_MEMORY_FACTOR_MAX is held there, not at 1: the chains want at least that much (on
     the Zen 5 VM the batch-8 mobile chain ran 2x its kernels alone, and a factor put back to 1 left
-    the mobile networks at batch 8 26-34% too fast). Each chain is weighed by `data_sigma` with
-    the host's `host_drift`, as the layers are.
+    the mobile networks at batch 8 26-34% too fast).
     Returns (params with both fitted, FitResult).
     """
     alone = params.alone()
@@ -270,5 +256,6 @@ def fit_network_costs(chains: Sequence, chip, precision: str, params, host_drift
                                 "+ switch_overhead_s × kernels",
                           lower=[1e-9, 1.0], upper=[1e-3, NETWORK_MEMORY_FACTOR_MAX],
                           prior_sigma=[None, PRIOR_SIGMA], prior_centre=[1e-6, 1.0], ceiling=[False, True],
-                          data_sigma=[data_sigma(c.measurement, host_drift) for c in chains])
+                          data_sigma=[max(MODEL_SIGMA_FLOOR, c.measurement.iqr_s / 1.349 / c.measurement.median_s)
+                                      for c in chains])
     return dataclasses.replace(params, **{n: fit.parameters[n] for n in names}), fit

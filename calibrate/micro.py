@@ -27,17 +27,14 @@ class MicroFit:
 
 
 def fit_micro(layers: Sequence, chains: Sequence, chip: Chip, precision: str, base, defaults, k: int,
-              overhead_floor_s: float = 0.0, on_fold: Callable[[int], None] | None = None,
-              host_drift: float = 0.0) -> MicroFit:
+              overhead_floor_s: float = 0.0, on_fold: Callable[[int], None] | None = None) -> MicroFit:
     """Layer fit from `base`, its k-fold self-check against `defaults`, the classes whose fitted
     values spoil held-out layers put back to `base` (the prior the fit is centred on), then the
-    switch fit on the chains. `host_drift` is the run's round noise (calibrate.noise; 0 where
-    unknown): every fit weighs a timing by its own spread and this (layer_fits.data_sigma)."""
+    switch fit on the chains."""
     predicted = Recent(PREDICTED_KEPT)      # the folds' grids retrace much of the full fit's
-    params, layer_fit = fit_layer_params(layers, chip, precision, base, overhead_floor_s, predicted, host_drift)
+    params, layer_fit = fit_layer_params(layers, chip, precision, base, overhead_floor_s, predicted)
     crossval = cross_validate(layers, chains, chip, precision, base, defaults, params, k, on_fold=on_fold,
-                              overhead_floor_s=overhead_floor_s, prior=base, predicted=predicted,
-                              host_drift=host_drift)
+                              overhead_floor_s=overhead_floor_s, prior=base, predicted=predicted)
     params = keep_defaults(params, base, crossval.classes_keeping_defaults)
-    params, switch_fit = fit_network_costs(chains, chip, precision, params, host_drift)
+    params, switch_fit = fit_network_costs(chains, chip, precision, params)
     return MicroFit(params, layer_fit, crossval, switch_fit)

@@ -15,9 +15,7 @@ the accuracy the noise permits. The target (median |error| <= TARGET_MEDIAN_ERRO
 that share, the run adds rounds, each as long as the rounds so far took on average, while the
 median CI is wider than that share and the extra time (CalibrationConfig.extra_rounds_time_s)
 allows. A validation median |error| no larger than `permitted` is explained by the noise alone:
-the run cannot tell the model's error from the host's (flag `error_within_noise`). The round noise
-is also each micro-benchmark's error beyond its own spread, which the fits weigh it by (`host_drift`):
-the rounds are timed before the fits.
+the run cannot tell the model's error from the host's (flag `error_within_noise`).
 `ModelPlan` holds one held-out (model, batch) of the run: its workload, budget and pooled rounds.
 """
 
@@ -49,13 +47,6 @@ def round_noise(timings: Sequence[RoundTimings]) -> float:
     spreads = [(max(t.round_medians_s) / min(t.round_medians_s) - 1) / 2
                for t in timings if len(t.round_medians_s) >= 2]
     return float(np.median(spreads)) if spreads else float("nan")
-
-
-def host_drift(round_noise_rel: float | None) -> float:
-    """The host's drift between minutes that every fit adds to a timing's own spread
-    (calibrate.layer_fits.data_sigma): the round noise, 0 where a run has none (one round, or a
-    run recorded before it was measured)."""
-    return float(round_noise_rel) if round_noise_rel is not None and np.isfinite(round_noise_rel) else 0.0
 
 
 def median_ci(timings: Sequence[RoundTimings]) -> float:

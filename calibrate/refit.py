@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from chipcal.calibrate import document as cd
-from chipcal.calibrate import noise
 from chipcal.calibrate.accuracy import Checked, CheckedSet
 from chipcal.calibrate.crossval import CrossValidation, folds
 from chipcal.calibrate.document import CalibrationDocument, LayerRow
@@ -161,8 +160,7 @@ def refit(doc: CalibrationDocument, chip, progress=None) -> Refit:
     k = folds(doc.quick)
     progress.phase("fitting op-class efficiency, overhead and switch cost; cross-validation", k + 1)
     fit = fit_micro(layers, chains, chip, precision, base, defaults, k, floor,
-                    on_fold=lambda f: progress.step(f"cross-validation fold {f + 1}/{k}"),
-                    host_drift=noise.host_drift(doc.validation.noise_rel))
+                    on_fold=lambda f: progress.step(f"cross-validation fold {f + 1}/{k}"))
     progress.step("fits")
     checks = []
     for row, workload in zip(recorded.models, workloads, strict=True):

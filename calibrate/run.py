@@ -354,8 +354,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     k = folds(config.quick)
     progress.phase("fitting op-class efficiency, overhead and switch cost; cross-validation", k + 1)
     micro = fit_micro(observations, chains, chip, config.precision, base, defaults, k, floor,
-                      on_fold=lambda f: step(f"cross-validation fold {f + 1}/{k}"),
-                      host_drift=noise.host_drift(noise.round_noise([e.timings() for e in plan])))
+                      on_fold=lambda f: step(f"cross-validation fold {f + 1}/{k}"))
     params, crossval = micro.params, micro.crossval
     fits["op_class_latency"] = cd.FitRecord.of(micro.layer_fit)
     fits["switch_overhead"] = cd.FitRecord.of(micro.switch_fit)

@@ -58,27 +58,3 @@ def test_the_verdict_says_what_the_noise_permits_and_whether_it_explains_the_err
     v = noise.verdict(quiet, base_rounds=2, rounds=2, median_abs_error=0.12)
     assert v.permitted < noise.allowed() and not v.explained_by_noise
     assert flags.noise_flags(v, 120.0, 0.12) == []
-
-
-def test_the_fits_weigh_a_timing_by_its_own_spread_and_the_hosts_drift():
-    """layer_fits.data_sigma: IQR / 1.349 / median (a normal's sigma) and the round noise in
-    quadrature, never below the 5 % floor. Worked by hand: IQR 13.49 % of the median is 10 %; with
-    10 % drift sqrt(0.1² + 0.1²) = 14.14 %; a 2-sample IQR of 0.2 % on a host drifting 15 % weighs
-    as 15.0 %, no longer 25x the weight of a 10 % layer beside it."""
-    from types import SimpleNamespace
-
-    from chipcal.calibrate.layer_fits import MODEL_SIGMA_FLOOR, data_sigma
-
-    spread = SimpleNamespace(median_s=1.0, iqr_s=0.1349)
-    assert data_sigma(spread) == pytest.approx(0.10)
-    assert data_sigma(spread, host_drift=0.10) == pytest.approx(0.141421, rel=1e-5)
-    tight = SimpleNamespace(median_s=2e-3, iqr_s=2e-3 * 0.002 * 1.349)
-    assert data_sigma(tight) == MODEL_SIGMA_FLOOR
-    assert data_sigma(tight, host_drift=0.15) == pytest.approx(0.150013, rel=1e-5)
-    assert data_sigma(SimpleNamespace(median_s=1.0, iqr_s=0.0), host_drift=0.02) == MODEL_SIGMA_FLOOR
-
-
-def test_the_host_drift_is_the_round_noise_or_nothing():
-    assert noise.host_drift(0.152) == 0.152
-    assert noise.host_drift(None) == 0.0             # recorded before the round noise was measured
-    assert noise.host_drift(float("nan")) == 0.0     # one round: no spread to read

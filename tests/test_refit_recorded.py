@@ -81,16 +81,16 @@ RECORDED = [
                         "prior 14-18 %: its mobile networks are 13-25 % too fast",
               "p90": "24.2 % on its day; 26.2 % since: resnet50 and vit_b_16 at batch 8 21-27 % too slow"}),
     # Zen 4 EPYC, the full run of 2026-11-24. Bounds: first reached, its own day 19.4 % / 39.6 %
-    # (defaults 31.4 % / 46.0 %). Reached 11.3 % / 32.3 % (11.7 % / 33.5 % before the fits weighed
-    # the host's drift, 8.8 % between rounds)
+    # (defaults 31.4 % / 46.0 %). Reached 11.7 % / 33.5 %
     Recorded("amd-epyc-zen4-2vcpu", "calibration-full.json", 14, _figures(0.194, 0.396),
-             _figures(0.113, 0.323), 1.4),
+             _figures(0.117, 0.335), 1.4),
     # Zen 5 EPYC, `chipcal calibrate --remeasure` of 2026-11-23, 7 models. Bounds: first reached, its
-    # own day 19.7 % / 32.6 %. Reached 19.1 % / 33.3 % (20.3 % / 33.5 % before the fits weighed the
-    # host's drift, 4.0 % between rounds)
+    # own day 19.7 % / 32.6 %. Reached 20.3 % / 33.5 %
     Recorded("amd-epyc-zen5-2vcpu", "calibration-full.json", 14, _figures(0.197, 0.326),
-             _figures(0.191, 0.333), 1.1,
-             {"p90": "32.6 % on its day; 33.3 % since (every model too fast, 3 chains and batch-1 layers only)"}),
+             _figures(0.203, 0.335), 1.1,
+             {"median": "19.7 % on its day; 20.3 % since a parameter found unconstrained in the second "
+                        "pass is held at its prior (the elementwise efficiency back to 0.5)",
+              "p90": "32.6 % on its day; 33.5 % since (every model too fast, 3 chains and batch-1 layers only)"}),
     # the same VM type, torch 2.15, --quick run 2 of 2026-11-25, 9 models. Bounds: first reached, its
     # own day 16.5 % / 50.9 %. Reached 13.1 % / 27.9 %
     Recorded("amd-epyc-zen5-2vcpu", "calibration-quick-2.json", 18, _figures(0.165, 0.509),
@@ -101,24 +101,21 @@ RECORDED = [
     # target. Reached 7.9 % / 21.1 %
     Recorded("amd-epyc-zen4-2vcpu", "calibration-quick-pinned.json", 12, dict(TARGET), _figures(0.079, 0.211), 1.9),
     # Zen 4 --quick with the fourth chain: its own day 9.9 % / 16.2 %. Bounds: the target. Reached
-    # 6.7 % / 14.2 %
-    Recorded("amd-epyc-zen4-2vcpu", "calibration-quick-chains.json", 18, dict(TARGET), _figures(0.067, 0.142), 2.5),
+    # 6.7 % / 14.3 %
+    Recorded("amd-epyc-zen4-2vcpu", "calibration-quick-chains.json", 18, dict(TARGET), _figures(0.067, 0.143), 2.5),
     # Zen 5 main job of 2026-11-25 18:24 with oneDNN's per-call cost timed: its own day 7.1 % /
-    # 12.3 %. Bounds: the target. Reached 7.1 % / 11.9 % (with the BLAS weight pack of issue 38; the
-    # fits weighing the host's drift: 7.3 % / 11.9 %)
-    Recorded("amd-epyc-zen5-2vcpu", "calibration-main-call.json", 22, dict(TARGET), _figures(0.071, 0.119), 3.0),
+    # 12.3 %. Bounds: the target. Reached 7.1 % / 12.2 % (with the BLAS weight pack of issue 38)
+    Recorded("amd-epyc-zen5-2vcpu", "calibration-main-call.json", 22, dict(TARGET), _figures(0.071, 0.122), 3.0),
     # Xeon (Sapphire Rapids class) VM, --quick of 2026-11-26, 9 models: its own day 22.6 % / 42.1 %
-    # (noise between rounds 15.2 %). Bounds: first reached, its own day. Reached 12.7 % / 33.3 %
-    # (issue 38: subnormal assists and the BLAS weight pack, 15.6 % / 37.3 %; the fits weighing the
-    # host's drift; 22.6 % / 42.1 % before)
+    # (noise between rounds 15.2 %). Bounds: first reached, its own day. Reached 15.6 % / 37.3 %
+    # (issue 38: subnormal assists and the BLAS weight pack; 22.6 % / 42.1 % before)
     Recorded("intel-xeon-spr-2vcpu-20261126", "calibration-quick.json", 18, _figures(0.226, 0.421),
-             _figures(0.127, 0.333), 2.2),
+             _figures(0.156, 0.373), 2.2),
     # the same VM, the README's main job of 2026-11-26, 11 models: its own day 11.7 % / 39.3 %.
     # Bounds: median the target (reached in the refit of issue 38), p90 first reached, its own day.
-    # Reached 7.2 % / 26.1 % (11.7 % / 39.3 % before; 8.1 % / 26.1 % before the fits weighed the
-    # host's drift, 11.5 % between rounds, which moved the p90 to 27.6 %)
+    # Reached 8.1 % / 26.1 % (11.7 % / 39.3 % before)
     Recorded("intel-xeon-spr-2vcpu-20261126", "calibration-main.json", 22, _figures(TARGET["median"], 0.393),
-             _figures(0.072, 0.261), 2.5),
+             _figures(0.081, 0.261), 2.5),
 ]
 
 
@@ -263,11 +260,14 @@ TRANSFORMER_BOUND = 0.20     # issue 38: each within 20 % of its recorded time, 
 @pytest.mark.slow
 @pytest.mark.parametrize("document", [
     pytest.param("calibration-main.json", marks=same_refit(f"{XEON}/calibration-main.json")),
-    pytest.param("calibration-quick.json", marks=same_refit(f"{XEON}/calibration-quick.json"))])
+    pytest.param("calibration-quick.json", marks=[
+        same_refit(f"{XEON}/calibration-quick.json"),
+        pytest.mark.xfail(strict=True, reason="swin_t at batch 1 -20.5 % (-24.8 % before the assists' thread split; "
+                                              "the run's noise between rounds 15 %)")])])
 def test_transformers_on_the_recorded_xeon_within_issue_38s_bound(refitted, document):
     """Issue 38: re-fitted, the recorded Xeon runs predict swin_t and vit_b_16 within 20 % of their
-    recorded times at both batches (the quick run's swin_t at batch 1 was -20.5 % until the fits
-    weighed the host's 15 % drift between rounds: -16.7 %)."""
+    recorded times at both batches (the quick run misses it at swin_t batch 1: a strict xfail that
+    turns into a failure once met)."""
     _, result, _ = refitted(XEON, document)
     checks = [m for m in result.models if m.model in TRANSFORMERS]
     assert {(m.model, m.batch) for m in checks} == {(t, b) for t in TRANSFORMERS for b in (1, 8)}
