@@ -115,7 +115,10 @@ def dropped_runs(directory: Path, present: set[str]) -> list:
     from chipcal.calibrate.index import RunSummary
 
     prefix = _git(directory, "rev-parse", "--show-prefix")
-    log = _git(directory, "log", "--format=%x00%H", "--diff-filter=A", "--name-only", "--relative", "--", ".")
+    # --no-renames: a commit that drops one run and adds the next shows the new document as a
+    # rename of the old one (the files are alike), which --diff-filter=A would not list
+    log = _git(directory, "log", "--format=%x00%H", "--no-renames", "--diff-filter=A", "--name-only", "--relative",
+               "--", ".")
     if prefix is None or not log:
         return []
     added: dict[str, str] = {}                    # run directory -> the latest commit that added its document
