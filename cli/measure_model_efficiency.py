@@ -8,6 +8,7 @@ and energy per forward pass and average power where a power source exists.
 Models: torchvision names; LLMs (a preset or PATH/config.json, random weights: one row per
 prefill or decode step, `--phase`, `--context`, `--new-tokens`, measure/llm.py); your own model
 (path/to/file.py:factory or package.module:factory, which is executed; docs/llm.md).
+`--by-layer`: each leaf module's time inside the pass too (measure/layer_times.py).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.workload.llm_config import PHASES, is_llm, load_llm_config
 from chipcal.model.workload.user_model import is_user_model
 
+LAYER_FIELDS = ("model", "batch", "precision", "device", "layer", "kind", "calls", "latency_s", "latency_iqr_s",
+                "latency_ci_low_s", "latency_ci_high_s", "n", "share_of_hooked_pass", "hooked_pass_s", "pass_s",
+                "fingerprint", "torch_version", "threads")
 FIELDS = ("model", "batch", "precision", "device", "flop", "latency_s", "latency_iqr_s", "latency_ci_low_s",
           "latency_ci_high_s", "n", "cv", "unstable", "delivered_flop_per_s", "spec_peak_flop_per_s",
           "measured_peak_flop_per_s", "physics_peak_flop_per_s", "efficiency_vs_spec", "efficiency_vs_measured",
@@ -73,6 +77,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--max-time", type=positive_float, default=5.0, metavar="S",
                    help="timing budget per row in seconds (default 5)")
     p.add_argument("--no-power", action="store_true", help="skip the power measurement")
+    p.add_argument("--by-layer", action="store_true",
+                   help="also time each leaf module inside the pass (forward hooks, a second budget of "
+                        "--max-time); --json and --csv then hold one record per layer")
     p.add_argument("--json", action="store_true", help="print an array of flat records")
     p.add_argument("--csv", metavar="FILE", type=output_file, help="write the rows to FILE as each completes")
     return p
@@ -119,9 +126,10 @@ def _measure(name: str, batch: int, precision: str, args: argparse.Namespace, po
         module, inputs = load_user_model(name, batch)
         flop = characterize_user_model(name, batch).flop
         return measure_module(module, inputs, flop, name=name, batch=batch, precision=precision, device=args.device,
-                              power=power, max_time_s=args.max_time, fp32_mode=args.fp32_mode), {}
+                              power=power, max_time_s=args.max_time, fp32_mode=args.fp32_mode,
+                              by_layer=args.by_layer), {}
     return measure_model(name, batch, precision, args.device, power=power, max_time_s=args.max_time,
-                         fp32_mode=args.fp32_mode), {}
+                         fp32_mode=args.fp32_mode, by_layer=args.by_layer), {}
 
 
 def _ratio(value, reference):
@@ -152,6 +160,32 @@ def record(m, ref, measured_peak, peak_kind: str, fp, other_cpus: float | None =
         threads=lat.threads, note="; ".join(lat.warnings + (m.power.warnings if m.power else ())) or None)
     row["efficiency"] = row["efficiency_vs_spec" if peak_kind == "spec" else "efficiency_vs_measured"]
     return row
+
+
+def layer_records(m, fp) -> list[dict]:
+    """One flat row per leaf module of a ModelMeasurement timed with by_layer (none without)."""
+    if m.layers is None:
+        return []
+    hooked = m.layers.hooked.median_s
+    return [{"model": m.model, "batch": m.batch, "precision": m.precision, "device": m.device, "layer": layer.name,
+             "kind": layer.kind, "calls": layer.calls, "latency_s": layer.time.median_s,
+             "latency_iqr_s": layer.time.iqr_s, "latency_ci_low_s": layer.time.ci_low_s,
+             "latency_ci_high_s": layer.time.ci_high_s, "n": layer.time.n,
+             "share_of_hooked_pass": layer.time.median_s / hooked, "hooked_pass_s": hooked,
+             "pass_s": m.latency.median_s, "fingerprint": fp.slug, "torch_version": fp.torch_version,
+             "threads": m.latency.threads}
+            for layer in m.layers.layers]
+
+
+def _print_layers(m) -> None:
+    """The per-layer table of one measurement and what the leaves cover."""
+    rows = [{"layer": layer.name, "kind": layer.kind, "calls": layer.calls, "ms": layer.time.median_s * 1e3,
+             "IQR ms": layer.time.iqr_s * 1e3, "n": layer.time.n, "share": layer.time.median_s / m.layers.hooked.median_s}
+            for layer in m.layers.layers]
+    sys.stdout.write(f"\n{m.model} b{m.batch} {m.precision}: each leaf module inside the pass\n")
+    print_table(rows, {"ms": ".3f", "IQR ms": ".3f", "n": ".0f", "share": ".1%"})
+    sys.stdout.write(f"leaves {m.layers.covered_s * 1e3:.2f} ms of the hooked pass {m.layers.hooked.median_s * 1e3:.2f} ms "
+                     f"(the pass without hooks {m.latency.median_s * 1e3:.2f} ms); medians per pass\n")
 
 
 def unsupported_record(model: str, batch: int, precision: str, device: str, note: str, ref, fp) -> dict:
@@ -195,6 +229,8 @@ def _measured_peaks(args, precisions: list[str], fp, bar_desc) -> dict[str, floa
 def _body(args: argparse.Namespace) -> int:
     device = check_device(args.device)
     models = _models(args.model)
+    if args.by_layer and any(is_llm(m) for m in models):
+        raise UsageError("--by-layer: torchvision and user models only (an LLM step is timed as a whole)")
     from chipcal.measure.allocator import pin_allocator
     from chipcal.measure.models import UnsupportedPrecision
     from chipcal.measure.power import UnavailableSource, open_power_source
@@ -205,10 +241,11 @@ def _body(args: argparse.Namespace) -> int:
     allocator = pin_allocator()     # as calibrate does: page faults independent of the process's history
     ref = reference_peaks(fp, args.device)
     power = UnavailableSource("--no-power given") if args.no_power else open_power_source(args.device)
-    writer = RowWriter(args.csv, FIELDS)
+    writer = RowWriter(args.csv, LAYER_FIELDS if args.by_layer else FIELDS)
     source = WorkloadSource(notify=lambda line: sys.stderr.write(line + "\n"))
     jobs = [(m, b, p) for m in models for b in args.batch for p in args.precision]
     rows: list[dict] = []
+    layered: list = []            # measurements timed by layer, for their tables
     loop = Measuring(len(jobs), "measure_model_efficiency")
     with loop as bar:
         measured = _measured_peaks(args, args.precision, fp, bar.set_description)
@@ -219,13 +256,18 @@ def _body(args: argparse.Namespace) -> int:
                     m, llm_fields = _measure(name, batch, precision, args, power, source)
                 row = record(m, ref, measured[precision], args.peak, fp, other.cpus) | llm_fields
             except UnsupportedPrecision as exc:
-                row = unsupported_record(name, batch, precision, args.device, str(exc), ref, fp)
+                m, row = None, unsupported_record(name, batch, precision, args.device, str(exc), ref, fp)
             rows.append(row)
-            writer.write(row)
+            if not args.by_layer:
+                writer.write(row)
+            elif m is not None:
+                layered.append(m)
+                for layer_row in layer_records(m, fp):
+                    writer.write(layer_row)
             bar.update()
 
     if args.json:
-        print_json(rows)
+        print_json([r for m in layered for r in layer_records(m, fp)] if args.by_layer else rows)
     elif rows:
         print_table(_display(rows), {"GFLOP": ".2f", "latency ms": ".2f", "IQR ms": ".2f", "n": ".0f",
                                      "GFLOP/s": ".1f", "vs spec": ".1%", "vs measured": ".1%",
@@ -238,6 +280,8 @@ def _body(args: argparse.Namespace) -> int:
         for r in rows:
             if r["note"]:
                 sys.stdout.write(f"{r['model']} b{r['batch']} {r['precision']}: {r['note']}\n")
+        for m in layered:
+            _print_layers(m)
     return interrupted_exit("measure_model_efficiency", rows) if loop.interrupted else 0
 
 

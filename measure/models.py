@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from chipcal.measure.device import Device
+from chipcal.measure.layer_times import LayerTimes, time_layers
 from chipcal.measure.power import PowerReading, PowerSource
 from chipcal.measure.timing import Measurement, budget_s, time_callable
 from chipcal.model.errors import OutOfMemory, UnsupportedPrecision
@@ -53,6 +54,7 @@ class ModelMeasurement:
     power_source: str                 # "nvml", "rapl" or "unavailable"
     power_note: str                   # why power is unavailable, or the reading's method
     numerics: Numerics | None = None  # the switches it ran with
+    layers: LayerTimes | None = None  # each leaf module's time inside the pass (by_layer)
 
     @property
     def energy_j(self) -> float | None:
@@ -115,8 +117,10 @@ def numerics(precision: str, device: str, fp32_mode: str = MODEL_FP32_MODE) -> I
 def measure_module(module, example_input, flop: int, *, name: str, batch: int, precision: str = "fp32",
                    device: str = "cpu", power: PowerSource | None = None, max_time_s: float = 5.0,
                    min_samples: int = 10, threads: int | None = None,
-                   clock_probe=None, fp32_mode: str = MODEL_FP32_MODE) -> ModelMeasurement:
-    """Time `module(example_input)` at `precision` on `device`; energy when `power` is available.
+                   clock_probe=None, fp32_mode: str = MODEL_FP32_MODE, by_layer: bool = False) -> ModelMeasurement:
+    """Time `module(example_input)` at `precision` on `device`; energy when `power` is available;
+    with `by_layer`, each leaf module's time inside the pass too, in a second budget of
+    `max_time_s` (measure.layer_times).
     `example_input` is a tensor or a tuple of the forward's arguments (floating-point tensors are
     cast to the precision, every tensor moved to the device).
 
@@ -164,10 +168,14 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
                 with torch.inference_mode():
                     forward()
             reading = power.measure(timed_forward, call_time_s=latency.median_s)
+        layers = None
+        if by_layer:
+            with torch.inference_mode():
+                layers = time_layers(forward, model, device=device, max_time_s=max_time_s)
     source, note = power_provenance(power, reading)
     return ModelMeasurement(model=name, batch=batch, precision=precision, device=device, flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,
-                            power_source=source, power_note=note, numerics=switches)
+                            power_source=source, power_note=note, numerics=switches, layers=layers)
 
 
 def first_call_failure(exc: Exception, name: str, batch: int, precision: str, device: str) -> Exception:
@@ -191,9 +199,9 @@ def power_provenance(power: PowerSource | None, reading) -> tuple[str, str]:
 def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: str = "cpu", *,
                   power: PowerSource | None = None, max_time_s: float = 5.0, min_samples: int = 10,
                   threads: int | None = None, clock_probe=None, flop: int | None = None,
-                  fp32_mode: str = MODEL_FP32_MODE) -> ModelMeasurement:
+                  fp32_mode: str = MODEL_FP32_MODE, by_layer: bool = False) -> ModelMeasurement:
     """Build torchvision model `name` (weights=None), count its FLOP, and measure it at `batch`
-    under `fp32_mode` (module docstring).
+    under `fp32_mode` (module docstring), each leaf module too with `by_layer` (measure_module).
 
     `flop` (2 per MAC) skips the count when the caller has characterized the model already.
     """
@@ -212,4 +220,4 @@ def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: st
         raise
     return measure_module(module, x, flop, name=name, batch=batch, precision=precision, device=device,
                           power=power, max_time_s=max_time_s, min_samples=min_samples, threads=threads,
-                          clock_probe=clock_probe, fp32_mode=fp32_mode)
+                          clock_probe=clock_probe, fp32_mode=fp32_mode, by_layer=by_layer)

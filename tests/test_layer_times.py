@@ -1,0 +1,151 @@
+"""Per-layer time inside a network (measure.layer_times, `measure_model_efficiency --by-layer`):
+which leaves are timed, how often each runs per pass, the bounds on the passes, and a lower
+bound on the time that a sleep guarantees (no assertion on how fast anything runs)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from chipcal.measure.layer_times import WARMUP_PASSES, leaf_modules, time_layers
+
+HERE = Path(__file__)
+SLEEP_S = 0.002
+
+
+class Sleep(torch.nn.Module):
+    """A leaf that takes at least SLEEP_S (time.sleep guarantees no less)."""
+
+    def forward(self, x):
+        time.sleep(SLEEP_S)
+        return x
+
+
+class Net(torch.nn.Module):
+    """fc1 -> act -> sleep -> fc2 -> act (the same ReLU module called twice), inside a Sequential."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(16, 16))
+        self.act = torch.nn.ReLU()
+        self.sleep = Sleep()
+        self.fc2 = torch.nn.Linear(16, 4)
+        self.unused = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.act(self.fc2(self.sleep(self.act(self.body(x)))))
+
+
+def factory(batch: int = 1):
+    torch.manual_seed(0)
+    return Net(), torch.randn(batch, 16)
+
+
+def test_every_leaf_that_runs_is_timed_once_per_pass_in_call_order():
+    net, x = factory()
+    with torch.inference_mode():
+        result = time_layers(lambda: net(x), net, max_time_s=0.0, min_passes=6)
+    assert [(t.name, t.kind, t.calls) for t in result.layers] == [
+        ("body.0", "Linear", 1), ("act", "ReLU", 2), ("sleep", "Sleep", 1), ("fc2", "Linear", 1)]
+    assert all(t.time.n == 6 for t in result.layers) and result.hooked.n == 6
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in net.modules())   # removed afterwards
+
+
+def test_the_sleeping_layer_takes_at_least_its_sleep_and_the_pass_holds_it():
+    net, x = factory()
+    with torch.inference_mode():
+        result = time_layers(lambda: net(x), net, max_time_s=0.0, min_passes=6)
+    sleep = next(t for t in result.layers if t.name == "sleep")
+    assert min(sleep.time.samples_s) >= SLEEP_S
+    assert min(result.hooked.samples_s) >= SLEEP_S
+    assert result.covered_s == pytest.approx(sum(t.time.median_s for t in result.layers))
+
+
+def test_passes_stop_at_max_passes_and_never_fall_below_min_passes():
+    net, x = factory()
+    calls = []
+
+    def forward():
+        calls.append(1)
+        return net(x)
+
+    with torch.inference_mode():
+        capped = time_layers(forward, net, max_time_s=60.0, min_passes=2, max_passes=4)
+    assert capped.hooked.n == 4 and len(calls) == WARMUP_PASSES + 4
+    with torch.inference_mode():
+        floor = time_layers(forward, net, max_time_s=0.0, min_passes=3)
+    assert floor.hooked.n == 3
+
+
+def test_a_module_without_children_is_its_own_leaf():
+    lone = torch.nn.Linear(2, 2)
+    assert leaf_modules(lone) == [("Linear", lone)]
+
+
+def test_measure_model_efficiency_by_layer_prints_a_record_per_layer(cli, tmp_path, monkeypatch):
+    from chipcal.cli import measure_model_efficiency as mme
+
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path / "cache"))
+    spec = f"{HERE}:factory"
+    rc, out, err = cli(lambda a: mme.main(a), ["--model", spec, "--by-layer", "--max-time", "0.5", "--no-power",
+                                               "--peak", "spec", "--json"])
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert [(r["layer"], r["calls"]) for r in rows] == [("body.0", 1), ("act", 2), ("sleep", 1), ("fc2", 1)]
+    assert {r["model"] for r in rows} == {spec}
+    sleep = next(r for r in rows if r["layer"] == "sleep")
+    assert sleep["latency_s"] >= SLEEP_S and sleep["hooked_pass_s"] >= SLEEP_S and sleep["n"] >= 6
+    assert 0 < sleep["share_of_hooked_pass"] <= 1
+
+
+def test_by_layer_refuses_an_llm_in_one_line(cli):
+    from chipcal.cli import measure_model_efficiency as mme
+
+    rc, out, err = cli(lambda a: mme.main(a), ["--model", "gpt2", "--by-layer", "--no-power", "--peak", "spec"])
+    assert rc == 2 and "--by-layer" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_hooks_go_even_when_the_forward_fails():
+    net, x = factory()
+    calls = []
+
+    def forward():
+        calls.append(1)
+        if len(calls) == WARMUP_PASSES + 2:
+            raise RuntimeError("out of memory")
+        return net(x)
+
+    with torch.inference_mode(), pytest.raises(RuntimeError):
+        time_layers(forward, net, max_time_s=0.0)
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in net.modules())
+
+
+@pytest.mark.timing
+def test_each_layers_share_agrees_with_torch_profiler():
+    """The hooks' split of a pass against torch.profiler's self CPU time of the same ops, as shares
+    of the pass (ratios taken in one run, so a host that changes speed between minutes moves both
+    alike): a 512->2048 linear over 64 rows (134 MFLOP), a ReLU and a 2048->8 linear (2 MFLOP)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 8))
+    x = torch.randn(64, 512)
+    with torch.inference_mode():
+        hooks = time_layers(lambda: net(x), net, max_time_s=0.5)
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            for _ in range(20):
+                net(x)
+    by_hooks = {t.name: t.time.median_s for t in hooks.layers}
+    # the ops under the three modules, by self time: addmm for each linear, relu and its clamp_min
+    ops = {(e.key, str(e.input_shapes)): e.self_cpu_time_total
+           for e in prof.key_averages(group_by_input_shape=True)
+           if e.key in ("aten::addmm", "aten::relu", "aten::clamp_min")}
+    big = sum(v for (k, shapes), v in ops.items() if k == "aten::addmm" and "[64, 512]" in shapes)
+    total = sum(ops.values())
+    hook_share = by_hooks["0"] / sum(by_hooks.values())
+    assert total > 0 and big > 0
+    assert hook_share == pytest.approx(big / total, abs=0.15), (by_hooks, ops)
