@@ -149,3 +149,36 @@ def test_each_layers_share_agrees_with_torch_profiler():
     hook_share = by_hooks["0"] / sum(by_hooks.values())
     assert total > 0 and big > 0
     assert hook_share == pytest.approx(big / total, abs=0.15), (by_hooks, ops)
+
+
+class Block(torch.nn.Module):
+    """conv -> bn -> relu -> pool -> flatten -> fc, the same ReLU module called twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8))
+        self.relu = torch.nn.ReLU()
+        self.pool = torch.nn.AdaptiveAvgPool2d(1)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.relu(self.fc(self.pool(self.relu(self.stem(x))).flatten(1)))
+
+
+def block_factory(batch: int = 1):
+    torch.manual_seed(0)
+    return Block(), torch.randn(batch, 3, 8, 8)
+
+
+def test_each_timed_layer_is_named_as_predict_names_its_op():
+    """docs/measurement.md: a leaf's record lines up with `chipcal predict --by-layer --runtime
+    eager`, whose rows are the unfused workload's subgraphs, named after the module with dots as
+    underscores (a module's second call gets a suffix)."""
+    from chipcal.model.workload.user_model import characterize_user_model
+
+    net, x = block_factory()
+    with torch.inference_mode():
+        timed = time_layers(lambda: net(x), net, max_time_s=0.0)
+    names = {sg.name for sg in characterize_user_model(f"{HERE}:block_factory", 1, fuse=False).subgraphs}
+    assert [t.name for t in timed.layers] == ["stem.0", "stem.1", "relu", "pool", "fc"]
+    assert {t.name.replace(".", "_") for t in timed.layers} <= names
