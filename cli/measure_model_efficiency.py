@@ -177,11 +177,11 @@ def layer_records(m, fp) -> list[dict]:
             for layer in m.layers.layers]
 
 
-def _print_layers(m) -> None:
-    """The per-layer table of one measurement and what the leaves cover."""
-    rows = [{"layer": layer.name, "kind": layer.kind, "calls": layer.calls, "ms": layer.time.median_s * 1e3,
-             "IQR ms": layer.time.iqr_s * 1e3, "n": layer.time.n, "share": layer.time.median_s / m.layers.hooked.median_s}
-            for layer in m.layers.layers]
+def _print_layers(m, fp) -> None:
+    """The per-layer table of one measurement (its layer_records) and what the leaves cover."""
+    rows = [{"layer": r["layer"], "kind": r["kind"], "calls": r["calls"], "ms": r["latency_s"] * 1e3,
+             "IQR ms": r["latency_iqr_s"] * 1e3, "n": r["n"], "share": r["share_of_hooked_pass"]}
+            for r in layer_records(m, fp)]
     sys.stdout.write(f"\n{m.model} b{m.batch} {m.precision}: each leaf module inside the pass\n")
     print_table(rows, {"ms": ".3f", "IQR ms": ".3f", "n": ".0f", "share": ".1%"})
     sys.stdout.write(f"leaves {m.layers.covered_s * 1e3:.2f} ms of the hooked pass {m.layers.hooked.median_s * 1e3:.2f} ms "
@@ -281,7 +281,7 @@ def _body(args: argparse.Namespace) -> int:
             if r["note"]:
                 sys.stdout.write(f"{r['model']} b{r['batch']} {r['precision']}: {r['note']}\n")
         for m in layered:
-            _print_layers(m)
+            _print_layers(m, fp)
     return interrupted_exit("measure_model_efficiency", rows) if loop.interrupted else 0
 
 

@@ -71,9 +71,8 @@ def time_layers(forward: Callable[[], object], module, *, device: str = "cpu", m
     leaves = leaf_modules(module)
     spent = [0.0] * len(leaves)
     calls = [0] * len(leaves)
-    first = [-1] * len(leaves)
     started: dict[int, float] = {}
-    order = [0]
+    first_called: dict[int, None] = {}       # leaf indices in the order of their first call
 
     def hooks_for(i: int):
         def before(_mod, _args):
@@ -84,9 +83,7 @@ def time_layers(forward: Callable[[], object], module, *, device: str = "cpu", m
             sync()
             spent[i] += time.perf_counter() - started.pop(i)
             calls[i] += 1
-            if first[i] < 0:
-                first[i] = order[0]
-                order[0] += 1
+            first_called.setdefault(i)
         return before, after
 
     handles = []
@@ -116,7 +113,7 @@ def time_layers(forward: Callable[[], object], module, *, device: str = "cpu", m
             h.remove()
     method = (f"forward pre-hook and hook on each of {len(leaves)} leaf modules, time.perf_counter"
               f"{', device synchronized at each' if cuda else ''}; one sample per pass, {WARMUP_PASSES} warm-up passes")
-    ran = sorted((i for i in range(len(leaves)) if pass_calls[i] > 0), key=lambda i: first[i])
+    ran = [i for i in first_called if pass_calls[i] > 0]
     layers = tuple(LayerTime(name=leaves[i][0], kind=type(leaves[i][1]).__name__, calls=pass_calls[i],
                              time=Measurement.from_samples([max(s, 1e-9) for s in per_layer[i]], method=method))
                    for i in ran)
