@@ -8,7 +8,7 @@ and energy per forward pass and average power where a power source exists.
 Models: torchvision names; LLMs (a preset or PATH/config.json, random weights: one row per
 prefill or decode step, `--phase`, `--context`, `--new-tokens`, measure/llm.py); your own model
 (path/to/file.py:factory or package.module:factory, which is executed; docs/llm.md).
-`--by-layer`: each leaf module's time inside the pass too (measure/layer_times.py).
+`--by-layer`: each leaf module's time inside the pass too, and alone (measure/layer_times.py).
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ from chipcal.model.workload.user_model import is_user_model
 
 LAYER_FIELDS = ("model", "batch", "precision", "device", "layer", "kind", "calls", "latency_s", "latency_iqr_s",
                 "latency_ci_low_s", "latency_ci_high_s", "n", "share_of_hooked_pass", "hooked_pass_s", "pass_s",
-                "fingerprint", "torch_version", "threads")
+                "alone_s", "alone_iqr_s", "alone_n", "in_network_over_alone", "fingerprint", "torch_version",
+                "threads")
 FIELDS = ("model", "batch", "precision", "device", "flop", "latency_s", "latency_iqr_s", "latency_ci_low_s",
           "latency_ci_high_s", "n", "cv", "unstable", "delivered_flop_per_s", "spec_peak_flop_per_s",
           "measured_peak_flop_per_s", "physics_peak_flop_per_s", "efficiency_vs_spec", "efficiency_vs_measured",
@@ -79,7 +80,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-power", action="store_true", help="skip the power measurement")
     p.add_argument("--by-layer", action="store_true",
                    help="also time each leaf module inside the pass (forward hooks, a second budget of "
-                        "--max-time); --json and --csv then hold one record per layer")
+                        "--max-time) and alone on its inputs (a third); --json and --csv then hold one "
+                        "record per layer")
     p.add_argument("--json", action="store_true", help="print an array of flat records")
     p.add_argument("--csv", metavar="FILE", type=output_file, help="write the rows to FILE as each completes")
     return p
@@ -172,20 +174,32 @@ def layer_records(m, fp) -> list[dict]:
              "latency_iqr_s": layer.time.iqr_s, "latency_ci_low_s": layer.time.ci_low_s,
              "latency_ci_high_s": layer.time.ci_high_s, "n": layer.time.n,
              "share_of_hooked_pass": layer.time.median_s / hooked, "hooked_pass_s": hooked,
-             "pass_s": m.latency.median_s, "fingerprint": fp.slug, "torch_version": fp.torch_version,
-             "threads": m.latency.threads}
+             "pass_s": m.latency.median_s, **_alone_fields(layer), "fingerprint": fp.slug,
+             "torch_version": fp.torch_version, "threads": m.latency.threads}
             for layer in m.layers.layers]
+
+
+def _alone_fields(layer) -> dict:
+    """The leaf timed alone (None where the budget ran out first) and the network's time over it."""
+    a = layer.alone
+    return {"alone_s": a and a.median_s, "alone_iqr_s": a and a.iqr_s, "alone_n": a and a.n,
+            "in_network_over_alone": a and layer.time.median_s / a.median_s}
 
 
 def _print_layers(m, fp) -> None:
     """The per-layer table of one measurement (its layer_records) and what the leaves cover."""
+    records = layer_records(m, fp)
     rows = [{"layer": r["layer"], "kind": r["kind"], "calls": r["calls"], "ms": r["latency_s"] * 1e3,
-             "IQR ms": r["latency_iqr_s"] * 1e3, "n": r["n"], "share": r["share_of_hooked_pass"]}
-            for r in layer_records(m, fp)]
-    sys.stdout.write(f"\n{m.model} b{m.batch} {m.precision}: each leaf module inside the pass\n")
-    print_table(rows, {"ms": ".3f", "IQR ms": ".3f", "n": ".0f", "share": ".1%"})
+             "IQR ms": r["latency_iqr_s"] * 1e3, "n": r["n"], "share": r["share_of_hooked_pass"],
+             "alone ms": r["alone_s"] and r["alone_s"] * 1e3, "x alone": r["in_network_over_alone"]}
+            for r in records]
+    sys.stdout.write(f"\n{m.model} b{m.batch} {m.precision}: each leaf module inside the pass, and alone\n")
+    print_table(rows, {"ms": ".3f", "IQR ms": ".3f", "n": ".0f", "share": ".1%", "alone ms": ".3f", "x alone": ".2f"})
+    both = [r for r in records if r["alone_s"]]
     sys.stdout.write(f"leaves {m.layers.covered_s * 1e3:.2f} ms of the hooked pass {m.layers.hooked.median_s * 1e3:.2f} ms "
-                     f"(the pass without hooks {m.latency.median_s * 1e3:.2f} ms); medians per pass\n")
+                     f"(the pass without hooks {m.latency.median_s * 1e3:.2f} ms); the {len(both)} timed alone too: "
+                     f"{sum(r['latency_s'] for r in both) * 1e3:.2f} ms in the pass, "
+                     f"{sum(r['alone_s'] for r in both) * 1e3:.2f} ms alone; medians per pass\n")
 
 
 def unsupported_record(model: str, batch: int, precision: str, device: str, note: str, ref, fp) -> dict:

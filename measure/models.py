@@ -171,7 +171,7 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
         layers = None
         if by_layer:
             with torch.inference_mode():
-                layers = time_layers(forward, model, device=device, max_time_s=max_time_s)
+                layers = time_layers(forward, model, device=device, max_time_s=max_time_s, alone=True)
     source, note = power_provenance(power, reading)
     return ModelMeasurement(model=name, batch=batch, precision=precision, device=device, flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,

@@ -1,6 +1,7 @@
 """Per-layer time inside a network (measure.layer_times, `measure_model_efficiency --by-layer`):
 which leaves are timed, how often each runs per pass, the bounds on the passes, and a lower
-bound on the time that a sleep guarantees (no assertion on how fast anything runs)."""
+bound on the time that a sleep guarantees; each leaf timed alone: its calls per pass, an in-place
+leaf's input restored, the budget, and torch.utils.benchmark on the same layer."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from chipcal.measure.layer_times import WARMUP_PASSES, leaf_modules, time_layers
+from chipcal.measure.layer_times import ALONE_SAMPLES, WARMUP_PASSES, leaf_modules, time_layers
 
 HERE = Path(__file__)
 SLEEP_S = 0.002
@@ -81,6 +82,60 @@ def test_passes_stop_at_max_passes_and_never_fall_below_min_passes():
     assert floor.hooked.n == 3
 
 
+class Halve(torch.nn.Module):
+    """An in-place leaf that halves its input and notes the largest |value| it was given."""
+
+    inplace = True
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[float] = []
+
+    def forward(self, x):
+        self.seen.append(float(x.abs().max()))
+        return x.mul_(0.5)
+
+
+def test_each_leaf_alone_is_its_calls_per_pass_repeated_on_its_own_inputs():
+    """A sleep called twice per pass takes at least two sleeps alone; the in-place leaf is given the
+    input it had in the network at every call alone (restored), not its own output again."""
+    sleep, halve = Sleep(), Halve()
+    net = torch.nn.Sequential(sleep, halve, sleep)
+    x = torch.full((4, 4), 8.0)
+    with torch.inference_mode():
+        result = time_layers(lambda: net(x.clone()), net, max_time_s=5.0, min_passes=6, alone=True)
+    timed = {t.name: t for t in result.layers}
+    assert timed["0"].calls == 2 and timed["0"].alone.n == ALONE_SAMPLES
+    assert min(timed["0"].alone.samples_s) >= 2 * SLEEP_S
+    alone_calls = halve.seen[-(len(halve.seen) - (WARMUP_PASSES + 6 + 1)):]
+    assert len(alone_calls) > ALONE_SAMPLES and set(alone_calls) == {8.0}
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in net.modules())
+
+
+def test_no_leaf_is_timed_alone_once_its_budget_is_spent():
+    net, x = factory()
+    with torch.inference_mode():
+        result = time_layers(lambda: net(x), net, max_time_s=0.0, alone=True)
+    assert [t.alone for t in result.layers] == [None] * 4
+
+
+@pytest.mark.timing
+def test_a_layer_alone_agrees_with_torch_utils_benchmark():
+    """The same Linear on the same input, timed alone by the hooks' pass and by
+    torch.utils.benchmark.Timer at the same thread count, in one run: within 1.5x either way."""
+    from torch.utils import benchmark
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU())
+    x = torch.randn(64, 512)
+    with torch.inference_mode():
+        hooks = time_layers(lambda: net(x), net, max_time_s=0.5, alone=True)
+        timer = benchmark.Timer("net(x)", globals={"net": net[0], "x": x}, num_threads=torch.get_num_threads())
+        reference = timer.blocked_autorange(min_run_time=0.5).median
+    alone = hooks.layers[0].alone.median_s
+    assert 1 / 1.5 < alone / reference < 1.5, (alone, reference)
+
+
 def test_a_module_without_children_is_its_own_leaf():
     lone = torch.nn.Linear(2, 2)
     assert leaf_modules(lone) == [("Linear", lone)]
@@ -100,6 +155,8 @@ def test_measure_model_efficiency_by_layer_prints_a_record_per_layer(cli, tmp_pa
     sleep = next(r for r in rows if r["layer"] == "sleep")
     assert sleep["latency_s"] >= SLEEP_S and sleep["hooked_pass_s"] >= SLEEP_S and sleep["n"] >= 6
     assert 0 < sleep["share_of_hooked_pass"] <= 1
+    assert sleep["alone_s"] >= SLEEP_S and sleep["alone_n"] == ALONE_SAMPLES
+    assert sleep["in_network_over_alone"] == pytest.approx(sleep["latency_s"] / sleep["alone_s"])
 
 
 def test_by_layer_refuses_an_llm_in_one_line(cli):
