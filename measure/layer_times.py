@@ -154,7 +154,7 @@ def _time_each_alone(forward: Callable[[], object], leaves: list, ran: list[int]
                 return
             busy[0] = True
             try:
-                timed[i] = _alone(leaf, given.pop(i, args), kwargs, calls[i], sync, torch)
+                timed[i] = _alone(leaf, given.pop(i, args), kwargs, calls[i], sync)
             finally:
                 busy[0] = False
         return before, after
@@ -173,10 +173,12 @@ def _time_each_alone(forward: Callable[[], object], leaves: list, ran: list[int]
     return timed
 
 
-def _alone(leaf, args: tuple, kwargs: dict, calls: int, sync: Callable[[], None], torch) -> Measurement:
+def _alone(leaf, args: tuple, kwargs: dict, calls: int, sync: Callable[[], None]) -> Measurement:
     """`calls` × the median call of `leaf` back to back on copies of `args`/`kwargs`: ALONE_SAMPLES
     blocks of as many calls as fill ALONE_BLOCK_S; an in-place leaf's input restored before each
     call, less the restores' own median (module docstring)."""
+    import torch
+
     def copied(v):
         return v.clone() if isinstance(v, torch.Tensor) else v
 
