@@ -176,7 +176,9 @@ def _time_each_alone(forward: Callable[[], object], leaves: list, ran: list[int]
 def _alone(leaf, args: tuple, kwargs: dict, calls: int, sync: Callable[[], None]) -> Measurement:
     """`calls` × the median call of `leaf` back to back on copies of `args`/`kwargs`: ALONE_SAMPLES
     blocks of as many calls as fill ALONE_BLOCK_S; an in-place leaf's input restored before each
-    call, less the restores' own median (module docstring)."""
+    call, less the restores' own median (module docstring). Not timing.time_callable: its
+    blocked_autorange spends a quarter of its budget sizing the block, and here one budget serves
+    every leaf of a network (mobilenet_v2: 141), so it would time a few and leave the rest."""
     import torch
 
     def copied(v):

@@ -120,7 +120,7 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
                    clock_probe=None, fp32_mode: str = MODEL_FP32_MODE, by_layer: bool = False) -> ModelMeasurement:
     """Time `module(example_input)` at `precision` on `device`; energy when `power` is available;
     with `by_layer`, each leaf module's time inside the pass too, in a second budget of
-    `max_time_s` (measure.layer_times).
+    `max_time_s`, and alone on its inputs in a third (measure.layer_times).
     `example_input` is a tensor or a tuple of the forward's arguments (floating-point tensors are
     cast to the precision, every tensor moved to the device).
 
