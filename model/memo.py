@@ -17,14 +17,19 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 PLAIN = (str, int, float, bool, type(None))
+_PLAIN_TYPES = frozenset(PLAIN)
+
+
+def _plain(arg) -> bool:
+    return type(arg) in _PLAIN_TYPES or isinstance(arg, PLAIN)     # the second: numpy.float64 and kin
 
 
 def _key(arg) -> object:
     """An argument's part of the key: type and value of a plain value or of a tuple of them, else
-    the record's identity."""
-    if isinstance(arg, PLAIN):
+    the record's identity. (Exact types are looked up first: a fit keys millions of calls.)"""
+    if _plain(arg):
         return type(arg), arg
-    if type(arg) is tuple and all(isinstance(a, PLAIN) for a in arg):
+    if type(arg) is tuple and all(map(_plain, arg)):
         return tuple, tuple((type(a), a) for a in arg)
     return id(arg)
 
@@ -72,7 +77,7 @@ def recent(maxsize: int) -> Callable:
         def call(*args, **kwargs):
             if kwargs:
                 return fn(*args, **kwargs)
-            key = tuple(_key(a) for a in args)
+            key = tuple(map(_key, args))
             result = kept.get(key, _MISSING)
             if result is _MISSING:
                 result = kept.keep(key, fn(*args), *args)

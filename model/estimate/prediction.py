@@ -323,9 +323,10 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
     passes = [0.0] * len(workload.subgraphs)
     for sg, n in zip(workload.subgraphs, numerics, strict=True):
         passes[sg.index] = layout_passes(sg, chip, n, params, setup)
+    contexts = {p: chip_context(chip, p) for p in {n.precision for n in numerics}}
     try:
         estimates = tuple(estimate_subgraph(sg, chip, n.precision, params, trace_bpe, resident,
-                                            chip_context(chip, n.precision),
+                                            contexts[n.precision],
                                             producer_layout_bytes(workload, sg, passes), n.scales, passes[sg.index])
                           for sg, n in zip(workload.subgraphs, numerics, strict=True))
     except UnsupportedPrecision as exc:

@@ -39,6 +39,9 @@ class Schedule:
 
 def stage_time(estimates: Sequence) -> tuple[float, str]:
     """Time of one stage of concurrently runnable subgraph estimates, and its limiting term."""
+    if len(estimates) == 1:     # the per-subgraph roofline (module docstring): its own time bounds both sums
+        (e,) = estimates
+        return max(e.compute_time_s, e.memory_time_s) + e.overhead_s, "subgraph"
     terms = {
         "subgraph": max(max(e.compute_time_s, e.memory_time_s) for e in estimates),
         "bandwidth": sum(e.memory_time_s for e in estimates),
