@@ -198,6 +198,9 @@ def _coordinate_start(names: list[str], x0: list[float], lower: list[float], upp
     joint fit's own (soft-L1 of the scaled log residuals plus the prior). A class's grid is scored
     on the layers that run that class only (`touches`): the others' residuals and the other
     parameters' prior terms do not change along it, so the choice is the same and ~5x cheaper.
+    Where a class's layers are affine in its overhead (a CPU: each kernel's fixed cost adds to the
+    time of a host that runs the kernels, estimate.host.run_queue), the grid's overheads between
+    its ends are interpolated, not predicted (`_along_overhead`).
     """
     values = dict(zip(names, x0, strict=True))
     centre = dict(values)
@@ -206,23 +209,55 @@ def _coordinate_start(names: list[str], x0: list[float], lower: list[float], upp
 
     every = list(range(len(log_meas)))
 
-    def cost(trial: dict[str, float], which: list[int], keys: Sequence[str]) -> float:
-        r = (np.log(predict_all(trial, which)) - log_meas[which]) / sig[which] / 2.0   # soft-L1, f_scale 2
+    def score(latencies: np.ndarray, trial: dict[str, float], which: list[int], keys: Sequence[str]) -> float:
+        r = (np.log(latencies) - log_meas[which]) / sig[which] / 2.0   # soft-L1, f_scale 2
         prior = sum((np.log(trial[k] / centre[k]) / PRIOR_SIGMA) ** 2 for k in keys)
         return float(np.sum(8.0 * (np.sqrt(1 + r * r) - 1)) + prior)
+
+    def cost(trial: dict[str, float], which: list[int], keys: Sequence[str]) -> float:
+        return score(predict_all(trial, which), trial, which, keys)
 
     bounds = {n: (lo, hi) for n, lo, hi in zip(names, lower, upper, strict=True)}
     classes = [n.split(".", 1)[1] for n in names if n.startswith("efficiency.")]
     for _ in range(2):
         for c in classes:
             e, o = f"efficiency.{c}", f"overhead_s.{c}"
-            grid = [(ev, ov) for ev in np.geomspace(*bounds[e], 12) for ov in np.geomspace(*bounds[o], 9)]
-            best = min(grid + [(values[e], values[o])],
-                       key=lambda eo, e=e, o=o, c=c: cost({**values, e: eo[0], o: eo[1]}, touches[c], (e, o)))
-            values[e], values[o] = best
+            overheads = list(np.geomspace(*bounds[o], 9))
+            scored = []      # (cost, (efficiency, overhead)) in the grid's order, the current point last
+            for ev in np.geomspace(*bounds[e], 12):
+                along = _along_overhead(lambda ov, ev=ev, e=e, o=o, c=c: predict_all({**values, e: ev, o: ov}, touches[c]),
+                                        overheads)
+                scored += [(score(lat, {**values, e: ev, o: ov}, touches[c], (e, o)), (ev, ov))
+                           for ov, lat in zip(overheads, along, strict=True)]
+            scored.append((cost({**values}, touches[c], (e, o)), (values[e], values[o])))
+            values[e], values[o] = min(scored, key=lambda s: s[0])[1]
         h = "half_efficiency_flop"
         values[h] = min([*np.geomspace(1e3, 1e10, 8), values[h]], key=lambda w: cost({**values, h: w}, every, (h,)))
     return [values[n] for n in names]
+
+
+AFFINE_RTOL = 1e-9    # the middle of an overhead grid predicted within this of the line through its ends
+
+
+def _along_overhead(latencies, overheads: Sequence[float]) -> list[np.ndarray]:
+    """latencies(ov) at each of `overheads` (ascending): predicted at the ends and the middle, and
+    where the middle lies on the line through the ends (AFFINE_RTOL), the rest read off that line;
+    else each predicted. A layer's latency is convex in a class's overhead (sums and maxima of
+    terms affine in it: each kernel's time plus its fixed cost, the host queue's max(host, device),
+    estimate.host.run_queue), and a convex function that meets its chord inside the range is that
+    chord over the whole range. On a CPU it is a line (the host runs the kernels): the grid search
+    predicts 3 of its 9 overheads, the same choice (the same floats at the points it predicts)."""
+    first, last = latencies(overheads[0]), latencies(overheads[-1])
+    mid = len(overheads) // 2
+    middle = latencies(overheads[mid])
+    slope = (last - first) / (overheads[-1] - overheads[0])
+
+    def line(ov: float) -> np.ndarray:
+        return first + slope * (ov - overheads[0])
+
+    exact = {0: first, mid: middle, len(overheads) - 1: last}
+    on_line = np.allclose(line(overheads[mid]), middle, rtol=AFFINE_RTOL, atol=0.0)
+    return [exact[i] if i in exact else line(ov) if on_line else latencies(ov) for i, ov in enumerate(overheads)]
 
 
 def fit_network_costs(chains: Sequence, chip, precision: str, params):

@@ -282,3 +282,32 @@ def test_a_micro_layer_reads_the_parameters_of_its_own_classes_only(chip_name, p
                                     overhead_s=tripled(params.overhead_s))
         assert as_timed(workload, chip, precision, moved).latency_s == as_timed(workload, chip, precision, params).latency_s, \
             case.label
+
+
+def test_the_overhead_grid_reads_a_line_off_three_predictions_and_predicts_every_point_of_a_kink():
+    """_along_overhead: latencies affine in the overhead (a CPU layer: 3 kernels of the class, 2 ms
+    of work) are predicted at the ends and the middle only, and every other point equals the
+    line worked out by hand; a host-bound kink (max(host, device), as a GPU's queue) between the
+    grid's points makes it predict all nine."""
+    from chipcal.calibrate.layer_fits import _along_overhead
+
+    overheads = list(np.geomspace(1e-8, 1e-2, 9))
+    asked = []
+
+    def cpu(ov):
+        asked.append(ov)
+        return np.array([2e-3 + 3 * ov, 5e-4 + ov])
+
+    got = _along_overhead(cpu, overheads)
+    assert len(asked) == 3
+    for ov, lat in zip(overheads, got, strict=True):
+        assert lat == pytest.approx([2e-3 + 3 * ov, 5e-4 + ov], rel=1e-12)
+    asked.clear()
+
+    def gpu(ov):
+        asked.append(ov)
+        return np.array([max(1e-3, 100 * ov)])       # host-bound past 10 us per op
+
+    got = _along_overhead(gpu, overheads)
+    assert len(asked) == 9
+    assert [g[0] for g in got] == [max(1e-3, 100 * ov) for ov in overheads]
