@@ -137,12 +137,8 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
     Standard errors come from the Jacobian (delta method: se(p) = p · se(log p)); a parameter
     the data cannot move (zero Jacobian column) gets stderr nan. Residuals and R² are the
     data's only.
-    With a prior, a parameter that runs into a bound is held at its prior centre and the others
-    are fitted again, round after round; of those the data leave unconstrained (1-sigma wider than
-    a factor e) only the widest is held per round: two that trade off (a class's efficiency and
-    the size curve) are both loose until one is held, and holding both at once moved recorded runs
-    by several points for changes that did not touch them (docs/findings/2026-11-27-cpu-fit-bistable.md,
-    2026-11-27-cpu-gemm-serial-streams.md).
+    With a prior, a parameter that runs into a bound, or that the data leave unconstrained
+    (1-sigma wider than a factor e), is held at its prior centre and the others are fitted again;
     `FitResult.unconstrained` names each such parameter with the reason. A parameter marked in
     `ceiling` whose upper bound is a physical limit is held at that bound instead when it runs
     into it: the data want at least the limit, and the prior centre would be the far side.
@@ -191,7 +187,6 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
         se_log = np.sqrt(np.clip(np.diag(_covariance(jac, sol.fun)), 0, None))
         dead = np.all(np.abs(jac[:n_data]) < 1e-12, axis=0)
         held_back = []      # indices newly held: at the prior centre, or at a ceiling
-        loose = []          # indices with a prior whose 1-sigma is beyond a factor e
         for i, nm in enumerate(names):
             if not free[i]:
                 continue
@@ -203,20 +198,12 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
                 continue
             if x[i] - lo[i] < AT_BOUND_LOG or hi[i] - x[i] < AT_BOUND_LOG:
                 unconstrained[nm] = f"ran into its bound ({np.exp(x[i]):.3g}){kept}"
-            elif dead[i]:
+            elif dead[i] or (has_prior[i] and not se_log[i] < UNCONSTRAINED_SE_LOG):
                 unconstrained[nm] = f"the data cannot constrain it (1-sigma beyond a factor e){kept}"
-            elif has_prior[i] and not se_log[i] < UNCONSTRAINED_SE_LOG:
-                loose.append(i)
-                continue
             else:
                 continue
             if has_prior[i]:
                 held_back.append(i)
-        if loose:       # the widest only: holding it can pin the partners it traded off with
-            i = max(loose, key=lambda j: se_log[j])
-            unconstrained[names[i]] = ("the data cannot constrain it (1-sigma beyond a factor e); "
-                                       f"the prior {np.exp(held[i]):.3g} is kept")
-            held_back.append(i)
         if not held_back:
             break
         free[held_back] = False
