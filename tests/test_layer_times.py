@@ -185,27 +185,31 @@ def test_the_hooks_go_even_when_the_forward_fails():
 def test_each_layers_share_agrees_with_torch_profiler():
     """The hooks' split of a pass against torch.profiler's self CPU time of the same ops, as shares
     of the pass (ratios taken in one run, so a host that changes speed between minutes moves both
-    alike): a 512->2048 linear over 64 rows (134 MFLOP), a ReLU and a 2048->8 linear (2 MFLOP)."""
+    alike): a 512->2048 linear over 64 rows (134 MFLOP), a ReLU and a 2048->8 linear (2 MFLOP).
+    The profiler's share is the median of 5 profiles of 20 passes: one profile's sums take a slow
+    stretch of the host whole (on the 2-vCPU Xeon, 0.75 once among 0.89-0.90 against the hooks' 0.89)."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 8))
     x = torch.randn(64, 512)
+    shares = []
     with torch.inference_mode():
         hooks = time_layers(lambda: net(x), net, max_time_s=0.5)
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-            for _ in range(20):
-                net(x)
+        for _ in range(5):
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+                for _ in range(20):
+                    net(x)
+            # the ops under the three modules, by self time: addmm for each linear, relu and its clamp_min
+            ops = {(e.key, str(e.input_shapes)): e.self_cpu_time_total
+                   for e in prof.key_averages(group_by_input_shape=True)
+                   if e.key in ("aten::addmm", "aten::relu", "aten::clamp_min")}
+            big = sum(v for (k, shapes), v in ops.items() if k == "aten::addmm" and "[64, 512]" in shapes)
+            assert big > 0, ops
+            shares.append(big / sum(ops.values()))
     by_hooks = {t.name: t.time.median_s for t in hooks.layers}
-    # the ops under the three modules, by self time: addmm for each linear, relu and its clamp_min
-    ops = {(e.key, str(e.input_shapes)): e.self_cpu_time_total
-           for e in prof.key_averages(group_by_input_shape=True)
-           if e.key in ("aten::addmm", "aten::relu", "aten::clamp_min")}
-    big = sum(v for (k, shapes), v in ops.items() if k == "aten::addmm" and "[64, 512]" in shapes)
-    total = sum(ops.values())
     hook_share = by_hooks["0"] / sum(by_hooks.values())
-    assert total > 0 and big > 0
-    assert hook_share == pytest.approx(big / total, abs=0.15), (by_hooks, ops)
+    assert hook_share == pytest.approx(sorted(shares)[2], abs=0.15), (by_hooks, shares)
 
 
 class Block(torch.nn.Module):
