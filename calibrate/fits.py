@@ -52,6 +52,10 @@ class FitResult:
 SATURATION_RANGE = 100.0      # a saturating curve's W_half beyond the measured sizes by more is not seen
 UNCONSTRAINED_SE_LOG = 1.0    # 1-sigma wider than a factor e: the data do not pin the parameter
 AT_BOUND_LOG = 1e-3           # within 0.1 % of a bound: the bound decided, not the data
+# Two loose parameters whose estimates correlate beyond this trade off (a class's efficiency and the
+# size curve): holding one may pin the other, so a round holds the wider only. At 0.1 every recorded
+# run holds what holding one loose parameter per round holds, in 1-3 rounds instead of one per parameter.
+PARTNER_CORRELATION = 0.1
 # Stop when an iteration lowers the cost by less than this fraction. The roofline's max(compute,
 # memory) makes the layer fit's cost piecewise smooth, and at scipy's default 1e-8 the solver
 # crawled along a kink for 783 evaluations (2 min of a 5 min quick run on the Zen 4 VM) to the
@@ -138,7 +142,11 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
     the data cannot move (zero Jacobian column) gets stderr nan. Residuals and R² are the
     data's only.
     With a prior, a parameter that runs into a bound, or that the data leave unconstrained
-    (1-sigma wider than a factor e), is held at its prior centre and the others are fitted again;
+    (1-sigma wider than a factor e), is held at its prior centre and the others are fitted again,
+    until a round holds none; of loose parameters that trade off (estimates correlated beyond
+    PARTNER_CORRELATION) a round holds only the widest: holding both at once moved recorded runs by
+    several points for changes that did not touch them (docs/findings/2026-11-27-cpu-fit-bistable.md,
+    2026-11-27-cpu-gemm-serial-streams.md).
     `FitResult.unconstrained` names each such parameter with the reason. A parameter marked in
     `ceiling` whose upper bound is a physical limit is held at that bound instead when it runs
     into it: the data want at least the limit, and the prior centre would be the far side.
@@ -184,12 +192,15 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
         x[free] = sol.x
         jac = np.zeros((len(sol.fun), len(names)))
         jac[:, free] = sol.jac
-        se_log = np.sqrt(np.clip(np.diag(_covariance(jac, sol.fun)), 0, None))
+        cov = _covariance(jac, sol.fun)
+        se_log = np.sqrt(np.clip(np.diag(cov), 0, None))
         dead = np.all(np.abs(jac[:n_data]) < 1e-12, axis=0)
         held_back = []      # indices newly held: at the prior centre, or at a ceiling
-        for i, nm in enumerate(names):
+        partners: set[int] = set()   # loose parameters that trade off with one held this round
+        for i in sorted(range(len(names)), key=lambda j: -se_log[j]):     # the widest first
             if not free[i]:
                 continue
+            nm = names[i]
             kept = f"; the prior {np.exp(held[i]):.3g} is kept" if has_prior[i] else ""
             if at_ceiling[i] and hi[i] - x[i] < AT_BOUND_LOG:
                 held[i] = hi[i]
@@ -198,8 +209,14 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
                 continue
             if x[i] - lo[i] < AT_BOUND_LOG or hi[i] - x[i] < AT_BOUND_LOG:
                 unconstrained[nm] = f"ran into its bound ({np.exp(x[i]):.3g}){kept}"
-            elif dead[i] or (has_prior[i] and not se_log[i] < UNCONSTRAINED_SE_LOG):
+            elif dead[i]:
                 unconstrained[nm] = f"the data cannot constrain it (1-sigma beyond a factor e){kept}"
+            elif has_prior[i] and not se_log[i] < UNCONSTRAINED_SE_LOG:
+                if i in partners:       # its partner is held: the next round says whether it still is loose
+                    continue
+                unconstrained[nm] = f"the data cannot constrain it (1-sigma beyond a factor e){kept}"
+                scale = np.sqrt(np.clip(cov[i, i] * np.diag(cov), 1e-300, None))
+                partners |= {j for j in np.flatnonzero(np.abs(cov[i]) / scale > PARTNER_CORRELATION) if j != i}
             else:
                 continue
             if has_prior[i]:

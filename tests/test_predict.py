@@ -477,3 +477,24 @@ def test_the_corpus_frameworks_transpose_nchw_tensor_core_convolutions():
         == pytest.approx(transposes)
     assert dram(framework="pytorch1", runtime="fused") == pytest.approx(dram(framework="pytorch2", runtime="fused"))
     assert dram("fp32", framework="pytorch1") == pytest.approx(dram("fp32", framework="pytorch2"))  # CUDA cores
+
+
+def test_a_cpu_matmul_streams_its_activations_after_its_arithmetic_and_its_weights_under_it():
+    """roofline.SERIAL_STREAMS: PyTorch's CPU matmul (a BLAS) packs its input and writes its output
+    apart from the FMA loop; a oneDNN 1x1 convolution of the same GEMM overlaps them. Xeon 8480+
+    (307.2 GB/s, on-chip at 4x), the recorded sweep's 4096 x 4096 x 256 fp32 (m, n, k): the 64 MiB
+    output stays on chip, so the stream is (4 MiB input + 64 MiB output) / 1228.8 GB/s = 58.03 us
+    over the convolution's time. A matrix-vector product's 64 MiB of weights from DRAM bound both
+    alike: weights are not part of the stream (their pack is weight_layout_s)."""
+    xeon = chip("xeon-platinum-8480-plus")
+    params = custom_params("cpu", efficiency=0.8, overhead_s=0.0, bw=1.0, onchip=4.0)
+
+    def both(m, n, k):
+        return [estimate_subgraph(dataclasses.replace(gemm_subgraph(0, m, n, k), op_class=c), xeon, "fp32", params)
+                for c in ("matmul", "conv1x1")]
+
+    mm, conv = both(4096, 4096, 256)
+    assert conv.latency_s == pytest.approx(conv.compute_time_s)        # compute-bound, streams hidden
+    assert mm.latency_s == pytest.approx(conv.latency_s + (4 * 2**20 + 64 * 2**20) / (307.2e9 * 4.0))
+    mm, conv = both(1, 4096, 4096)
+    assert mm.latency_s == pytest.approx(conv.latency_s) == pytest.approx(4 * 4096 * 4096 / 307.2e9, rel=0.01)

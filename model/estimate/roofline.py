@@ -20,6 +20,11 @@
                    scales the on-chip stream only: what a cache serves a repeated kernel hot, it
                    serves a kernel inside a network colder; a DRAM stream is the same either way)
     latency      = max(compute_time, memory_time) + first_touch_time + weight_layout_time + overhead
+                   (SERIAL_STREAMS, a CPU's matmul class: max(compute_time + stream_time, memory_time),
+                   stream_time = the memory term of its bytes less its weights': a BLAS GEMM packs its
+                   activation operand and writes its output apart from the micro-kernel's FMA loop,
+                   not under it; the recorded GEMM sweeps of the Xeon VM took 5-6 ms over the 4096³
+                   rate for a 67 MB A or output at 8.6 GFLOP, docs/findings/2026-11-27-cpu-gemm-serial-streams.md)
     weight_layout_time = weight bytes / weight_layout_bytes_per_s (k x k kernels) or
                    / pointwise_weight_layout_bytes_per_s (1x1), for a convolution: PyTorch eager on a
                    CPU hands oneDNN OIHW weights and oneDNN reorders them into its blocked layout
@@ -94,6 +99,11 @@ from chipcal.model.precision import BYTES_PER_ELEMENT, FLOP_PER_MAC
 # The family whose per-class overhead_s is the host's issue cost of an op (eager), not the device's:
 # a GPU's host thread runs ahead of its kernels, a CPU's runs them (module docstring)
 HOST_ISSUED_CLASS_COSTS = "gpu"
+
+# Op classes whose kernels stream their activations serially with their arithmetic, by family
+# (module docstring: stream_time): PyTorch's CPU matmul (MKL/OpenBLAS packs A and writes C apart
+# from the FMA loop); oneDNN's convolutions overlap them (layout_passes charge their reorders)
+SERIAL_STREAMS = {"cpu": ("matmul",)}
 
 # On-chip level whose access energy on-chip traffic is charged at: the last-level SRAM a subgraph's
 # operands pass through (a CPU's multi-MB L3; a GPU's L2; a TPU's/KPU's MB-class SRAM).
@@ -303,7 +313,13 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     overhead, host_issue = kernel_fixed_costs(chip, params, subgraph.op_class, engine.clock_hz) if kernel else (0.0, 0.0)
     memory += first_touch_s(subgraph.output_bytes * s_out, params) if kernel else 0.0
     reorder = weight_layout_s(subgraph, subgraph.weight_bytes * s_w, params) if kernel else 0.0
-    work = max(compute, memory) + reorder
+    if subgraph.op_class in SERIAL_STREAMS.get(chip.kind, ()):
+        weights = subgraph.weight_bytes * s_w
+        streams = memory_time_s(alloc.dram_bytes - (0.0 if weights_on_chip else min(weights, alloc.dram_bytes)),
+                                max(0.0, alloc.onchip_bytes - weights), ctx.bandwidth_bytes_per_s, params)
+        work = max(compute + streams, memory) + reorder
+    else:
+        work = max(compute, memory) + reorder
     latency = work + overhead
     if not kernel:
         bottleneck = "none"
