@@ -229,7 +229,7 @@ def _coordinate_start(names: list[str], x0: list[float], lower: list[float], upp
                                         overheads)
                 scored += [(score(lat, {**values, e: ev, o: ov}, touches[c], (e, o)), (ev, ov))
                            for ov, lat in zip(overheads, along, strict=True)]
-            scored.append((cost({**values}, touches[c], (e, o)), (values[e], values[o])))
+            scored.append((cost(values, touches[c], (e, o)), (values[e], values[o])))
             values[e], values[o] = min(scored, key=lambda s: s[0])[1]
         h = "half_efficiency_flop"
         values[h] = min([*np.geomspace(1e3, 1e10, 8), values[h]], key=lambda w: cost({**values, h: w}, every, (h,)))

@@ -312,9 +312,9 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     kernel = flop > 0 or alloc.onchip_bytes > 0
     overhead, host_issue = kernel_fixed_costs(chip, params, subgraph.op_class, engine.clock_hz) if kernel else (0.0, 0.0)
     memory += first_touch_s(subgraph.output_bytes * s_out, params) if kernel else 0.0
-    reorder = weight_layout_s(subgraph, subgraph.weight_bytes * s_w, params) if kernel else 0.0
+    weights = subgraph.weight_bytes * s_w
+    reorder = weight_layout_s(subgraph, weights, params) if kernel else 0.0
     if subgraph.op_class in SERIAL_STREAMS.get(chip.kind, ()):
-        weights = subgraph.weight_bytes * s_w
         streams = memory_time_s(alloc.dram_bytes - (0.0 if weights_on_chip else min(weights, alloc.dram_bytes)),
                                 max(0.0, alloc.onchip_bytes - weights), ctx.bandwidth_bytes_per_s, params)
         work = max(compute + streams, memory) + reorder
@@ -339,7 +339,7 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
                if kernel else 0.0)
     compute_j = macs * mac_j + other_flop * vec_j + clock_j
     dram_j = alloc.dram_bytes * ctx.dram_j_per_byte
-    reorder_bytes = 2.0 * subgraph.weight_bytes * s_w if reorder else 0.0     # read OIHW, write blocked
+    reorder_bytes = 2.0 * weights if reorder else 0.0     # read OIHW, write blocked
     onchip_j = (alloc.onchip_bytes + reorder_bytes) * ctx.onchip_j_per_byte * v2
     static_j = ctx.static_w * latency
     wasted_j = ctx.static_w * (overhead + work * (1.0 - alloc.utilization))
