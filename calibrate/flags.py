@@ -226,13 +226,21 @@ def noise_flags(verdict, extra_time_s: float, median_abs_error: float | None) ->
             f"{verdict.permitted:.1%} (between rounds {verdict.round_noise:.1%}, CI of the median "
             f"±{verdict.median_ci:.1%}); a check of the {TARGET_MEDIAN_ERROR:.0%} target needs at most "
             f"{allowed():.0%}", {**values, "allowed": allowed()}))
-    if verdict.explained_by_noise:
-        flags.append(Flag(
-            "error_within_noise", "warning",
-            f"the validation median |error| {median_abs_error:.1%} is within the {verdict.permitted:.1%} "
-            "the timing noise permits: it is explained by noise alone, and says nothing about the model "
-            "beyond that", {**values, "median_abs_error": median_abs_error}))
-    return flags
+    within = error_within_noise(median_abs_error, verdict.permitted, values) if verdict.explained_by_noise else None
+    return flags + ([within] if within else [])
+
+
+def error_within_noise(median_abs_error: float | None, permitted: float, values: dict[str, float]) -> Flag | None:
+    """`error_within_noise` when the validation median |error| is no larger than the accuracy the
+    timing noise permits (calibrate.noise.explains); `values`: the noise figures behind it."""
+    from chipcal.calibrate.noise import explains
+
+    if not explains(median_abs_error, permitted):
+        return None
+    return Flag("error_within_noise", "warning",
+                f"the validation median |error| {median_abs_error:.1%} is within the {permitted:.1%} "
+                "the timing noise permits: it is explained by noise alone, and says nothing about the model "
+                "beyond that", {**values, "permitted": permitted, "median_abs_error": median_abs_error})
 
 
 def spec_flags(chip) -> list[Flag]:

@@ -62,8 +62,18 @@ def allowed(target: float = TARGET_MEDIAN_ERROR) -> float:
 
 def permitted(timings: Sequence[RoundTimings]) -> float:
     """The accuracy the noise permits: the larger of the round noise and the median CI (nan ignored)."""
-    figures = [f for f in (round_noise(timings), median_ci(timings)) if np.isfinite(f)]
+    return permitted_by(round_noise(timings), median_ci(timings))
+
+
+def permitted_by(round_noise_rel: float | None, median_ci_rel: float | None) -> float:
+    """The larger of a round noise and a median CI, both relative (None or nan ignored); nan when neither."""
+    figures = [f for f in (round_noise_rel, median_ci_rel) if f is not None and np.isfinite(f)]
     return max(figures) if figures else float("nan")
+
+
+def explains(median_abs_error: float | None, accuracy: float) -> bool:
+    """Whether a validation median |error| is within the accuracy the noise permits (module docstring)."""
+    return bool(median_abs_error is not None and np.isfinite(accuracy) and median_abs_error <= accuracy)
 
 
 def another_round(timings: Sequence[RoundTimings], rounds_done: int, round_s: float, left_s: float,
@@ -93,9 +103,8 @@ def verdict(timings: Sequence[RoundTimings], base_rounds: int, rounds: int,
             median_abs_error: float | None) -> NoiseVerdict:
     """The noise figures after `rounds` rounds (`base_rounds` of them planned)."""
     accuracy = permitted(timings)
-    explained = bool(median_abs_error is not None and np.isfinite(accuracy) and median_abs_error <= accuracy)
     return NoiseVerdict(rounds, max(0, rounds - base_rounds), round_noise(timings), median_ci(timings),
-                        accuracy, explained)
+                        accuracy, explains(median_abs_error, accuracy))
 
 
 @dataclass

@@ -9,17 +9,21 @@ tests use it on recorded runs of several CPUs and of an H100.
 `refit_document` makes of it a whole calibration document, which `chipcal calibrate --refit`
 writes beside the source run so that old runs can be re-fitted after an upgrade: every
 measurement is the source's, copied unchanged; the chip, the fits, the parameters, every
-prediction, the validation and the flags that follow from them are today's code's. Nothing here
+prediction, the validation and the flags that follow from them are today's code's, among them
+whether the timing noise explains the new validation median (`noise_rechecked`). Nothing here
 needs the measured device: a GPU run is re-fitted on any machine.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from chipcal.calibrate import document as cd
+from chipcal.calibrate import noise
 from chipcal.calibrate.accuracy import Checked, CheckedSet
 from chipcal.calibrate.crossval import CrossValidation, folds
 from chipcal.calibrate.document import CalibrationDocument, LayerRow
@@ -34,7 +38,8 @@ from chipcal.model.local import LOCAL_CHIP_NAME
 # flags a refit works out again (from the fits, the validation, today's chip and the power fit);
 # every other flag is about the measurements and stays as the run wrote it
 RECOMPUTED_FLAGS = frozenset({"fitted_class_reverted", "calibration_worse_than_defaults", "spec_peak_unsustainable",
-                              "measured_energy_exceeds_tdp", "spec_beyond_tdp", "run_to_run_drift"})
+                              "measured_energy_exceeds_tdp", "spec_beyond_tdp", "run_to_run_drift",
+                              "error_within_noise"})
 
 
 class RefitError(ChipcalError):
@@ -221,7 +226,8 @@ def refit_document(doc: CalibrationDocument, chip, origin: str, *, source_run: s
                                        predicted_default_s=c.predicted_default_s, error=c.error,
                                        default_error=c.default_error)
                    for row, c in zip(doc.observations.models, result.models, strict=True))
-    validation = dataclasses.replace(doc.validation, **heldout.validation_errors(models, result.crossval))
+    validation = noise_rechecked(dataclasses.replace(doc.validation, **heldout.validation_errors(models, result.crossval)),
+                                 models)
     power, power_fit, power_flags = refit_power(doc, chip)
     fits = {**doc.fits, **{k: cd.FitRecord.of(v) for k, v in result.gemm.items()},
             "power": power_fit, "op_class_latency": cd.FitRecord.of(result.fit.layer_fit),
@@ -231,7 +237,8 @@ def refit_document(doc: CalibrationDocument, chip, origin: str, *, source_run: s
     flags = ([f for f in doc.flags if f.code not in RECOMPUTED_FLAGS]
              + heldout.fit_flags(validation, result.crossval) + gap.spec_flags(chip)
              + power_flags
-             + ([drift] if drift else []))
+             + ([drift] if drift else [])
+             + _within_noise(validation))
     model_bw = chip.memory.bandwidth_bytes_per_s
     measured_bw = doc.bandwidth.measured_bytes_per_s
     return dataclasses.replace(
@@ -250,6 +257,38 @@ def refit_document(doc: CalibrationDocument, chip, origin: str, *, source_run: s
         refit=cd.RefitSection(source_run=source_run, source_created_utc=doc.created_utc,
                               source_command=doc.command, code=code),
         plots=(), non_finite_values=None)
+
+
+def noise_rechecked(validation: cd.ValidationSection, models: Sequence[cd.ModelRow]) -> cd.ValidationSection:
+    """`validation` (its errors re-fitted) with its noise verdict for the new median
+    (calibrate.noise): the accuracy the noise permits as the run worked it out; for a run recorded
+    before calibrate.noise, from what it kept: its round noise (noise_rel: the rounds' own medians
+    are not kept) and the median over its models of the pooled median's relative CI half-width
+    (each row's ci_low_s, ci_high_s). None where neither was recorded."""
+    ci = validation.median_ci_rel
+    if ci is None:
+        widths = [(r.ci_high_s - r.ci_low_s) / 2 / r.median_s for r in models
+                  if r.median_s and r.ci_low_s is not None and r.ci_high_s is not None]
+        ci = statistics.median(widths) if widths else None
+    permits = validation.noise_permits
+    if permits is None:
+        permits = noise.permitted_by(validation.noise_rel, ci)
+    if not math.isfinite(permits):
+        return validation
+    return dataclasses.replace(validation, median_ci_rel=ci, noise_permits=permits,
+                               explained_by_noise=noise.explains(validation.median_abs_error, permits))
+
+
+def _within_noise(validation: cd.ValidationSection) -> list:
+    """The `error_within_noise` flag of a re-checked validation (noise_rechecked), if it holds."""
+    if validation.noise_permits is None:
+        return []
+    from chipcal.calibrate import flags as gap
+
+    values = {k: v for k, v in (("round_noise", validation.noise_rel), ("median_ci", validation.median_ci_rel))
+              if v is not None}
+    flag = gap.error_within_noise(validation.median_abs_error, validation.noise_permits, values)
+    return [flag] if flag else []
 
 
 def _peak(row: cd.PeakRow, chip) -> cd.PeakRow:

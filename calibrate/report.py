@@ -126,7 +126,8 @@ def _noise_line(val) -> str:
 
     verdict = ("The validation error is within it: explained by noise alone." if val.explained_by_noise
                else "The validation error exceeds it.")
-    return (f"Timing noise over {val.rounds} interleaved rounds: {pct(val.noise_rel)} between rounds, "
+    rounds = f" over {val.rounds} interleaved rounds" if val.rounds else " (rounds not recorded)"
+    return (f"Timing noise{rounds}: {pct(val.noise_rel)} between rounds, "
             f"CI of the median ±{pct(val.median_ci_rel)}; the accuracy the noise permits is "
             f"**{pct(val.noise_permits)}** (a check of the target needs at most {pct(allowed())}). {verdict}")
 

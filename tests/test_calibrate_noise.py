@@ -58,3 +58,52 @@ def test_the_verdict_says_what_the_noise_permits_and_whether_it_explains_the_err
     v = noise.verdict(quiet, base_rounds=2, rounds=2, median_abs_error=0.12)
     assert v.permitted < noise.allowed() and not v.explained_by_noise
     assert flags.noise_flags(v, 120.0, 0.12) == []
+
+
+def _recorded(noise_rel, cis, median_abs_error, **noise_fields):
+    """A recorded run's validation (the reference document's) with these noise figures, its
+    median |error| as re-fitted, and model rows of median 1 s with these (low, high) CIs."""
+    import dataclasses
+
+    from recorded import reference_document
+
+    from chipcal.calibrate.document import CalibrationDocument
+
+    doc = CalibrationDocument.from_dict(reference_document())
+    row = doc.observations.models[0]
+    rows = [dataclasses.replace(row, median_s=1.0, ci_low_s=lo, ci_high_s=hi) for lo, hi in cis]
+    validation = dataclasses.replace(doc.validation, noise_rel=noise_rel, median_abs_error=median_abs_error,
+                                     **noise_fields)
+    return validation, rows
+
+
+def test_a_refit_says_whether_the_noise_explains_its_own_median():
+    """A refit re-checks the noise verdict against its new median (refit.noise_rechecked). A run
+    recorded before calibrate.noise kept its round noise and each model's CI: the median CI is the
+    median of (high − low) / 2 / median over the models (here 0.10, 0.20, 0.05: 0.10), and what
+    the noise permits the larger of it and the round noise (0.15)."""
+    from chipcal.calibrate.refit import RECOMPUTED_FLAGS, noise_rechecked
+
+    cis = [(0.9, 1.1), (0.8, 1.2), (0.95, 1.05)]
+    within, rows = _recorded(0.15, cis, 0.12)
+    checked = noise_rechecked(within, rows)
+    assert checked.median_ci_rel == pytest.approx(0.10)
+    assert checked.noise_permits == pytest.approx(0.15)
+    assert checked.explained_by_noise is True
+    beyond = noise_rechecked(_recorded(0.15, cis, 0.20)[0], rows)
+    assert beyond.noise_permits == pytest.approx(0.15) and beyond.explained_by_noise is False
+    # a run that worked the verdict out keeps what its noise permits; the verdict follows the new median
+    judged, _ = _recorded(0.03, cis, 0.08, rounds=4, median_ci_rel=0.02, noise_permits=0.05, explained_by_noise=True)
+    again = noise_rechecked(judged, rows)
+    assert (again.noise_permits, again.median_ci_rel, again.explained_by_noise) == (0.05, 0.02, False)
+    # the flag is worked out again, not copied from the run
+    assert "error_within_noise" in RECOMPUTED_FLAGS
+    assert flags.error_within_noise(0.12, 0.15, {}).code == "error_within_noise"
+    assert flags.error_within_noise(0.20, 0.15, {}) is None
+
+
+def test_a_refit_of_a_run_without_noise_figures_leaves_the_verdict_unknown():
+    from chipcal.calibrate.refit import noise_rechecked
+
+    validation, _ = _recorded(None, [], 0.12)
+    assert noise_rechecked(validation, []) == validation

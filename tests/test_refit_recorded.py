@@ -393,6 +393,14 @@ def test_calibrate_refit_writes_a_new_run_beside_the_recorded_one(cli, tmp_path,
     assert val.p90_abs_error == pytest.approx(result.p90_abs_error, rel=1e-9, abs=0)
     assert val.default_median_abs_error == pytest.approx(result.default_median_abs_error, rel=1e-9, abs=0)
     assert val.crossval_median_abs_error == pytest.approx(result.crossval.median_abs_error, rel=1e-9, abs=0)
+    # what the run's noise permits (recorded before calibrate.noise: its round noise, or the median of
+    # its models' CI half-widths where wider), and whether the new median is within it
+    widths = sorted((r.ci_high_s - r.ci_low_s) / 2 / r.median_s for r in doc.observations.models)
+    mid = len(widths) // 2
+    ci = widths[mid] if len(widths) % 2 else (widths[mid - 1] + widths[mid]) / 2
+    assert val.noise_permits == pytest.approx(max(doc.validation.noise_rel, ci), rel=1e-12)
+    assert val.explained_by_noise == (val.median_abs_error <= val.noise_permits)
+    assert ("error_within_noise" in {f.code for f in refitted.flags}) == val.explained_by_noise
     # the measurements as recorded; the predictions are new
     before, after = doc.observations, refitted.observations
     assert (after.gemm, after.bandwidth, after.power) == (before.gemm, before.bandwidth, before.power)
