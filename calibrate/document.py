@@ -235,6 +235,9 @@ class ValidationSection(Record):
     median_ci_rel: float | None = field(default=None, metadata=OMIT_NONE)
     noise_permits: float | None = field(default=None, metadata=OMIT_NONE)
     explained_by_noise: bool | None = field(default=None, metadata=OMIT_NONE)
+    # the same at the 90th percentile over the models, checked against the p90 |error|
+    noise_permits_p90: float | None = field(default=None, metadata=OMIT_NONE)
+    p90_explained_by_noise: bool | None = field(default=None, metadata=OMIT_NONE)
     median_abs_error: float | None
     p90_abs_error: float | None
     max_abs_error: float | None

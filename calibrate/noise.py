@@ -10,11 +10,12 @@ The held-out models are timed in interleaved rounds (calibrate.run), each round 
                  against is known; more samples shrink it
 
 A check of the model can be no better than `permitted = max(round noise, median CI)`: that is
-the accuracy the noise permits. The target (median |error| <= TARGET_MEDIAN_ERROR, the issue's
-10 %) is checkable when the noise takes at most NOISE_SHARE of it. When the round noise exceeds
-that share, the run adds rounds, each as long as the rounds so far took on average, while the
-median CI is wider than that share and the extra time (CalibrationConfig.extra_rounds_time_s)
-allows. A validation median |error| no larger than `permitted` is explained by the noise alone:
+the accuracy the noise permits. The same two figures at the 90th percentile over the models
+instead of the median bound a check of the p90 |error| (`permitted_p90`). The target (median
+|error| <= TARGET_MEDIAN_ERROR, the issue's 10 %) is checkable when the noise takes at most
+NOISE_SHARE of it. When the round noise exceeds that share, the run adds rounds, each as long as
+the rounds so far took on average, while the median CI is wider than that share and the extra time
+(CalibrationConfig.extra_rounds_time_s) allows. A validation median |error| no larger than `permitted` is explained by the noise alone:
 the run cannot tell the model's error from the host's (flag `error_within_noise`).
 `ModelPlan` holds one held-out (model, batch) of the run: its workload, budget and pooled rounds.
 """
@@ -41,18 +42,23 @@ class RoundTimings:
     round_medians_s: tuple[float, ...]
 
 
-def round_noise(timings: Sequence[RoundTimings]) -> float:
-    """Median over the models of half the spread of their round medians (module docstring); nan
-    when no model has two rounds."""
+def round_noise(timings: Sequence[RoundTimings], percentile: float = 50) -> float:
+    """Median (or `percentile`) over the models of half the spread of their round medians (module
+    docstring); nan when no model has two rounds."""
     spreads = [(max(t.round_medians_s) / min(t.round_medians_s) - 1) / 2
                for t in timings if len(t.round_medians_s) >= 2]
-    return float(np.median(spreads)) if spreads else float("nan")
+    return float(np.percentile(spreads, percentile)) if spreads else float("nan")
 
 
-def median_ci(timings: Sequence[RoundTimings]) -> float:
-    """Median over the models of their pooled median's relative 95 % CI half-width; nan without samples."""
-    widths = [Measurement.from_samples(t.samples_s).rel_ci for t in timings if t.samples_s]
-    return float(np.median(widths)) if widths else float("nan")
+def median_ci(timings: Sequence[RoundTimings], percentile: float = 50) -> float:
+    """Median (or `percentile`) over the models of their pooled median's relative 95 % CI
+    half-width; nan without samples."""
+    return ci_percentile([Measurement.from_samples(t.samples_s).rel_ci for t in timings if t.samples_s], percentile)
+
+
+def ci_percentile(rel_cis: Sequence[float], percentile: float = 50) -> float:
+    """`percentile` of the models' relative CI half-widths; nan when there are none."""
+    return float(np.percentile(rel_cis, percentile)) if len(rel_cis) else float("nan")
 
 
 def allowed(target: float = TARGET_MEDIAN_ERROR) -> float:
@@ -60,9 +66,10 @@ def allowed(target: float = TARGET_MEDIAN_ERROR) -> float:
     return NOISE_SHARE * target
 
 
-def permitted(timings: Sequence[RoundTimings]) -> float:
-    """The accuracy the noise permits: the larger of the round noise and the median CI (nan ignored)."""
-    return permitted_by(round_noise(timings), median_ci(timings))
+def permitted(timings: Sequence[RoundTimings], percentile: float = 50) -> float:
+    """The accuracy the noise permits: the larger of the round noise and the median CI (nan
+    ignored), both at `percentile` over the models (50: the median's, 90: the p90's)."""
+    return permitted_by(round_noise(timings, percentile), median_ci(timings, percentile))
 
 
 def permitted_by(round_noise_rel: float | None, median_ci_rel: float | None) -> float:
@@ -97,14 +104,18 @@ class NoiseVerdict:
     median_ci: float
     permitted: float
     explained_by_noise: bool     # validation median |error| <= permitted
+    permitted_p90: float           # the same at the 90th percentile over the models
+    p90_explained_by_noise: bool   # validation p90 |error| <= permitted_p90
 
 
 def verdict(timings: Sequence[RoundTimings], base_rounds: int, rounds: int,
-            median_abs_error: float | None) -> NoiseVerdict:
-    """The noise figures after `rounds` rounds (`base_rounds` of them planned)."""
-    accuracy = permitted(timings)
+            median_abs_error: float | None, p90_abs_error: float | None = None) -> NoiseVerdict:
+    """The noise figures after `rounds` rounds (`base_rounds` of them planned), and whether they
+    explain the validation's median and p90 |error|."""
+    accuracy, accuracy_p90 = permitted(timings), permitted(timings, 90)
     return NoiseVerdict(rounds, max(0, rounds - base_rounds), round_noise(timings), median_ci(timings),
-                        accuracy, explains(median_abs_error, accuracy))
+                        accuracy, explains(median_abs_error, accuracy),
+                        accuracy_p90, explains(p90_abs_error, accuracy_p90))
 
 
 @dataclass

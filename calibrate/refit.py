@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -260,23 +259,27 @@ def refit_document(doc: CalibrationDocument, chip, origin: str, *, source_run: s
 
 
 def noise_rechecked(validation: cd.ValidationSection, models: Sequence[cd.ModelRow]) -> cd.ValidationSection:
-    """`validation` (its errors re-fitted) with its noise verdict for the new median
-    (calibrate.noise): the accuracy the noise permits as the run worked it out; for a run recorded
-    before calibrate.noise, from what it kept: its round noise (noise_rel: the rounds' own medians
-    are not kept) and the median over its models of the pooled median's relative CI half-width
-    (each row's ci_low_s, ci_high_s). None where neither was recorded."""
-    ci = validation.median_ci_rel
-    if ci is None:
-        widths = [(r.ci_high_s - r.ci_low_s) / 2 / r.median_s for r in models
-                  if r.median_s and r.ci_low_s is not None and r.ci_high_s is not None]
-        ci = statistics.median(widths) if widths else None
-    permits = validation.noise_permits
-    if permits is None:
-        permits = noise.permitted_by(validation.noise_rel, ci)
+    """`validation` (its errors re-fitted) with its noise verdict for the new median and p90
+    (calibrate.noise): what the noise permits as the run worked it out; for a run recorded before
+    calibrate.noise, from what it kept: its round noise (noise_rel: the rounds' own medians are not
+    kept) and the median and 90th percentile over its models of the pooled median's relative CI
+    half-width (each row's ci_low_s, ci_high_s). At p90 the round noise's median stands in for
+    its 90th percentile, so such a run's p90 figure is a lower bound. Unchanged where neither was
+    recorded."""
+    widths = [(r.ci_high_s - r.ci_low_s) / 2 / r.median_s for r in models
+              if r.median_s and r.ci_low_s is not None and r.ci_high_s is not None]
+    ci = validation.median_ci_rel if validation.median_ci_rel is not None else noise.ci_percentile(widths)
+    permits = (validation.noise_permits if validation.noise_permits is not None
+               else noise.permitted_by(validation.noise_rel, ci))
+    permits_p90 = (validation.noise_permits_p90 if validation.noise_permits_p90 is not None
+                   else noise.permitted_by(validation.noise_rel, noise.ci_percentile(widths, 90)))
     if not math.isfinite(permits):
         return validation
-    return dataclasses.replace(validation, median_ci_rel=ci, noise_permits=permits,
-                               explained_by_noise=noise.explains(validation.median_abs_error, permits))
+    return dataclasses.replace(
+        validation, median_ci_rel=ci if math.isfinite(ci) else None, noise_permits=permits,
+        explained_by_noise=noise.explains(validation.median_abs_error, permits),
+        noise_permits_p90=permits_p90 if math.isfinite(permits_p90) else None,
+        p90_explained_by_noise=noise.explains(validation.p90_abs_error, permits_p90))
 
 
 def _within_noise(validation: cd.ValidationSection) -> list:

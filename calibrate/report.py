@@ -118,7 +118,8 @@ def _tensor_efficiency_text(params, op_class: str) -> str:
 
 
 def _noise_line(val) -> str:
-    """What the timing noise permits (calibrate.noise): rounds, spread between them, the pooled CI."""
+    """What the timing noise permits (calibrate.noise): rounds, spread between them, the pooled CI,
+    and whether it explains the validation's median and p90 |error|."""
     if val.noise_permits is None:        # written before calibrate.noise
         return (f"Noise between the interleaved rounds of the same model: {pct(val.noise_rel)}, "
                 "the accuracy that this host's noise alone permits.")
@@ -126,6 +127,9 @@ def _noise_line(val) -> str:
 
     verdict = ("The validation error is within it: explained by noise alone." if val.explained_by_noise
                else "The validation error exceeds it.")
+    if val.noise_permits_p90 is not None:
+        verdict += (f" At p90 the noise permits **{pct(val.noise_permits_p90)}**; the validation p90 "
+                    + ("is within it." if val.p90_explained_by_noise else "exceeds it."))
     rounds = f" over {val.rounds} interleaved rounds" if val.rounds else " (rounds not recorded)"
     return (f"Timing noise{rounds}: {pct(val.noise_rel)} between rounds, "
             f"CI of the median ±{pct(val.median_ci_rel)}; the accuracy the noise permits is "

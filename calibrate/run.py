@@ -383,8 +383,9 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         if m.cv > UNSTABLE_CV:
             flags.append(gap.unstable_timing(f"{name} batch {batch}", m.cv, UNSTABLE_CV))
 
+    errors = error_summary([r.error for r in model_rows], "")
     verdict = noise.verdict([e.timings() for e in plan], config.rounds, rounds,
-                            error_summary([r.error for r in model_rows], "")["median_abs_error"])
+                            errors["median_abs_error"], errors["p90_abs_error"])
     validation = cd.ValidationSection(
         fit_data=(f"Fit data: the GEMM sweep ({len(gemm_rows)} shapes), the bandwidth probe, "
                   f"{len(observations)} micro-layers ({', '.join(sorted({o.op_class for o in observations}))}) "
@@ -396,6 +397,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         n_models=len({r.model for r in model_rows}),
         noise_rel=_finite(verdict.round_noise), rounds=verdict.rounds, median_ci_rel=_finite(verdict.median_ci),
         noise_permits=_finite(verdict.permitted), explained_by_noise=verdict.explained_by_noise,
+        noise_permits_p90=_finite(verdict.permitted_p90), p90_explained_by_noise=verdict.p90_explained_by_noise,
         **validation_errors(model_rows, crossval),
     )
     flags += (gap.noise_flags(verdict, config.extra_rounds_time_s, validation.median_abs_error)

@@ -52,6 +52,11 @@ def test_the_verdict_says_what_the_noise_permits_and_whether_it_explains_the_err
     assert (v.rounds, v.added_rounds) == (5, 3)
     assert v.permitted == pytest.approx(max(noise.round_noise(noisy), noise.median_ci(noisy)))
     assert v.permitted > 0.12 and v.explained_by_noise
+    # at p90 over the two models: half-spreads 0.20 and 0.225, by linear interpolation 0.2225
+    v90 = noise.verdict(noisy, base_rounds=2, rounds=5, median_abs_error=0.12, p90_abs_error=0.25)
+    assert noise.round_noise(noisy, 90) == pytest.approx(0.2225)
+    assert v90.permitted_p90 == pytest.approx(max(0.2225, noise.median_ci(noisy, 90)))
+    assert v90.permitted_p90 >= v90.permitted and v90.p90_explained_by_noise == (0.25 <= v90.permitted_p90)
     codes = {f.code for f in flags.noise_flags(v, 120.0, 0.12)}
     assert codes == {"noise_limits_accuracy", "error_within_noise"}
     quiet = [_model([0.100, 0.101], calls=20, spread=0.0005), _model([0.200, 0.2015], calls=20, spread=0.0005)]
@@ -60,7 +65,7 @@ def test_the_verdict_says_what_the_noise_permits_and_whether_it_explains_the_err
     assert flags.noise_flags(v, 120.0, 0.12) == []
 
 
-def _recorded(noise_rel, cis, median_abs_error, **noise_fields):
+def _recorded(noise_rel, cis, median_abs_error, p90_abs_error=0.5, **noise_fields):
     """A recorded run's validation (the reference document's) with these noise figures, its
     median |error| as re-fitted, and model rows of median 1 s with these (low, high) CIs."""
     import dataclasses
@@ -73,7 +78,7 @@ def _recorded(noise_rel, cis, median_abs_error, **noise_fields):
     row = doc.observations.models[0]
     rows = [dataclasses.replace(row, median_s=1.0, ci_low_s=lo, ci_high_s=hi) for lo, hi in cis]
     validation = dataclasses.replace(doc.validation, noise_rel=noise_rel, median_abs_error=median_abs_error,
-                                     **noise_fields)
+                                     p90_abs_error=p90_abs_error, **noise_fields)
     return validation, rows
 
 
@@ -90,6 +95,10 @@ def test_a_refit_says_whether_the_noise_explains_its_own_median():
     assert checked.median_ci_rel == pytest.approx(0.10)
     assert checked.noise_permits == pytest.approx(0.15)
     assert checked.explained_by_noise is True
+    # at p90: the CI half-widths' 90th percentile, 0.10 + 0.8 × (0.20 − 0.10) = 0.18, above the round noise
+    assert checked.noise_permits_p90 == pytest.approx(0.18)
+    assert checked.p90_explained_by_noise is False
+    assert noise_rechecked(_recorded(0.15, cis, 0.12, p90_abs_error=0.17)[0], rows).p90_explained_by_noise is True
     beyond = noise_rechecked(_recorded(0.15, cis, 0.20)[0], rows)
     assert beyond.noise_permits == pytest.approx(0.15) and beyond.explained_by_noise is False
     # a run that worked the verdict out keeps what its noise permits; the verdict follows the new median

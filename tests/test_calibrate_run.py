@@ -369,5 +369,8 @@ def test_a_noisy_host_times_more_rounds_and_says_what_its_noise_permits(fake_mac
     val = doc.validation
     assert 2 < val.rounds <= noise.MAX_ROUNDS == len(calls)
     assert val.noise_rel > noise.allowed() and val.noise_permits >= val.noise_rel
+    # one model: its 90th percentile is its median, and the p90 |error| is its median |error|
+    assert val.noise_permits_p90 == pytest.approx(val.noise_permits)
+    assert val.p90_explained_by_noise == val.explained_by_noise
     assert "noise_limits_accuracy" in {f.code for f in doc.flags}
     assert "the accuracy the noise permits" in render_markdown(doc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import statistics
 from dataclasses import dataclass, field
 
 import pytest
@@ -401,6 +402,9 @@ def test_calibrate_refit_writes_a_new_run_beside_the_recorded_one(cli, tmp_path,
     assert val.noise_permits == pytest.approx(max(doc.validation.noise_rel, ci), rel=1e-12)
     assert val.explained_by_noise == (val.median_abs_error <= val.noise_permits)
     assert ("error_within_noise" in {f.code for f in refitted.flags}) == val.explained_by_noise
+    ci90 = statistics.quantiles(widths, n=10, method="inclusive")[8]
+    assert val.noise_permits_p90 == pytest.approx(max(doc.validation.noise_rel, ci90), rel=1e-12)
+    assert val.p90_explained_by_noise == (val.p90_abs_error <= val.noise_permits_p90)
     # the measurements as recorded; the predictions are new
     before, after = doc.observations, refitted.observations
     assert (after.gemm, after.bandwidth, after.power) == (before.gemm, before.bandwidth, before.power)
