@@ -112,7 +112,9 @@ RECORDED = [
     # Xeon (Sapphire Rapids class) VM, --quick of 2026-11-26, 9 models: its own day 22.6 % / 42.1 %
     # (noise between rounds 15.2 %). Bounds: first reached, its own day. Reached 15.6 % / 37.3 %
     # (issue 38: subnormal assists and the BLAS weight pack; 22.6 % / 42.1 % before), 14.5 % / 37.1 %
-    # with the serial activation streams
+    # with the serial activation streams. Its noise permits 15.2 % at the median and 26.9 % at p90
+    # (calibrate.noise; docs/findings/2026-11-27-xeon-quick-run-noise-floor.md): a median bound
+    # tighter than 15.2 % could not tell the model's error from the host's on this run
     Recorded("intel-xeon-spr-2vcpu-20261126", "calibration-quick.json", 18, _figures(0.226, 0.421),
              _figures(0.145, 0.371), 2.2),
     # the same VM, the README's main job of 2026-11-26, 11 models: its own day 11.7 % / 39.3 %.
