@@ -226,7 +226,7 @@ def noise_flags(verdict, extra_time_s: float, median_abs_error: float | None) ->
             f"{verdict.permitted:.1%} (between rounds {verdict.round_noise:.1%}, CI of the median "
             f"±{verdict.median_ci:.1%}); a check of the {TARGET_MEDIAN_ERROR:.0%} target needs at most "
             f"{allowed():.0%}", {**values, "allowed": allowed()}))
-    within = error_within_noise(median_abs_error, verdict.permitted, values) if verdict.explained_by_noise else None
+    within = error_within_noise(median_abs_error, verdict.permitted, values)
     return flags + ([within] if within else [])
 
 

@@ -15,8 +15,9 @@ instead of the median bound a check of the p90 |error| (`permitted_p90`). The ta
 |error| <= TARGET_MEDIAN_ERROR, the issue's 10 %) is checkable when the noise takes at most
 NOISE_SHARE of it. When the round noise exceeds that share, the run adds rounds, each as long as
 the rounds so far took on average, while the median CI is wider than that share and the extra time
-(CalibrationConfig.extra_rounds_time_s) allows. A validation median |error| no larger than `permitted` is explained by the noise alone:
-the run cannot tell the model's error from the host's (flag `error_within_noise`).
+(CalibrationConfig.extra_rounds_time_s) allows. A validation median |error| no larger than
+`permitted` is explained by the noise alone: the run cannot tell the model's error from the
+host's (flag `error_within_noise`).
 `ModelPlan` holds one held-out (model, batch) of the run: its workload, budget and pooled rounds.
 """
 
