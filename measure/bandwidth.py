@@ -90,10 +90,24 @@ def memory_figure(bandwidths_by_size: Sequence[float]) -> float:
     return float(statistics.median(values[-max(1, len(values) // 3):]))
 
 
-def cache_knee(sizes: Sequence[int], bandwidths: Sequence[float], ratio: float = 1.5) -> int | None:
+def cache_knee(sizes: Sequence[int], bandwidths: Sequence[float], ratio: float = 1.5,
+               dram_bytes_per_s: float | None = None,
+               left_out: Sequence[tuple[int, float]] = ()) -> int | None:
     """Working set at the last-level-cache knee: where the bandwidth, falling from its highest
     point, crosses the geometric mean of the last-level plateau and the memory figure;
     interpolated linearly in log size and log bandwidth between the two sizes around the crossing.
+
+    `dram_bytes_per_s`, the kernel's figure beyond every cache (`out_of_cache`), is the memory
+    figure where `memory_figure` reads at least `ratio` × it: the largest third of the sizes then
+    still holds a cache level, and the knee would end the L2 step below it. The √2 grid puts more
+    L3 sizes than DRAM sizes in that third where the L3 is large: on the 2-vCPU Xeon VM the copy
+    read 49-53 GB/s from 8 to 91 MiB and 21-24 GB/s at 512-640 MiB, the largest third 46 GB/s, and
+    the knee fell at 4.6 MiB in one run and at 106-200 MiB in others, as the sizes' stability fell.
+
+    `left_out`: the (working set, bandwidth) pairs the caller dropped from `sizes` as unstable. One
+    inside the step where the crossing falls brackets it too, so that the knee is not interpolated
+    across the gap they leave (the 2026-11-21 Xeon run's triad kept 51 GB/s at 48 MiB and 29 at
+    3 GiB, and dropped 13 at 192 MiB: across the gap the knee came out at 1 GiB).
 
     The cached run is the sizes from the highest bandwidth upwards that stay at least `ratio` ×
     the memory figure (`memory_figure`); its last size ends the last-level plateau, whose
@@ -108,6 +122,8 @@ def cache_knee(sizes: Sequence[int], bandwidths: Sequence[float], ratio: float =
     if len(pairs) < 2:
         return None
     memory = memory_figure([b for _, b in pairs])
+    if dram_bytes_per_s and memory >= ratio * dram_bytes_per_s:
+        memory = dram_bytes_per_s
     top = max(range(len(pairs)), key=lambda j: pairs[j][1])
     if pairs[top][1] < ratio * memory:
         return None
@@ -118,6 +134,10 @@ def cache_knee(sizes: Sequence[int], bandwidths: Sequence[float], ratio: float =
     if i == len(pairs) - 1:
         return pairs[i][0]
     (s0, b0), (s1, b1) = pairs[i], pairs[i + 1]
+    gap = sorted((s, b) for s, b in left_out if s0 < s < s1)
+    below = next((j for j, (_, b) in enumerate(gap) if b < half_way), None)
+    if below is not None:            # every left-out size before it reads at least half-way
+        (s1, b1), (s0, b0) = gap[below], (gap[below - 1] if below else (s0, b0))
     frac = math.log(b0 / half_way) / math.log(b0 / b1)
     return int(round(math.exp(math.log(s0) + frac * math.log(s1 / s0))))
 
@@ -164,12 +184,15 @@ def bandwidth_from_points(device: str, slug: str, points: list[BandwidthPoint], 
         dram += window
         sustained[kernel] = float(statistics.median(window))
         stable = [p for p in curve if not p.measurement.unstable]
+        left_out: list[BandwidthPoint] = []
         if len(stable) >= max(2, len(curve) // 2):
-            curve = stable
+            curve, left_out = stable, [p for p in curve if p.measurement.unstable]
         else:
             notes.append(f"{kernel}: most sizes are unstable (noise or other processes): the knee and the "
                          "memory figure are unreliable")
-        knees[kernel] = cache_knee([p.working_set_bytes for p in curve], [p.bytes_per_s for p in curve])
+        knees[kernel] = cache_knee([p.working_set_bytes for p in curve], [p.bytes_per_s for p in curve],
+                                   dram_bytes_per_s=sustained[kernel],
+                                   left_out=[(p.working_set_bytes, p.bytes_per_s) for p in left_out])
         largest = curve[-1].working_set_bytes
         if knees[kernel] is None:
             notes.append(f"{kernel}: no cache knee within the sizes measured; the largest working set "

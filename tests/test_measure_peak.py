@@ -213,6 +213,64 @@ def test_cache_knee_by_hand():
     assert cache_knee(sizes_, list(curve.values())) == pytest.approx(48.58 * mib, rel=2e-3)
 
 
+def test_cache_knee_ends_the_l3_where_the_largest_sizes_still_read_it():
+    """A large L3 on the probe's grid: the largest third of the sizes holds more L3 sizes than
+    DRAM ones, so the memory figure reads a cache level; the kernel's DRAM figure takes its place
+    (cache_knee's dram_bytes_per_s) and the knee ends the L3 plateau, not the L2 step."""
+    mib = 2**20
+    sizes = [2**j * mib for j in range(12)]                      # 1 MiB ... 2 GiB
+    bw = [120, 120] + [50] * 8 + [24, 24]                        # L2, L3 (4-512 MiB), DRAM
+    # largest third (4 sizes): median(50, 50, 24, 24) = 37; alone it gives the L2 step: run from the
+    # top while >= 55.5 ends at 2 MiB, plateau 120, sqrt(120 x 37) = 66.63 crossed between 2 MiB
+    # (120) and 4 MiB (50) at ln(120/66.63) / ln(120/50) = 0.6723: 2 x 2**0.6723 = 3.186 MiB
+    assert memory_figure(bw) == 37
+    assert cache_knee(sizes, bw) == pytest.approx(3.186 * mib, rel=1e-3)
+    # with the DRAM figure 24 (37 >= 1.5 x 24): run while >= 36 ends at 512 MiB, plateau median over
+    # 64-512 MiB = 50, sqrt(50 x 24) = 34.64 crossed half-way in log between 512 (50) and 1024 (24):
+    # ln(50/34.64) / ln(50/24) = 0.5, 512 x 2**0.5 = 724.1 MiB
+    assert cache_knee(sizes, bw, dram_bytes_per_s=24) == pytest.approx(724.1 * mib, rel=1e-3)
+    # where the largest third reads DRAM already (20 < 1.5 x 14), the DRAM figure changes nothing
+    s1, bw1 = [s * mib for s in (1, 2, 4, 8, 16, 32, 64)], [100, 100, 100, 90, 20, 20, 20]
+    assert cache_knee(s1, bw1, dram_bytes_per_s=14) == cache_knee(s1, bw1)
+
+
+def test_cache_knee_is_not_interpolated_across_the_sizes_left_out():
+    """Sizes dropped as unstable still bracket the crossing: the knee lies before the first of
+    them that reads below half-way."""
+    mib = 2**20
+    sizes, bw = [s * mib for s in (1, 4, 16, 64, 4096)], [120, 50, 50, 50, 24]
+    # memory 24 (largest third: the 4 GiB size); run while >= 36 ends at 64 MiB, plateau median over
+    # 8-64 MiB = 50, half-way sqrt(50 x 24) = 34.64; across the gap 64 MiB (50) -> 4 GiB (24):
+    # ln(50/34.64) / ln(50/24) = 0.5, 64 x 64**0.5 = 512 MiB
+    assert cache_knee(sizes, bw) == pytest.approx(512 * mib, rel=1e-6)
+    # 256 MiB read 20 (< 34.64) and was left out: 64 (50) -> 256 (20), ln(50/34.64) / ln(50/20) = 0.4005,
+    # 64 x 4**0.4005 = 111.5 MiB
+    assert cache_knee(sizes, bw, left_out=[(256 * mib, 20), (1024 * mib, 22)]) == pytest.approx(111.5 * mib, rel=1e-3)
+    # 128 MiB read 45 (above half-way) before it: 128 (45) -> 256 (20), ln(45/34.64) / ln(45/20) = 0.3228,
+    # 128 x 2**0.3228 = 160.1 MiB
+    assert cache_knee(sizes, bw, left_out=[(128 * mib, 45), (256 * mib, 20)]) == pytest.approx(160.1 * mib, rel=1e-3)
+
+
+def test_recorded_xeon_knee_is_its_l3():
+    """The 2-vCPU Xeon VM's recorded probe (tests/machines/intel-xeon-spr-2vcpu-noamx-20261127):
+    copy 49-53 GB/s from 8 to 91 MiB of working set, 42.1 at 128 MiB, 23.6 and 21.4 at 512 and
+    640 MiB (DRAM figure 22.5). Half-way from the ~50 GB/s plateau, sqrt(50 x 22.5) = 33.5, lies
+    between 128 MiB (42.1) and 512 MiB (23.6). Triad: 46.7 at 135.8 MiB, 34.6 at 192, DRAM
+    median(24.6, 28.5) = 26.55, half-way sqrt(50.5 x 26.55) = 36.6 crossed at
+    ln(46.7/36.6) / ln(46.7/34.6) = 0.813 of the step: 135.8 x (192/135.8)**0.813 = 179.9 MiB."""
+    from recorded import MACHINES
+
+    from chipcal.calibrate.document import CalibrationDocument
+    from chipcal.calibrate.refit import recorded_bandwidth
+
+    doc = CalibrationDocument.from_dict(json.loads(
+        (MACHINES / "intel-xeon-spr-2vcpu-noamx-20261127" / "calibration-quick.json").read_text()))
+    knees = recorded_bandwidth(doc).knee_bytes
+    mib = 2**20
+    assert 128 * mib < knees["copy"] < 512 * mib
+    assert knees["triad"] == pytest.approx(179.9 * mib, rel=0.02)
+
+
 def test_local_overrides_take_the_l2s_out_of_the_knee():
     """The knee holds every cache level; the chip's L3 is the knee less the cores' L2s."""
     from chipcal.measure.bandwidth import bandwidth_from_dict, local_overrides
