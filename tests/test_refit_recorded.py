@@ -124,7 +124,7 @@ RECORDED = [
     Recorded("intel-xeon-spr-2vcpu-20261126", "calibration-main.json", 22, _figures(TARGET["median"], 0.393),
              _figures(0.079, 0.253), 2.5),
     # a Xeon VM of the same model (207) with AMX not exposed, a calm --quick of 2026-11-27 with the code
-    # of de480b3 (results/intel-xeon-processor-2c-8dc3e513/20261127T133420Z), 9 models: its own day
+    # of de480b3 (20261127T133420Z, git show 39b74d3:results/...), 9 models: its own day
     # 8.2 % / 18.3 % (defaults 20.6 % / 41.2 %; 0.9 % between rounds). Bounds: the target. Reached
     # 8.2 % / 18.3 %, 7.0 % / 16.6 % once its cache knee ends the L3 (5.0 -> 216 MiB): the Xeon a user
     # meets today, held where the noisy recorded --quick above cannot
