@@ -136,8 +136,10 @@ def cache_knee(sizes: Sequence[int], bandwidths: Sequence[float], ratio: float =
     (s0, b0), (s1, b1) = pairs[i], pairs[i + 1]
     gap = sorted((s, b) for s, b in left_out if s0 < s < s1)
     below = next((j for j, (_, b) in enumerate(gap) if b < half_way), None)
-    if below is not None:            # every left-out size before it reads at least half-way
-        (s1, b1), (s0, b0) = gap[below], (gap[below - 1] if below else (s0, b0))
+    if below is not None:            # the left-out sizes before it read at least half-way
+        s1, b1 = gap[below]
+        if below:
+            s0, b0 = gap[below - 1]
     frac = math.log(b0 / half_way) / math.log(b0 / b1)
     return int(round(math.exp(math.log(s0) + frac * math.log(s1 / s0))))
 

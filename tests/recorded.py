@@ -71,6 +71,19 @@ def machine_tree(tmp_path: Path, name: str, memory_kb: int = 24684084) -> tuple[
     return proc, sys_
 
 
+def recorded_chip(tmp_path, name: str, doc):
+    """The recorded CPU as a calibration models it: its cores, SIMD and clock from the recorded
+    cpuinfo, its DRAM bandwidth and last-level cache from the run's recorded bandwidth probe as
+    today's code reads it (calibrate.run does the same with a fresh probe)."""
+    from chipcal.calibrate.refit import recorded_bandwidth
+    from chipcal.measure import system
+    from chipcal.measure.bandwidth import local_overrides
+
+    proc, sys_ = machine_tree(tmp_path, name)
+    spec = system.detect_cpu(proc, sys_, arch="x86_64")
+    return system.local_chip(**local_overrides(recorded_bandwidth(doc), spec), cpu=spec)
+
+
 def recorded_fingerprint(tmp_path: Path, name: str, arch: str = "x86_64", **torch_fields):
     """(CpuSpec, Fingerprint) of a recorded CPU; torch's answers (mkldnn_bf16=…, aten_cpu_capability=…)
     are given explicitly, never read from the host."""

@@ -151,8 +151,7 @@ def test_chains_give_back_the_switch_cost_and_memory_factor_they_were_made_with(
     import dataclasses
     import json
 
-    from recorded import MACHINES
-    from test_refit_recorded import recorded_chip
+    from recorded import MACHINES, recorded_chip
 
     from chipcal.calibrate.document import CalibrationDocument
     from chipcal.calibrate.layer_fits import as_timed, fit_network_costs
