@@ -72,10 +72,13 @@ def _step(config: LlmConfig, model, phase: str, batch: int, context: int, new_to
 def measure_llm(config: LlmConfig, phase: str, batch: int, context: int, new_tokens: int, flop: int,
                 precision: str = "fp32", device: str = "cpu", *, power: PowerSource | None = None,
                 max_time_s: float = 5.0, min_samples: int = 10, threads: int | None = None,
-                clock_probe=None, seed: int = 0, fp32_mode: str = MODEL_FP32_MODE) -> ModelMeasurement:
+                clock_probe=None, seed: int = 0, fp32_mode: str = MODEL_FP32_MODE,
+                ceiling_s: float | None = None) -> ModelMeasurement:
     """Time one prefill or decode step of `config` at `batch` (module docstring). `flop` is the
-    step's work (2 per MAC, from the characterized step); `fp32_mode`: measure.models.numerics. Raises OutOfMemory when the model or its
-    cache does not fit, UnsupportedPrecision when the first forward fails at `precision`."""
+    step's work (2 per MAC, from the characterized step); `fp32_mode`: measure.models.numerics;
+    `ceiling_s`: `min_samples` required within it (measure.timing.time_callable). Raises OutOfMemory
+    when the model or its cache does not fit, UnsupportedPrecision when the first forward fails at
+    `precision`."""
     if precision not in LLM_MEASURE_PRECISIONS:
         raise UnsupportedPrecision(f"LLM timing runs {', '.join(LLM_MEASURE_PRECISIONS)}, not {precision}")
     config.check_positions(context + new_tokens)
@@ -88,7 +91,8 @@ def measure_llm(config: LlmConfig, phase: str, batch: int, context: int, new_tok
             raise first_call_failure(exc, name, batch, precision, device) from None
         budget = budget_s(fn, device, max_time_s, min(min_samples, 6))
         latency = time_callable(fn, device=device, min_samples=min_samples, max_time_s=budget, warmup=0,
-                                threads=threads, clock_probe=clock_probe)
+                                threads=threads, clock_probe=clock_probe,
+                                ceiling_s=None if ceiling_s is None else max(ceiling_s, budget))
         reading = power.measure(fn, call_time_s=latency.median_s) if power is not None and power.available else None
     source, note = power_provenance(power, reading)
     return ModelMeasurement(model=config.name, batch=batch, precision=precision, device=device, flop=int(flop),

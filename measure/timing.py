@@ -39,6 +39,7 @@ import numpy as np
 from chipcal.measure.cpu import cpufreq_current_hz
 from chipcal.measure.device import Device, check_device
 from chipcal.measure.system import OtherLoad
+from chipcal.model.errors import ChipcalError
 
 BIMODAL_COEFFICIENT = 5 / 9   # the bimodality coefficient of a uniform distribution: above it, two modes
 MODE_SHARE = 0.2              # a second mode holds at least this share of the samples; fewer: a tail
@@ -297,25 +298,41 @@ def _benchmark_timer():
     return Timer
 
 
+def block_calls(autorange_number: int, call_s: float, max_time_s: float, min_samples: int) -> int:
+    """Calls per timed block: blocked_autorange's choice, at most what lets `min_samples` blocks
+    fill half the budget, and at least 1.
+
+    torch's rule (block ≥ 10⁴ × the timer's overhead) depends on the host: an empty timeit costs
+    2.6 µs on the Zen 4 VM and more on a busy or slower one, so a 20 ms call was given blocks of 10
+    and a 68 ms gpt2 decode step one block of 10 for its whole budget (issue 50). The cap binds only
+    where the budget cannot hold `min_samples` of torch's blocks; the timer's overhead then weighs
+    more than 10⁻⁴ of a block (1.3·10⁻⁴ for that 20 ms call), a smaller error than a median of one
+    sample, and the sample count becomes a property of the budget, not of the host."""
+    fits = int(max_time_s / (2 * min_samples * call_s)) if call_s > 0 else autorange_number
+    return max(1, min(autorange_number, fits))
+
+
 def _time_cpu(fn: Callable[[], object], *, min_samples: int, max_time_s: float, target_rel_ci: float,
-              threads: int, clock_probe: Callable[[], float | None] | None) -> tuple[list[float], int, list, str]:
+              threads: int, clock_probe: Callable[[], float | None] | None,
+              ceiling_s: float | None) -> tuple[list[float], int, list, str]:
     """torch.utils.benchmark's blocked_autorange picks the calls per sample (a block long enough
-    that the timer's own overhead is ≤ 1e-4 of it) over the first quarter of the budget; then one
-    block per sample with that count until the CI target, min_samples and the budget allow. The
-    clock is read between blocks, at most every budget / CPU_CLOCK_READS / 2 s (no sampling
-    thread), so a sustained run has the samples a sag check needs (calibrate.flags.sag: 8)."""
+    that the timer's own overhead is ≤ 1e-4 of it, capped by `block_calls`) over the first quarter
+    of the budget; then one block per sample with that count until the CI target, min_samples and
+    the budget allow (with a `ceiling_s`, past the budget until min_samples are in). The clock is
+    read between blocks, at most every budget / CPU_CLOCK_READS / 2 s (no sampling thread), so a
+    sustained run has the samples a sag check needs (calibrate.flags.sag: 8)."""
     Timer = _benchmark_timer()
 
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
     clocks: list[float | None] = [clock_probe() if clock_probe else None]
     start = time.perf_counter()
     first = timer.blocked_autorange(min_run_time=max(max_time_s / 4, 1e-3))
-    number = first.number_per_run
+    number = block_calls(first.number_per_run, first.median, max_time_s, min_samples)
     samples: list[float] = list(first.times)
     clocks.append(clock_probe() if clock_probe else None)
     read_every, last_read = max_time_s / CPU_CLOCK_READS / 2, time.perf_counter()
     check_at = min_samples
-    while time.perf_counter() - start < max_time_s:
+    while _measuring(time.perf_counter() - start, len(samples), max_time_s, min_samples, ceiling_s):
         if len(samples) >= check_at:
             if _done(samples, min_samples, target_rel_ci):
                 break
@@ -324,13 +341,28 @@ def _time_cpu(fn: Callable[[], object], *, min_samples: int, max_time_s: float, 
         if clock_probe and time.perf_counter() - last_read >= read_every:
             clocks.append(clock_probe())
             last_read = time.perf_counter()
-    method = (f"torch.utils.benchmark.Timer: blocked_autorange for the block size, then "
+    autorange = (f"blocked_autorange for the block size ({len(first.times)} blocks of {first.number_per_run} calls)"
+                 if number != first.number_per_run else "blocked_autorange for the block size")
+    method = (f"torch.utils.benchmark.Timer: {autorange}, then "
               f"{len(samples) - len(first.times)} blocks of {number} calls, {threads} threads, inference_mode")
     return samples, number, clocks, method
 
 
+def _measuring(elapsed_s: float, n: int, max_time_s: float, min_samples: int, ceiling_s: float | None) -> bool:
+    """Whether to time another block: within the budget, or past it while a `ceiling_s` is set and
+    fewer than `min_samples` are in (the ceiling then bounds it)."""
+    if elapsed_s < max_time_s:
+        return True
+    return ceiling_s is not None and n < min_samples and elapsed_s < ceiling_s
+
+
+class TooFewSamples(ChipcalError, RuntimeError):
+    """`min_samples` were required (a `ceiling_s` was given) and the ceiling came first."""
+
+
 def _time_cuda(fn: Callable[[], object], *, min_samples: int, max_time_s: float, target_rel_ci: float,
-               clock_probe: Callable[[], float | None] | None) -> tuple[list[float], int, list, str]:
+               clock_probe: Callable[[], float | None] | None,
+               ceiling_s: float | None) -> tuple[list[float], int, list, str]:
     import torch
 
     def block(number: int) -> float:
@@ -352,7 +384,8 @@ def _time_cuda(fn: Callable[[], object], *, min_samples: int, max_time_s: float,
         samples.append(block(number) / number)
         if len(samples) % max(min_samples, 1) == 0:
             clocks.append(clock_probe() if clock_probe else None)
-        if _done(samples, min_samples, target_rel_ci) or time.perf_counter() - start >= max_time_s:
+        if _done(samples, min_samples, target_rel_ci) or not _measuring(
+                time.perf_counter() - start, len(samples), max_time_s, min_samples, ceiling_s):
             break
     clocks.append(clock_probe() if clock_probe else None)
     return samples, number, clocks, f"CUDA events, {number} calls per sample, inference_mode"
@@ -383,11 +416,13 @@ def budget_s(fn: Callable[[], object], device: str, max_time_s: float, samples: 
 def time_callable(fn: Callable[[], object], *, device: str = "cpu", min_samples: int = 10,
                   max_time_s: float = 2.0, target_rel_ci: float = 0.05, warmup: int = 2,
                   threads: int | None = None, clock_probe: Callable[[], float | None] | None = None,
-                  cv_threshold: float = CV_THRESHOLD) -> Measurement:
+                  cv_threshold: float = CV_THRESHOLD, ceiling_s: float | None = None) -> Measurement:
     """Time `fn()` (seconds per call) until the median's 95% CI is within ±target_rel_ci.
 
     Bounded: stops after `max_time_s` of measuring even if the target is not met (the Measurement
-    then says so). `clock_probe` returns the current clock in Hz; it is read between rounds to
+    then says so). With `ceiling_s`, `min_samples` is a requirement, not a wish: measuring goes on
+    past `max_time_s` until they are in, and raises TooFewSamples if `ceiling_s` passes first (a
+    slow host gets a clear error, never a silent n = 1). `clock_probe` returns the current clock in Hz; it is read between rounds to
     detect clock changes (default: the cpufreq clock on CPU, none on CUDA — pass the NVML SM
     clock), and on CUDA also every 0.1 s by a sampling thread (ClockSampler).
     """
@@ -395,6 +430,8 @@ def time_callable(fn: Callable[[], object], *, device: str = "cpu", min_samples:
 
     if min_samples < 1 or max_time_s <= 0 or target_rel_ci <= 0:
         raise ValueError("min_samples, max_time_s and target_rel_ci must be positive")
+    if ceiling_s is not None and ceiling_s < max_time_s:
+        raise ValueError(f"ceiling_s {ceiling_s} is below max_time_s {max_time_s}")
     cuda = check_device(device).is_cuda
     threads = threads or torch.get_num_threads()
     if clock_probe is None and not cuda:
@@ -409,11 +446,14 @@ def time_callable(fn: Callable[[], object], *, device: str = "cpu", min_samples:
         if cuda:
             samples, number, clocks, method = _time_cuda(
                 fn, min_samples=min_samples, max_time_s=max_time_s, target_rel_ci=target_rel_ci,
-                clock_probe=clock_probe)
+                clock_probe=clock_probe, ceiling_s=ceiling_s)
         else:
             samples, number, clocks, method = _time_cpu(
                 fn, min_samples=min_samples, max_time_s=max_time_s, target_rel_ci=target_rel_ci,
-                threads=threads, clock_probe=clock_probe)
+                threads=threads, clock_probe=clock_probe, ceiling_s=ceiling_s)
+    if ceiling_s is not None and len(samples) < min_samples:
+        raise TooFewSamples(f"{len(samples)} of the {min_samples} samples required in the {ceiling_s:.3g} s ceiling "
+                            f"(a sample took ~{float(np.median(samples)) * number:.3g} s)")
     notes = [f"clock sampler failed ({sampler.failure}): clock samples stop there"] if sampler.failure else []
     if len(samples) < min_samples:
         notes.append(f"time limit {max_time_s:.3g} s reached with {len(samples)} < {min_samples} samples")

@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from chipcal.measure import timing
-from chipcal.measure.timing import Measurement, median_ci_ranks, time_callable
+from chipcal.measure.timing import (
+    Measurement,
+    TooFewSamples,
+    block_calls,
+    median_ci_ranks,
+    time_callable,
+)
 
 pytestmark = pytest.mark.timing          # every test here times code on this host
 
@@ -71,14 +77,42 @@ def test_known_durations_ratio_and_ci():
     # overshoots by a whole time slice), and the median of interleaved rounds takes out the rest.
     # 40 ms / 20 ms = 2 (sleeps of tens of ms: a busy host delays wake-ups by a few ms); wake-up latency adds to both, so the ratio is a little
     # under 2; the bounds are wide because the host is shared
-    short = time_callable(sleep(0.02), max_time_s=0.6, min_samples=8)
-    long = time_callable(sleep(0.04), max_time_s=0.6, min_samples=8)
+    # 8 samples each are required (ceiling_s), not hoped for: a host whose timer overhead is above
+    # 2 us had torch pick blocks of 10 sleeps and returned n = 1 from the same 0.6 s (issue 50)
+    short = time_callable(sleep(0.02), max_time_s=0.6, min_samples=8, ceiling_s=10.0)
+    long = time_callable(sleep(0.04), max_time_s=0.6, min_samples=8, ceiling_s=10.0)
     assert 1.4 <= long.median_s / short.median_s <= 2.4
     for m in (short, long):
         assert m.ci_low_s <= m.median_s <= m.ci_high_s
         assert m.q1_s <= m.median_s <= m.q3_s
-        assert m.n == len(m.samples_s) >= 2
+        assert m.n == len(m.samples_s) >= 8
         assert "blocked_autorange" in m.method and "inference_mode" in m.method
+
+
+def test_block_calls_by_hand():
+    # torch picked 10 calls of a 20 ms sleep; 8 samples in half of 0.6 s leave 0.0375 s a block: 1 call
+    assert block_calls(10, 0.02, 0.6, 8) == 1
+    # 10 us calls, 1000 a block by torch's rule; 3 samples in half of 0.05 s: 0.05 / (2 * 3 * 1e-5) = 833
+    assert block_calls(1000, 1e-5, 0.05, 3) == 833
+    # a budget roomy enough keeps torch's choice; a call longer than the budget still makes one call
+    assert block_calls(100, 1e-5, 10.0, 10) == 100
+    assert block_calls(10, 5.0, 1.0, 10) == 1
+
+
+def test_required_samples_run_past_the_budget_up_to_the_ceiling():
+    # 6 sleeps of 50 ms do not fit a 0.1 s budget; with a ceiling they are all taken
+    m = time_callable(sleep(0.05), max_time_s=0.1, min_samples=6, ceiling_s=10.0, warmup=0)
+    assert m.n >= 6 and not any("time limit" in w for w in m.warnings)
+    # without one, the budget ends it and the Measurement says so
+    m = time_callable(sleep(0.05), max_time_s=0.1, min_samples=6, warmup=0)
+    assert m.n < 6 and any("time limit" in w for w in m.warnings)
+
+
+def test_a_ceiling_that_comes_first_is_a_clear_error():
+    with pytest.raises(TooFewSamples, match=r"of the 50 samples required in the 0.3 s ceiling"):
+        time_callable(sleep(0.02), max_time_s=0.1, min_samples=50, ceiling_s=0.3, warmup=0)
+    with pytest.raises(ValueError, match="below max_time_s"):
+        time_callable(sleep(0.001), max_time_s=1.0, ceiling_s=0.5)
 
 
 def test_runs_under_inference_mode_with_fixed_threads():

@@ -91,9 +91,11 @@ def test_predict_runs_the_user_model(cli):
     assert {r["flop"] for r in rows if r["batch"] == 16} == {2 * 16 * (32 * 64 + 64 * 8) + 16 * 64 + 16 * 8}
 
 
-# A timing test: --max-time 1, because torch's blocked_autorange rounds its block up to a power of
-# ten of calls until the timer's ~2 us overhead is <= 1e-4 of it: 10^4 calls of this ~19 us model,
-# 0.19 s a block, so a 0.2 s budget held one sample on this host (n = 1)
+# A timing test. n >= 2 does not rest on the host's speed: measure.timing.block_calls caps a block so
+# that the minimum sample count (10) fills half the 1 s budget: a call of this ~19 us model would have
+# to take about a quarter of a second, 10,000x longer, before fewer than two blocks fit. (Before the cap, torch's
+# blocked_autorange took 10^4 calls a block to bring its ~2 us timer overhead under 1e-4 of it, and
+# a 0.2 s budget held one sample: n = 1.)
 @pytest.mark.timing
 def test_measure_model_efficiency_times_the_user_model(cli):
     from chipcal.cli import measure_model_efficiency as mme
