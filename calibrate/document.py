@@ -6,7 +6,7 @@ calibrate.records). Prediction needs only `ParametersDocument`, the part a hand-
 may hold alone (`{"schema", "parameters", "chip"?}`); it hands the model a CalibrationParams.
 
 Schema: SCHEMA. Sections added to it later (`skipped`,
-`dispatch`, `first_touch`, `layout`, `throttle_note`, `crossval`, `rerun`, `threads`, `refit`, the chains, a peak's `support`, a fit's
+`dispatch`, `first_touch`, `layout`, `throttle_note`, `crossval`, `rerun`, `threads`, `refit`, `phases`, the chains, a peak's `support`, a fit's
 `unconstrained`, the validation's noise and model count) have defaults, so older files still
 load. A change that old files cannot meet by a default gets a new tag and a migration function
 from the old one: `upgrade` reads SCHEMA_1 files (before 2026-11-26), whose power section held
@@ -23,6 +23,7 @@ from dataclasses import field
 from pathlib import Path
 
 from chipcal.calibrate.flags import Flag
+from chipcal.calibrate.phases import PhaseTime
 from chipcal.calibrate.power_records import HoldRow, PowerRow, PowerSection
 from chipcal.calibrate.records import LAST, OMIT_NONE, Record, record
 from chipcal.calibrate.selfcheck import CrossValSection
@@ -460,6 +461,8 @@ class CalibrationDocument(Record):
     # before it was recorded, which timed them with TF32 off (`models_fp32_mode`)
     model_fp32_mode: str | None = field(default=None, metadata=OMIT_NONE)
     peak_rss_bytes: int | None = field(default=None, metadata=OMIT_NONE)   # measure.resident, at the run's end
+    # where the run's time went (calibrate.phases); None: a run from before it was recorded
+    phases: tuple[PhaseTime, ...] | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
     def from_dict(cls, data: object, where: str = "") -> CalibrationDocument:

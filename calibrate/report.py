@@ -219,8 +219,27 @@ def report_blocks(doc: CalibrationDocument, plots: tuple[str, ...] | None = None
         Paragraph("None: measurements, datasheet and physics model agree within the thresholds."),
         Heading("Plots"),
         Figures(tuple((name, desc) for name, desc in PLOTS.items() if name in plots)),
+        *_phase_blocks(doc),
     ]
     return blocks
+
+
+def _phase_blocks(doc: CalibrationDocument) -> list[Block]:
+    """Where the run's time went (calibrate.phases): each phase's wall and CPU seconds and share;
+    nothing for a run from before they were recorded."""
+    if not doc.phases:
+        return []
+    total_wall = sum(p.wall_s for p in doc.phases)
+    total_cpu = sum(p.cpu_s for p in doc.phases)
+    rows = [[p.phase, f"{p.wall_s:.1f} s", f"{p.cpu_s:.1f} s", pct(p.wall_s / total_wall if total_wall else None)]
+            for p in doc.phases]
+    rows.append(["total", f"{total_wall:.1f} s", f"{total_cpu:.1f} s", "100%"])
+    return [Heading("Where the time went"),
+            Paragraph("Wall-clock and process CPU seconds (all threads) of each phase of the run, writing this "
+                      "report excluded; the timing rounds interleave micro-layers, chains and models, and each "
+                      "row adds up its rounds." + (" The measurements are the source run's: these are its phases."
+                                                    if doc.refit else "")),
+            table(["phase", "wall", "CPU", "of the wall time"], rows)]
 
 
 def render_markdown(doc: CalibrationDocument) -> str:

@@ -9,7 +9,8 @@ Order (fit data and validation data never mix):
 5. timing rounds, interleaved: micro-layers, layer chains, whole torchvision models;
 6. fits on the micro-layers and chains -> per-op-class efficiency and overhead, switch cost;
 7. validation: the models predicted (calibrated and default) vs measured; gap flags.
-Every step's observations go to the journal as they are measured (calibrate.journal).
+Every step's observations go to the journal as they are measured (calibrate.journal); the wall and
+CPU seconds of each phase go to the document (calibrate.phases).
 The result is a typed CalibrationDocument (calibrate.document; docs/calibration.md has its fields).
 """
 
@@ -44,6 +45,7 @@ from chipcal.calibrate.layer_fits import (
 )
 from chipcal.calibrate.micro import fit_micro
 from chipcal.calibrate.noise import ModelPlan
+from chipcal.calibrate.phases import PhaseClock
 from chipcal.calibrate.power_fit import power_section
 from chipcal.calibrate.power_records import HoldRow
 from chipcal.calibrate.threads import thread_section
@@ -152,6 +154,8 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     progress = progress or SilentProgress()
     journal = journal or NoJournal()      # each step's observations are recorded as soon as measured
     step = progress.step
+    phases = PhaseClock()       # where the time goes, phase by phase (the report's last section)
+    phases.start("identify")
     fp = fingerprint()
     same_machine(journal, fp.slug, fp.torch_version)
     allocator = pin_allocator()     # page faults of eager forward passes independent of the process's history
@@ -161,6 +165,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     flags: list[gap.Flag] = []
 
     # 2. GEMM peak sweep
+    phases.start("GEMM sweep")
     gemm_precisions = config.gemm_precisions or default_precisions(config.device, fp)
     progress.phase("GEMM peak sweep", len(gemm_precisions) * len(default_shapes(config.device)))
     if (recorded := journal.get("gemm")) is not None:
@@ -211,6 +216,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
                            for sk in gemm.skipped)
 
     # 3. bandwidth
+    phases.start("bandwidth")
     progress.phase("memory bandwidth", len(KERNELS) * len(DEFAULT_BANDWIDTH_SIZES[device_kind(config.device)]))
     if (recorded := journal.get("bandwidth")) is not None:
         bw = bandwidth_from_dict(recorded, fp.l3_bytes if device_kind(config.device) == "cpu" else None)
@@ -240,6 +246,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     )
 
     # 4. power: idle, the triad and each native GEMM precision, held until clock and power settle
+    phases.start("power")
     source = open_power_source(config.device)
     held = gemm.native_precisions if source.available else ()
     progress.phase("power: idle, triad and each GEMM precision held until clock and power settle",
@@ -259,6 +266,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     flags += power_flags
 
     # 4b. first touch of freshly mapped memory (CPU eager: outputs above the mmap threshold)
+    phases.start("host probes: first touch, layout, dispatch, threads")
     first_touch = layout = None
     if device_kind(config.device) == "cpu":
         if (recorded := journal.get("first_touch")) is None:
@@ -294,6 +302,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
 
     # 5. timing rounds: micro-layers, chains and the held-out models, interleaved so that a slow
     # minute of the shared host spoils one round of each, not a whole phase (fits come after)
+    phases.start("characterizing the models")
     defaults = default_params(chip.kind)
     layer_set, chain_set = LayerSet(cases, config.device), LayerSet(default_chains(), config.device)
     plan, skipped_models = [], []
@@ -322,11 +331,12 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
             for _ in range(per_round):
                 step(f"round {r + 1} (journaled)")
             return
-        timings = {"layers": layer_set.time_round(config.layer_time_s / config.rounds,
-                                                  max(3, 10 // config.rounds), step),
-                   "chains": chain_set.time_round(2 * config.layer_time_s / config.rounds,
-                                                  max(3, 10 // config.rounds), step),
-                   "models": {}}
+        phases.start("micro-layers")
+        layer_times = layer_set.time_round(config.layer_time_s / config.rounds, max(3, 10 // config.rounds), step)
+        phases.start("chains")
+        chain_times = chain_set.time_round(2 * config.layer_time_s / config.rounds, max(3, 10 // config.rounds), step)
+        phases.start("models")
+        timings = {"layers": layer_times, "chains": chain_times, "models": {}}
         for entry in plan:
             mm = measure_model(entry.name, batch=entry.batch, precision=config.precision, device=config.device,
                                flop=entry.workload.flop, max_time_s=entry.budget_s / config.rounds,
@@ -351,6 +361,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     observations, chains = layer_set.observations(), chain_set.observations()
 
     # 6. fits on the micro-benchmarks (calibrate.micro): op classes, self-check, switch cost
+    phases.start("fits and cross-validation")
     k = folds(config.quick)
     progress.phase("fitting op-class efficiency, overhead and switch cost; cross-validation", k + 1)
     micro = fit_micro(observations, chains, chip, config.precision, base, defaults, k, floor,
@@ -370,6 +381,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     layer_rows, chain_rows = rows(observations, params.alone()), rows(chains, params)
 
     # 7. validation: the held-out models, predicted with the calibrated and the default parameters
+    phases.start("validation")
     model_rows = []
     for entry in plan:
         name, batch, workload = entry.name, entry.batch, entry.workload
@@ -451,6 +463,7 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
         crossval=crossval.section(),
         model_fp32_mode=MODEL_FP32_MODE,
         peak_rss_bytes=peak_rss,
+        phases=phases.times(),
     )
 
 

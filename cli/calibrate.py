@@ -221,6 +221,10 @@ def _summarize(doc, path: Path, as_json: bool) -> None:
         if doc.rerun:
             print(f"  since the previous run here ({doc.rerun.previous_run}): the same {doc.rerun.n} cases moved "
                   f"by median {doc.rerun.median_abs_change:.1%}, max {doc.rerun.max_abs_change:.1%}")
+        if doc.phases and not doc.refit:
+            slowest = sorted(doc.phases, key=lambda p: -p.wall_s)[:3]
+            print(f"  took {sum(p.wall_s for p in doc.phases):.0f} s before the report: "
+                  + ", ".join(f"{p.phase} {p.wall_s:.0f} s" for p in slowest) + " (report.md: where the time went)")
         for f in doc.flags:
             print(f"  flag {f.code}: {f.message}")
 

@@ -171,6 +171,11 @@ def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
     chip, truth = fake_machine
     progress = Recorder()
     doc = calrun.run_calibration(calrun.CalibrationConfig(models=MODELS, batches=(1,)), progress=progress).to_dict()
+    # every phase of the run is timed once, in the order it ran (the rounds add to their phases)
+    assert [p["phase"] for p in doc["phases"]] == [
+        "identify", "GEMM sweep", "bandwidth", "power", "host probes: first touch, layout, dispatch, threads",
+        "characterizing the models", "micro-layers", "chains", "models", "fits and cross-validation", "validation"]
+    assert all(p["wall_s"] >= 0 and p["cpu_s"] >= 0 for p in doc["phases"])
     # GEMM curve: the saturating fit recovers e_max and w_half
     g = doc["fits"]["gemm_efficiency_fp32"]["parameters"]
     assert g["e_max"] == pytest.approx(TRUE_GEMM["e_max"], rel=0.05)
