@@ -55,14 +55,51 @@ def _timing_tests_run_alone(request, tmp_path_factory):
             fcntl.flock(gate, fcntl.LOCK_UN)
 
 
+def _shared_folder(tmp_path_factory, name: str):
+    """A folder every pytest-xdist worker of this pytest run sees (the workers' common parent), or
+    this process's own without xdist; new for each run."""
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / name
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
+@pytest.fixture(scope="session")
+def once_per_run(tmp_path_factory):
+    """once_per_run(key, build) -> build(), computed once per pytest run whichever worker asks
+    first, whatever tests the scheduler hands to which worker: the first asker builds it under a
+    lock on the key and leaves it pickled in the shared folder; an asker on another worker waits on
+    the lock and reads it back, one on the same worker gets the same object. For results that cost
+    tens of seconds (a refit of a recorded run), asserted on by several tests."""
+    import fcntl
+    import hashlib
+    import pickle
+
+    shared = _shared_folder(tmp_path_factory, "once")
+    here: dict[str, object] = {}
+
+    def get(key: str, build):
+        if key not in here:
+            path = shared / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.pickle"
+            with open(path.with_suffix(".lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if path.exists():
+                    here[key] = pickle.loads(path.read_bytes())
+                else:
+                    here[key] = build()
+                    partial = path.with_suffix(f".{os.getpid()}.tmp")
+                    partial.write_bytes(pickle.dumps(here[key]))
+                    partial.replace(path)
+        return here[key]
+
+    return get
+
+
 @pytest.fixture(scope="session")
 def _workloads(tmp_path_factory):
     """(this process's workloads by key, the folder where every pytest-xdist worker of the session
     leaves the workloads it characterized, as JSON)."""
-    base = tmp_path_factory.getbasetemp()
-    shared = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "characterized"
-    shared.mkdir(exist_ok=True)
-    return {}, shared
+    return {}, _shared_folder(tmp_path_factory, "characterized")
 
 
 @pytest.fixture(scope="module")

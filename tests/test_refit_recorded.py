@@ -1,9 +1,10 @@
 """Re-fit recorded calibration runs of other machines and predict their recorded whole-model
 timings: the fit must hold on a CPU the code was not developed on (issues: calibration that holds
-on a second machine; that transfers to a third, issue 38). Each run is re-fitted once per session
-(`refitted`); its bounds are the target or the figure it first reached, and its figures may not
+on a second machine; that transfers to a third, issue 38). Each run is re-fitted once per pytest run
+(`refitted`, conftest.once_per_run); its bounds are the target or the figure it first reached, and its figures may not
 drift from what its refit reached at the last review by more than two points (recorded_runs).
-Under pytest-xdist the tests of one refit form one group (`same_refit`): one worker refits it."""
+Under pytest-xdist the tests of one refit form one group (`same_refit`), so that one worker refits it
+while the other works on something else."""
 
 from __future__ import annotations
 
@@ -26,24 +27,22 @@ pytestmark = pytest.mark.usefixtures("characterize_once")
 
 
 def same_refit(run_id: str):
-    """The mark that sends every test of one refit to the same pytest-xdist worker (the suite runs
-    with --dist loadgroup): `refitted` is per worker process, and tests of one run spread over two
-    workers would refit it twice (20-60 s each)."""
+    """The mark that keeps the tests of one refit on one pytest-xdist worker (the suite runs with
+    --dist loadgroup), so that the other worker does not wait on the refit it is computing
+    (`once_per_run` would share it either way)."""
     return pytest.mark.xdist_group(f"refit-{run_id}")
 
 
 @pytest.fixture(scope="session")
-def refitted(tmp_path_factory):
-    """refitted(name, document) -> (document, Refit): each recorded run re-fitted once per session
-    (a refit takes 20-30 s), shared by every test that looks at it."""
-    done = {}
-
+def refitted(once_per_run, tmp_path_factory):
+    """refitted(name, document) -> (document, Refit, chip): each recorded CPU run re-fitted once
+    per pytest run (a refit takes 10-25 s), shared by every test that looks at it, on any worker."""
     def get(name: str, document: str):
-        if (name, document) not in done:
+        def build():
             doc = CalibrationDocument.from_dict(json.loads((MACHINES / name / document).read_text()))
             chip = recorded_chip(tmp_path_factory.mktemp(name), name, doc)
-            done[name, document] = doc, refit(doc, chip), chip
-        return done[name, document]
+            return doc, refit(doc, chip), chip
+        return once_per_run(f"refit {name}/{document}", build)
 
     return get
 
@@ -107,24 +106,31 @@ H100_RUN = H100 / "calibration-full.json"
 H100_RUNS = {"calibration-full.json": (0.685, 14), "calibration-quick.json": (0.263, 18)}
 
 
-def _registry_refit(path, chip: str):
-    """The recorded GPU run at `path` and its refit on the registry's `chip` (a GPU run's chip is
-    the registry's, so no recorded CPU is needed)."""
-    from chipcal.model.registry import load_registry
+@pytest.fixture(scope="session")
+def registry_refitted(once_per_run):
+    """registry_refitted(path, chip) -> (document, Refit): the recorded GPU run at `path` re-fitted
+    on the registry's `chip` (a GPU run's chip is the registry's, so no recorded CPU is needed),
+    once per pytest run (25-45 s)."""
+    def get(path, chip: str):
+        def build():
+            from chipcal.model.registry import load_registry
 
-    doc = CalibrationDocument.from_dict(json.loads(path.read_text()))
-    return doc, refit(doc, load_registry().get(chip))
+            doc = CalibrationDocument.from_dict(json.loads(path.read_text()))
+            return doc, refit(doc, load_registry().get(chip))
+        return once_per_run(f"refit {path} on {chip}", build)
+
+    return get
 
 
-@pytest.fixture(scope="module")
-def h100_refit():
-    """The recorded H100 SXM5 full run and the library's refit of it (shared: a refit takes minutes)."""
-    return _registry_refit(H100 / "calibration-full.json", "h100-sxm5")
+@pytest.fixture
+def h100_refit(registry_refitted):
+    """The recorded H100 SXM5 full run and the library's refit of it."""
+    return registry_refitted(H100 / "calibration-full.json", "h100-sxm5")
 
 
-@pytest.fixture(scope="module")
-def h100_quick_refit():
-    return _registry_refit(H100 / "calibration-quick.json", "h100-sxm5")
+@pytest.fixture
+def h100_quick_refit(registry_refitted):
+    return registry_refitted(H100 / "calibration-quick.json", "h100-sxm5")
 
 
 XEON = "intel-xeon-spr-2vcpu-20261126"
@@ -203,14 +209,14 @@ H200_RUN = MACHINES / "nvidia-h200" / "calibration-quick.json"
 
 @pytest.mark.slow
 @same_refit("h200")
-def test_refit_of_the_live_h200_run_is_no_worse_than_on_its_day():
+def test_refit_of_the_live_h200_run_is_no_worse_than_on_its_day(registry_refitted):
     """The one GPU calibration run with today's code on a machine it was not tuned on: `chipcal
     calibrate --device cuda --quick` on a lent H200 (torch 2.11, 2026-11-26). Its host was noisy
     (23.6 % between rounds) and its dispatch probe read 30.2 us per op where its networks issued
     ~24 us: the fit holds the host costs it cannot separate at that probe, and its models came out
     32.7 % / 42.7 % (median / p90), worse than the defaults' 19.2 % at the median
     (docs/findings/2026-11-26-h200-live.md). A change must not make it worse."""
-    doc, result = _registry_refit(H200_RUN, "h200-sxm")
+    doc, result = registry_refitted(H200_RUN, "h200-sxm")
     on_its_day = doc.validation
     assert (on_its_day.median_abs_error, on_its_day.p90_abs_error) == pytest.approx((0.327, 0.427), abs=5e-4)
     assert len(result.models) == 18

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -109,6 +109,11 @@ def _class_table(name: str, table: Mapping[str, float], allow_zero: bool) -> Map
                                + (f"; missing {', '.join(missing)}" if missing else "")
                                + (f"; unknown {', '.join(map(str, extra))}" if extra else ""))
     return MappingProxyType({c: _number(f"{name}.{c}", table[c], allow_zero) for c in OP_CLASSES})
+
+
+def _family_params(fields: dict) -> FamilyParams:
+    """FamilyParams rebuilt from its pickled fields (FamilyParams.__reduce__)."""
+    return FamilyParams(**fields)
 
 
 # glibc malloc serves a request above its mmap threshold with a fresh mapping and unmaps it on
@@ -180,6 +185,13 @@ class FamilyParams:
         for name in ("weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _number(name, getattr(self, name), allow_zero=False))
+
+    def __reduce__(self):
+        """Pickled as its fields with the class tables as plain dicts (a mappingproxy does not
+        pickle); __post_init__ makes them read-only again. A refit shared between processes
+        (the test suite's workers) carries its parameters this way."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return _family_params, ({k: dict(v) if isinstance(v, MappingProxyType) else v for k, v in values.items()},)
 
     def class_efficiency(self, op_class: str, circuit: str) -> float:
         """efficiency[op_class], or tensor_efficiency[op_class] for work on tensor cores where set."""
