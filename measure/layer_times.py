@@ -180,9 +180,9 @@ def _alone(leaf, args: tuple, kwargs: dict, calls: int, sync: Callable[[], None]
     leaf's window in the pass does: on a GPU a call alone is then launch, kernels and synchronize,
     what the pass's figure holds, not calls pipelined behind the host (on an H100, in the pass over
     alone, per-leaf median: resnet18 at batch 1 1.63x pipelined, 1.19x synchronized; vit_b_16 1.75x
-    and 1.04x). Not timing.time_callable: its
-    blocked_autorange spends a quarter of its budget sizing the block, and here one budget serves
-    every leaf of a network (mobilenet_v2: 141), so it would time a few and leave the rest."""
+    and 1.04x). Not timing.time_callable: it sizes the block of each callable within a budget of
+    its own, and here one budget serves every leaf of a network (mobilenet_v2: 141), so it would
+    time a few and leave the rest."""
     import torch
 
     def copied(v):

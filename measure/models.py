@@ -159,7 +159,7 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
                 forward()
         except (RuntimeError, NotImplementedError) as exc:
             raise first_call_failure(exc, name, batch, precision, device) from None
-        budget = budget_s(forward, device, max_time_s, min(min_samples, 6))
+        budget = budget_s(forward, device, max_time_s, min(min_samples, 6), warm=True)   # the call above warmed it
         latency = time_callable(forward, device=device, min_samples=min_samples, max_time_s=budget, warmup=0,
                                 threads=threads, clock_probe=clock_probe)
         reading = None

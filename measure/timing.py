@@ -1,9 +1,13 @@
 """Timing with a distribution: samples, median, IQR, a 95% CI of the median, instability flags.
 
-CPU: `torch.utils.benchmark.Timer.blocked_autorange` in bounded rounds — each round picks a block
-size whose timer overhead is < 0.01% (torch's rule), and rounds continue until the CI of the
-median is within `target_rel_ci` of it (and `min_samples` are in) or `max_time_s` is spent; never
-the unbounded `adaptive_autorange`. GPU: CUDA events around blocks of calls (block ≥ 1 ms, so the
+CPU: blocks of calls timed as torch.utils.benchmark.Timer times them (the stdlib `timeit.Timer` it
+wraps, GC off inside a block, the torch thread count fixed), sized by torch's blocked_autorange
+rule (×10 calls until the timer's overhead is < 0.01% of a block; `first_block`), the last block
+timed while sizing kept as the first sample, until the CI of the median is within `target_rel_ci`
+of it (and `min_samples` are in) or `max_time_s` is spent; never the unbounded
+`adaptive_autorange`. Not `Timer.timeit`: it runs max(calls / 100, 2) warm-up calls before every
+block, so a block of one 2 s call cost 6 s (issue 50: a --quick run's model timings were a third
+samples, two thirds torch's warm-ups). GPU: CUDA events around blocks of calls (block ≥ 1 ms, so the
 ~0.5 µs event resolution is < 0.1%), synchronized once per block.
 
 Every run is under `torch.inference_mode()` with a fixed torch thread count, after warm-up calls.
@@ -282,22 +286,6 @@ def _done(samples: list[float], min_samples: int, target_rel_ci: float) -> bool:
     return m.rel_ci <= target_rel_ci and median_ci_ranks(len(samples)) is not None
 
 
-def _benchmark_timer():
-    """torch.utils.benchmark.Timer, imported without the "No CUDA runtime is found" warning that
-    its cpp_extension import logs on CPU-only machines with a CUDA toolkit (it would land in the
-    middle of the progress bars and says nothing about the measurement)."""
-    import logging
-
-    log = logging.getLogger("torch.utils.cpp_extension")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        from torch.utils.benchmark import Timer
-    finally:
-        log.setLevel(level)
-    return Timer
-
-
 def block_calls(autorange_number: int, call_s: float, max_time_s: float, min_samples: int) -> int:
     """Calls per timed block: blocked_autorange's choice, at most what lets `min_samples` blocks
     fill half the budget, and at least 1.
@@ -312,23 +300,42 @@ def block_calls(autorange_number: int, call_s: float, max_time_s: float, min_sam
     return max(1, min(autorange_number, fits))
 
 
+def first_block(timed: Callable[[int], float], overhead_s: float, min_run_time: float) -> tuple[int, float]:
+    """(calls per block, seconds of the last block timed) by torch's block-size rule
+    (torch.utils.benchmark.Timer._estimate_block_size, which blocked_autorange calls): from one
+    call, ×10 until the timer's own overhead is ≤ 1e-4 of a block that lasts ≥ min_run_time / 1000,
+    or until a block lasts longer than `min_run_time`. `timed(n)` runs a block of n calls and
+    returns its seconds. torch throws that last block away and times again; it is a block of the
+    size chosen, so here it is the first sample (a 2 s vision-transformer pass was run twice for
+    nothing in every model timing: issue 50)."""
+    number = 1
+    while True:
+        block_s = timed(number)
+        if (overhead_s <= 1e-4 * block_s and block_s >= min_run_time / 1000) or block_s > min_run_time \
+                or number * 10 > 2**31 - 1:
+            return number, block_s
+        number *= 10
+
+
 def _time_cpu(fn: Callable[[], object], *, min_samples: int, max_time_s: float, target_rel_ci: float,
               threads: int, clock_probe: Callable[[], float | None] | None,
               ceiling_s: float | None) -> tuple[list[float], int, list, str]:
-    """torch.utils.benchmark's blocked_autorange picks the calls per sample (a block long enough
-    that the timer's own overhead is ≤ 1e-4 of it, capped by `block_calls`) over the first quarter
-    of the budget; then one block per sample with that count until the CI target, min_samples and
-    the budget allow (with a `ceiling_s`, past the budget until min_samples are in). The clock is
-    read between blocks, at most every budget / CPU_CLOCK_READS / 2 s (no sampling thread), so a
+    """Blocks of calls (module docstring): the size by torch's rule over a quarter of the budget
+    (`first_block`, its last block the first sample), capped by `block_calls`; then one block per
+    sample until the CI target, min_samples and the budget allow (with a `ceiling_s`, past the
+    budget until min_samples are in). `threads` is already set (time_callable). The clock is read
+    between blocks, at most every budget / CPU_CLOCK_READS / 2 s (no sampling thread), so a
     sustained run has the samples a sag check needs (calibrate.flags.sag: 8)."""
-    Timer = _benchmark_timer()
+    import timeit
 
-    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
+    block = timeit.Timer(fn).timeit                     # seconds for a block of n calls
+    empty = timeit.Timer("pass").timeit                 # the timer's own cost per block
+    overhead_s = float(np.median([empty(1) for _ in range(5)]))
     clocks: list[float | None] = [clock_probe() if clock_probe else None]
     start = time.perf_counter()
-    first = timer.blocked_autorange(min_run_time=max(max_time_s / 4, 1e-3))
-    number = block_calls(first.number_per_run, first.median, max_time_s, min_samples)
-    samples: list[float] = list(first.times)
+    sized, block_s = first_block(block, overhead_s, max(max_time_s / 4, 1e-3))
+    number = block_calls(sized, block_s / sized, max_time_s, min_samples)
+    samples: list[float] = [block_s / sized]
     clocks.append(clock_probe() if clock_probe else None)
     read_every, last_read = max_time_s / CPU_CLOCK_READS / 2, time.perf_counter()
     check_at = min_samples
@@ -337,14 +344,13 @@ def _time_cpu(fn: Callable[[], object], *, min_samples: int, max_time_s: float, 
             if _done(samples, min_samples, target_rel_ci):
                 break
             check_at = len(samples) + max(1, len(samples) // 8)     # the CI is sorted out every ~12 %
-        samples.extend(timer.timeit(number).times)
+        samples.append(block(number) / number)
         if clock_probe and time.perf_counter() - last_read >= read_every:
             clocks.append(clock_probe())
             last_read = time.perf_counter()
-    autorange = (f"blocked_autorange for the block size ({len(first.times)} blocks of {first.number_per_run} calls)"
-                 if number != first.number_per_run else "blocked_autorange for the block size")
-    method = (f"torch.utils.benchmark.Timer: {autorange}, then "
-              f"{len(samples) - len(first.times)} blocks of {number} calls, {threads} threads, inference_mode")
+    sizing = f"1 block of {sized} calls" if number != sized else "its last block the first sample"
+    method = (f"timeit blocks as torch.utils.benchmark.Timer times them, sized by blocked_autorange's rule "
+              f"({sizing}), then {len(samples) - 1} blocks of {number} calls, {threads} threads, inference_mode")
     return samples, number, clocks, method
 
 
@@ -391,18 +397,19 @@ def _time_cuda(fn: Callable[[], object], *, min_samples: int, max_time_s: float,
     return samples, number, clocks, f"CUDA events, {number} calls per sample, inference_mode"
 
 
-def budget_s(fn: Callable[[], object], device: str, max_time_s: float, samples: int) -> float:
+def budget_s(fn: Callable[[], object], device: str, max_time_s: float, samples: int, warm: bool = False) -> float:
     """A time budget with room for `samples` calls of a slow `fn`, at most 4 × max_time_s.
 
-    One synchronized call after a warm-up call gives the per-call time t;
-    budget = min(max(max_time_s, 1.5 · samples · t), 4 · max_time_s). The two calls also serve as
-    the warm-up of the measurement that follows.
+    One synchronized call after a warm-up call (none when the caller has just called `fn`: `warm`)
+    gives the per-call time t; budget = min(max(max_time_s, 1.5 · samples · t), 4 · max_time_s).
+    The calls also serve as the warm-up of the measurement that follows.
     """
     import torch
 
     cuda = Device.parse(device).is_cuda
     with torch.inference_mode():
-        fn()
+        if not warm:
+            fn()
         if cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()

@@ -12,6 +12,7 @@ from chipcal.measure.timing import (
     Measurement,
     TooFewSamples,
     block_calls,
+    first_block,
     median_ci_ranks,
     time_callable,
 )
@@ -86,7 +87,7 @@ def test_known_durations_ratio_and_ci():
         assert m.ci_low_s <= m.median_s <= m.ci_high_s
         assert m.q1_s <= m.median_s <= m.q3_s
         assert m.n == len(m.samples_s) >= 8
-        assert "blocked_autorange" in m.method and "inference_mode" in m.method
+        assert "blocked_autorange's rule" in m.method and "inference_mode" in m.method
 
 
 def test_block_calls_by_hand():
@@ -97,6 +98,29 @@ def test_block_calls_by_hand():
     # a budget roomy enough keeps torch's choice; a call longer than the budget still makes one call
     assert block_calls(100, 1e-5, 10.0, 10) == 100
     assert block_calls(10, 5.0, 1.0, 10) == 1
+
+
+def test_first_block_by_hand():
+    # a 20 ms call, the timer costing 2.6 us: one call is 1.3e-4 of overhead, over 1e-4, so 10 calls,
+    # 0.2 s: longer than the 0.15 s sizing budget, and that block is kept
+    assert first_block(lambda n: n * 0.02, 2.6e-6, 0.15) == (10, pytest.approx(0.2))
+    # the timer costing 1 us: one call already meets the rule
+    assert first_block(lambda n: n * 0.02, 1e-6, 0.15) == (1, pytest.approx(0.02))
+    # a 1 us call: 10^4 calls make the 10 ms block that 1 us of overhead is 1e-4 of
+    assert first_block(lambda n: n * 1e-6, 1e-6, 0.15) == (10_000, pytest.approx(0.01))
+
+
+def test_every_call_of_a_long_callable_is_a_sample():
+    # one call a block (50 ms against a timer of microseconds): no call is spent on anything but a
+    # sample (torch's Timer.timeit ran two warm-up calls before each block, issue 50)
+    calls = []
+
+    def fn():
+        calls.append(1)
+        time.sleep(0.05)
+
+    m = time_callable(fn, max_time_s=0.3, min_samples=3, warmup=0)
+    assert m.calls_per_sample == 1 and len(calls) == m.n >= 3
 
 
 def test_required_samples_run_past_the_budget_up_to_the_ceiling():
