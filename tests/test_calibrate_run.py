@@ -379,3 +379,10 @@ def test_a_noisy_host_times_more_rounds_and_says_what_its_noise_permits(fake_mac
     assert val.p90_explained_by_noise == val.explained_by_noise
     assert "noise_limits_accuracy" in {f.code for f in doc.flags}
     assert "the accuracy the noise permits" in render_markdown(doc)
+
+
+def test_a_validation_pass_longer_than_half_its_share_is_skipped():
+    # --quick: 70 s over 9 models x 2 batches = 3.89 s an entry, half of it 1.94 s; the full job:
+    # 200 s over 11 x 2 = 9.09 s, half 4.55 s, so the 4 s bound holds
+    assert calrun.CalibrationConfig(quick=True, models=calrun.QUICK_MODELS).max_call_s == pytest.approx(70 / 18 / 2)
+    assert calrun.CalibrationConfig().max_call_s == calrun.MODEL_MAX_CALL_S == 4.0
