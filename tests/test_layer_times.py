@@ -122,18 +122,23 @@ def test_no_leaf_is_timed_alone_once_its_budget_is_spent():
 @pytest.mark.timing
 def test_a_layer_alone_agrees_with_torch_utils_benchmark():
     """The same Linear on the same input, timed alone by the hooks' pass and by
-    torch.utils.benchmark.Timer at the same thread count, in one run: within 1.5x either way."""
+    torch.utils.benchmark.Timer at the same thread count, in three interleaved rounds of one run:
+    the median ratio within 1.5x either way. (One round each, back to back, read 0.64 once in a
+    fresh clone's CI on the Zen 4 VM: the host slowed between the two timings, not the code.)"""
+    import statistics
+
     from torch.utils import benchmark
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU())
     x = torch.randn(64, 512)
+    timer = benchmark.Timer("net(x)", globals={"net": net[0], "x": x}, num_threads=torch.get_num_threads())
+    ratios = []
     with torch.inference_mode():
-        hooks = time_layers(lambda: net(x), net, max_time_s=0.5, alone=True)
-        timer = benchmark.Timer("net(x)", globals={"net": net[0], "x": x}, num_threads=torch.get_num_threads())
-        reference = timer.blocked_autorange(min_run_time=0.5).median
-    alone = hooks.layers[0].alone.median_s
-    assert 1 / 1.5 < alone / reference < 1.5, (alone, reference)
+        for _ in range(3):
+            alone = time_layers(lambda: net(x), net, max_time_s=0.2, alone=True).layers[0].alone.median_s
+            ratios.append(alone / timer.blocked_autorange(min_run_time=0.2).median)
+    assert 1 / 1.5 < statistics.median(ratios) < 1.5, ratios
 
 
 def test_a_module_without_children_is_its_own_leaf():
