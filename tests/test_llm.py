@@ -380,8 +380,10 @@ def test_gpt2_decode_predicted_against_measured_on_this_cpu(source):
     The tolerance is what uncalibrated CPU defaults can hold on any machine the suite runs on:
     bandwidth_efficiency 0.7 on the measured sustained bandwidth, which a calibration would fit,
     on a memory-bound step whose compute share differs by core. Seen: predicted 1.16-1.18x the
-    measured step on the Xeon VM under a load of 14, 0.64x on the Zen 4 VM (2026-11-29); the
-    defaults' held-out p90 on the recorded CPU runs reaches 47 %. So within a factor 1.75 either way."""
+    measured step on the Xeon VM under a load of 14, 0.64x on the Zen 4 VM (2026-11-29: one thread
+    streamed the weights at ~12.5 GB/s against the probe's 28), and the defaults' held-out p90 on the
+    recorded CPU runs reaches 47 %. So within a factor 2 either way: a check against gross errors
+    (a step predicted several-fold off), not of the defaults' own error, which a calibration fits."""
     from chipcal.measure.bandwidth import local_overrides, measure_bandwidth
     from chipcal.measure.cpu import detect_cpu
     from chipcal.measure.llm import measure_llm
@@ -399,7 +401,7 @@ def test_gpt2_decode_predicted_against_measured_on_this_cpu(source):
                                max_time_s=1.0, min_samples=6, ceiling_s=30.0, threads=1)
     assert measured.latency.n >= 6
     ratio = pred.time_per_output_token_s / measured.latency.median_s
-    assert 1 / 1.75 < ratio < 1.75, f"predicted {ratio:.2f}x the measured decode step"
+    assert 1 / 2 < ratio < 2, f"predicted {ratio:.2f}x the measured decode step"
 
 
 # n >= 2 does not rest on the host's speed: a block is capped so that the 10 samples asked for fill
