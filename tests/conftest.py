@@ -4,6 +4,9 @@ pytest-xdist a `timing` test runs alone; models and micro-layers can be characte
 from __future__ import annotations
 
 import os
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -28,12 +31,39 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(skip)
 
 
+COLLECTION_WAIT_S = 300     # how long a timing test waits for the other workers to finish collecting
+
+
+def _collected_marks() -> Path:
+    """Where each pytest-xdist worker of this run says it has finished collecting (one file each)."""
+    return Path(tempfile.gettempdir()) / f"chipcal-collected-{os.environ['PYTEST_XDIST_TESTRUNUID']}"
+
+
+def pytest_collection_finish(session):
+    if "PYTEST_XDIST_TESTRUNUID" in os.environ:
+        marks = _collected_marks()
+        marks.mkdir(exist_ok=True)
+        (marks / os.environ["PYTEST_XDIST_WORKER"]).touch()
+
+
+def _wait_for_every_worker_to_collect() -> None:
+    """Until every worker has collected: a worker still importing torch, torchvision and
+    transformers for its collection is a load no lock covers. In a fresh clone's CI the first
+    timing tests ran beside it, and torch's Timer read a Linear 1.5-2.4x slower than the hooks
+    timed it a moment before (0.42-0.66 where 1 is right)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    deadline = time.monotonic() + COLLECTION_WAIT_S
+    while len(list(_collected_marks().glob("gw*"))) < workers and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 @pytest.fixture(autouse=True)
 def _timing_tests_run_alone(request, tmp_path_factory):
     """Under pytest-xdist, a `timing` test runs with no other test beside it: the other worker's
-    load would be timed with the code. It shuts a gate to tests not yet started, waits until the
-    running ones have left the room and holds it alone; any other test passes the gate and shares
-    the room. (flock on two files in the directory the workers share; without xdist, nothing.)"""
+    load would be timed with the code. It waits until every worker has collected, shuts a gate to
+    tests not yet started, waits until the running ones have left the room and holds it alone; any
+    other test passes the gate and shares the room. (flock on two files in the directory the workers
+    share; without xdist, nothing.)"""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         yield
         return
@@ -42,6 +72,7 @@ def _timing_tests_run_alone(request, tmp_path_factory):
     shared = tmp_path_factory.getbasetemp().parent
     with open(shared / "timing-gate.lock", "a") as gate, open(shared / "timing-room.lock", "a") as room:
         if "timing" in request.keywords:
+            _wait_for_every_worker_to_collect()
             fcntl.flock(gate, fcntl.LOCK_EX)
             fcntl.flock(room, fcntl.LOCK_EX)
         else:
