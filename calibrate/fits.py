@@ -62,8 +62,8 @@ PARTNER_CORRELATION = 0.1
 # same parameters, to 3 digits, that 1e-5 reaches in 23.
 FTOL = 1e-5
 # At most this many evaluations per round of a fit: a cross-validation fold of the recorded Zen 4
-# full run crawled 301 (9 s of a 26 s refit) where the others stopped within 71; at a cap of 60 the
-# fourteen recorded runs re-fit to the same figures (issue 50). A capped round is a round like
+# full run crawled 301 (9 s of a 26 s refit) where the others stopped within 71; at a cap of 60, and of
+# 100, the fourteen recorded runs re-fit to the same figures (issue 50). A capped round is a round like
 # another: its parameters are judged (held, unconstrained) as usual.
 MAX_NFEV = 100
 

@@ -55,7 +55,7 @@ class PhaseBars:
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    from chipcal.calibrate.run import DEFAULT_BATCHES, DEFAULT_MODELS, QUICK_MODELS
+    from chipcal.calibrate.config import DEFAULT_BATCHES, DEFAULT_MODELS, QUICK_MODELS
 
     p = Parser(prog=prog or "chipcal calibrate", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", type=device_arg, help="cpu (default), cuda or cuda:N")
@@ -158,8 +158,9 @@ def _body(args: argparse.Namespace) -> int:
     check_device(args.device)
 
     from chipcal.calibrate import rerun, store
+    from chipcal.calibrate.config import QUICK_MODELS, CalibrationConfig
     from chipcal.calibrate.journal import Journal
-    from chipcal.calibrate.run import QUICK_MODELS, CalibrationConfig, run_calibration
+    from chipcal.calibrate.run import run_calibration
 
     args.out = args.out or "results"
     store.check_writable(Path(args.out))

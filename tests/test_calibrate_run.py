@@ -18,6 +18,7 @@ import pytest
 
 from chipcal.calibrate import run as calrun
 from chipcal.calibrate import store
+from chipcal.calibrate.config import MODEL_MAX_CALL_S, QUICK_MODELS, CalibrationConfig
 from chipcal.calibrate.fits import saturating
 from chipcal.calibrate.layer_fits import MODEL_SIGMA_FLOOR
 from chipcal.measure.timing import Measurement
@@ -170,7 +171,7 @@ class Recorder:
 def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
     chip, truth = fake_machine
     progress = Recorder()
-    doc = calrun.run_calibration(calrun.CalibrationConfig(models=MODELS, batches=(1,)), progress=progress).to_dict()
+    doc = calrun.run_calibration(CalibrationConfig(models=MODELS, batches=(1,)), progress=progress).to_dict()
     # every phase of the run is timed once, in the order it ran (the rounds add to their phases)
     assert [p["phase"] for p in doc["phases"]] == [
         "identify", "GEMM sweep", "bandwidth", "power", "host probes: first touch, layout, dispatch, threads",
@@ -237,7 +238,7 @@ def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machi
 
     chip, _ = fake_machine
     resident_before = psutil.Process().memory_info().rss
-    doc = calrun.run_calibration(calrun.CalibrationConfig(quick=True, models=("resnet18",), batches=(1,)))
+    doc = calrun.run_calibration(CalibrationConfig(quick=True, models=("resnet18",), batches=(1,)))
     # the peak resident memory it records lies between what this process held before it and the
     # kernel's high-water mark read from /proc afterwards (VmHWM, a second interface to it); the
     # kernel syncs each thread's resident-page count every 64 page events, so allow 4 MiB of lag
@@ -299,7 +300,7 @@ def test_interrupted_run_resumes_from_its_journal(fake_machine, small_suite, tmp
     board = SensedBoard()
     monkeypatch.setattr(power, "open_power_source", lambda device: power.PowerSource(available=True, reason=""))
     monkeypatch.setattr(power_phase, "power_phase", board.phase)
-    config = calrun.CalibrationConfig(quick=True, models=("resnet18",), batches=(1, 8))
+    config = CalibrationConfig(quick=True, models=("resnet18",), batches=(1, 8))
     journal = Journal.create(tmp_path / "out", config)
     real_model = models.measure_model
     calls = []
@@ -339,7 +340,7 @@ def test_a_journal_resumes_on_its_own_machine_and_torch_only(tmp_path):
     (or this one after a torch upgrade) could pick the journal up."""
     from chipcal.calibrate.journal import Journal, JournalError, NoJournal, same_machine
 
-    journal = Journal.create(tmp_path, calrun.CalibrationConfig(quick=True))
+    journal = Journal.create(tmp_path, CalibrationConfig(quick=True))
     same_machine(journal, "amd-epyc-2c-53ceb17a", "2.15.0")          # started: recorded
     same_machine(Journal.open(journal.directory)[0], "amd-epyc-2c-53ceb17a", "2.15.0")   # resumed here: fine
     for slug, torch_version in (("amd-epyc-2c-c90a32d0", "2.15.0"), ("amd-epyc-2c-53ceb17a", "2.14.1")):
@@ -370,7 +371,7 @@ def test_a_noisy_host_times_more_rounds_and_says_what_its_noise_permits(fake_mac
         return dataclasses.replace(m, latency=latency)
 
     monkeypatch.setattr(models, "measure_model", swinging)
-    doc = calrun.run_calibration(calrun.CalibrationConfig(quick=True, models=("resnet18",), batches=(1,)))
+    doc = calrun.run_calibration(CalibrationConfig(quick=True, models=("resnet18",), batches=(1,)))
     val = doc.validation
     assert 2 < val.rounds <= noise.MAX_ROUNDS == len(calls)
     assert val.noise_rel > noise.allowed() and val.noise_permits >= val.noise_rel
@@ -384,5 +385,5 @@ def test_a_noisy_host_times_more_rounds_and_says_what_its_noise_permits(fake_mac
 def test_a_validation_pass_longer_than_half_its_share_is_skipped():
     # --quick: 70 s over 9 models x 2 batches = 3.89 s an entry, half of it 1.94 s; the full job:
     # 200 s over 11 x 2 = 9.09 s, half 4.55 s, so the 4 s bound holds
-    assert calrun.CalibrationConfig(quick=True, models=calrun.QUICK_MODELS).max_call_s == pytest.approx(70 / 18 / 2)
-    assert calrun.CalibrationConfig().max_call_s == calrun.MODEL_MAX_CALL_S == 4.0
+    assert CalibrationConfig(quick=True, models=QUICK_MODELS).max_call_s == pytest.approx(70 / 18 / 2)
+    assert CalibrationConfig().max_call_s == MODEL_MAX_CALL_S == 4.0

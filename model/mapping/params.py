@@ -111,9 +111,9 @@ def _class_table(name: str, table: Mapping[str, float], allow_zero: bool) -> Map
     return MappingProxyType({c: _number(f"{name}.{c}", table[c], allow_zero) for c in OP_CLASSES})
 
 
-def _family_params(fields: dict) -> FamilyParams:
+def _family_params(values: dict) -> FamilyParams:
     """FamilyParams rebuilt from its pickled fields (FamilyParams.__reduce__)."""
-    return FamilyParams(**fields)
+    return FamilyParams(**values)
 
 
 # glibc malloc serves a request above its mmap threshold with a fresh mapping and unmaps it on
