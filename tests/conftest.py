@@ -138,7 +138,7 @@ def characterize_once(_workloads):
     """For a test module: each torchvision model (by name, batch, input size, partition) and each
     micro-layer or chain of measure.layers (by label and partition) is characterized once per
     session, by whichever pytest-xdist worker needs it first (the other reads it back:
-    model/workload/serialize.py round-trips a Workload to an equal one). A Workload is a frozen
+    src/chipcal/model/workload/serialize.py round-trips a Workload to an equal one). A Workload is a frozen
     record and characterizing the same module again gives an equal one; the tests of
     characterization itself do not use this."""
     import hashlib

@@ -1,4 +1,4 @@
-"""One cache root for measurements and workloads, decided in measure/cache.py."""
+"""One cache root for measurements and workloads, decided in src/chipcal/measure/cache.py."""
 
 from __future__ import annotations
 

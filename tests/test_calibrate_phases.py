@@ -9,7 +9,7 @@ from recorded import reference_document
 
 from chipcal.calibrate.document import CalibrationDocument
 from chipcal.calibrate.phases import PhaseClock, PhaseTime
-from chipcal.calibrate.report import render_markdown
+from chipcal.report.calibration import render_markdown
 
 
 def test_a_phase_named_again_adds_to_its_time():

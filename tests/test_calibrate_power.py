@@ -5,7 +5,7 @@ calibrate.sustain and flagged per precision; and the refit of the recorded `cali
 whose power rows are fp32 only.
 
 Hand-worked figures use the file's own summary (second-half medians, tflops_sustained) and the
-model's V-f curve from model/fitted_constants.toml, not the code under test."""
+model's V-f curve from src/chipcal/model/fitted_constants.toml, not the code under test."""
 
 from __future__ import annotations
 

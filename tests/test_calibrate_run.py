@@ -230,11 +230,11 @@ def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
 
 @pytest.mark.slow
 def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machine, small_suite, tmp_path):
-    from chipcal.calibrate.report import run_writers
     from chipcal.calibrate.store import load_calibration
     from chipcal.model.estimate.prediction import predict
     from chipcal.model.registry import load_registry
     from chipcal.model.workload import characterize_model
+    from chipcal.report.calibration import run_writers
 
     chip, _ = fake_machine
     resident_before = psutil.Process().memory_info().rss
@@ -357,8 +357,8 @@ def test_a_noisy_host_times_more_rounds_and_says_what_its_noise_permits(fake_mac
     where the same network took up to twice as long a minute later): the quick run adds rounds to
     its 2 within its extra time, states the accuracy the noise permits, and flags it."""
     from chipcal.calibrate import noise
-    from chipcal.calibrate.report import render_markdown
     from chipcal.measure import models
+    from chipcal.report.calibration import render_markdown
 
     real_model = models.measure_model
     calls = []

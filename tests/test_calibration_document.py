@@ -189,8 +189,8 @@ def test_the_gpu_power_sections_round_trip(tmp_path):
     assert [e.precision for e in doc.power.precisions] == ["fp32", "tf32", "fp16", "bf16", "fp8"]
     assert doc.observations.holds[-1].sample_clock_events[-1] == 4       # sw_power_cap at the end of the fp8 trace
     # the report: a row per precision with its engine and clock events, and the holds' power plot
-    from chipcal.calibrate.plots import plot_writers
-    from chipcal.calibrate.report import render_markdown
+    from chipcal.report.calibration import render_markdown
+    from chipcal.report.plots import plot_writers
 
     text = render_markdown(doc)
     assert "physics at spec" in text and text.count("| tensor_cores |") == 4 and "| fp32 | cuda_cores |" in text
@@ -232,7 +232,7 @@ def test_the_report_says_which_peaks_came_from_the_measurement_cache():
     like two measurements)."""
     import dataclasses
 
-    from chipcal.calibrate.report import render_markdown
+    from chipcal.report.calibration import render_markdown
 
     doc = CalibrationDocument.from_dict(reference_document())
     assert "measurement cache" not in render_markdown(doc)
@@ -249,7 +249,7 @@ def test_the_report_warns_of_a_fitted_value_its_uncertainty_swallows():
     import dataclasses
 
     from chipcal.calibrate.document import FitRecord
-    from chipcal.calibrate.report import render_markdown
+    from chipcal.report.calibration import render_markdown
 
     doc = CalibrationDocument.from_dict(reference_document())
     fit = FitRecord(name="switch_overhead", model="t(chain) = ...", parameters={

@@ -110,3 +110,27 @@ def test_every_finding_is_dated_indexed_and_linked_both_ways():
         assert f"]({f.name})" in index, f"{f.name} is not in docs/findings/README.md"
         assert re.search(r"\]\(\.\./[a-z_-]+\.md", text), f"{f.name} links no reference page"
         assert f"findings/{f.name}" in reference, f"no reference page links {f.name}"
+
+
+# a file of the package named by its path from the repository root, and one named without it
+PACKAGE_PATH = re.compile(r"src/chipcal/[\w/.*-]*[\w*/]")
+ROOMLESS_PATH = re.compile(r"(?<![\w/.-])(?:model|measure|calibrate|report|validate|cli)/[\w/]+\.(?:py|toml|csv|json)\b")
+
+
+def stale_paths(path: Path) -> list[str]:
+    """Paths in `path` (code blocks included) to package files that do not exist, and paths
+    that name a room without src/chipcal/ in front (the layout before issue 51)."""
+    text = path.read_text(encoding="utf-8")
+    missing = [p for p in PACKAGE_PATH.findall(text) if not list(ROOT.glob(p.rstrip("/")))]
+    return missing + ROOMLESS_PATH.findall(text)
+
+
+def test_a_stale_path_is_found(tmp_path):
+    page = tmp_path / "a.md"
+    page.write_text("`src/chipcal/model/power.py` `src/chipcal/model/gone.py` (model/tdp.py) model/batch size\n")
+    assert stale_paths(page) == ["src/chipcal/model/gone.py", "model/tdp.py"]
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_paths_to_the_package_exist(path):
+    assert stale_paths(path) == []

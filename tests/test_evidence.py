@@ -69,7 +69,7 @@ def test_fitted_constants_stay_inside_their_bands(report):
 
 
 def test_shipped_constants_are_a_fresh_fit(report):
-    # model/fitted_constants.toml is generated (`compare_tdp_registry --refit`): a change of the
+    # src/chipcal/model/fitted_constants.toml is generated (`compare_tdp_registry --refit`): a change of the
     # evidence or of the model must regenerate it
     shipped = Path(power.__file__).with_name(power.FITTED_FILE).read_text()
     assert shipped == evidence.fitted_constants_toml(report)

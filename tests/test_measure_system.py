@@ -293,7 +293,7 @@ def test_identify_unknown_gpu_is_a_one_line_chipcal_error():
     fp = dataclasses.replace(gpu_fp("NVIDIA GeForce RTX 4090 D", 114, 24564, 425), gpu_pci_device_id="10de:2685")
     with pytest.raises(UnknownDevice) as info:
         identify(fp, "cuda:0", load_registry())
-    assert isinstance(info.value, ChipcalError) and "\n" not in str(info.value) and "model/hardware" in str(info.value)
+    assert isinstance(info.value, ChipcalError) and "\n" not in str(info.value) and "src/chipcal/model/hardware" in str(info.value)
 
 
 def test_identify_registry_cpu_only_with_its_core_count():

@@ -35,7 +35,7 @@ def _measured(kind: str):
 def test_fp32_gemm_power_on_h100_by_size_within_15_percent_of_nvml(n):
     # the sweep's 2 s runs of n^3 fp32 SGEMM: 579, 637, 677, 685 W at 38.2, 50.6, 51.8, 51.5 TFLOP/s
     # at the 1.98 GHz boost; the model at that clock, with the constants fitted on the sustained runs
-    # (model/fitted_constants.toml), is +12 %, +11 %, +8 %, +7 %
+    # (src/chipcal/model/fitted_constants.toml), is +12 %, +11 %, +8 %, +7 %
     row = next(r for r in RUN["observations"]["power"] if r["kind"] == "gemm" and r["label"] == f"gemm {n}^3 fp32")
     p = predict(workload([gemm_subgraph(0, n, n, n)]), chip("h100-sxm5"), "fp32")
     assert p.listed_clock_power_w == pytest.approx(row["avg_power_w"], rel=0.15)

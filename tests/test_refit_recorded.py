@@ -141,7 +141,7 @@ XEON = "intel-xeon-spr-2vcpu-20261126"
 def test_subnormal_assists_bring_swin_t_on_the_recorded_xeon_toward_its_measurement(refitted):
     """On the Sapphire Rapids VM swin_t's shifted-window mask (-100) makes half of each masked
     window's softmax subnormal, and every SIMD instruction that takes one pays a microcode assist
-    (model/workload/subnormal.py). The same fitted parameters on the same chip without the assist
+    (src/chipcal/model/workload/subnormal.py). The same fitted parameters on the same chip without the assist
     term predict swin_t faster: further from its recorded times at both batches. vit_b_16 (no mask)
     does not move."""
     import dataclasses

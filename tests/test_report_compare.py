@@ -11,9 +11,10 @@ import pytest
 from html_check import check_page
 from recorded import reference_document
 
-from chipcal.calibrate import compare, store
+from chipcal.calibrate import store
 from chipcal.calibrate.document import CalibrationDocument
 from chipcal.cli import report as report_cli
+from chipcal.report import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 

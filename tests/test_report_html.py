@@ -16,7 +16,9 @@ import pytest
 from html_check import Page, assert_sorted, check_page, png_size
 from recorded import reference_run_dir
 
-from chipcal.calibrate import render, report, store
+from chipcal.calibrate import store
+from chipcal.report import calibration as report
+from chipcal.report import render
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = sorted(p.parent for p in ROOT.glob("results/*/*/calibration.json"))
@@ -188,7 +190,7 @@ def test_every_report_opens_in_chromium_without_network(tmp_path, cli):
 def test_plots_label_their_axes_and_points_without_overlaps(draw):
     """On a main job with 22 held-out cases (11 models × batch 1, 8): axes say quantity and unit,
     every model point is named, and no two names overlap once drawn."""
-    from chipcal.calibrate import plots
+    from chipcal.report import plots
 
     doc = store.load(ROOT / "results" / "amd-epyc-2c-c90a32d0" / "20261126T042801Z")
     fig = getattr(plots, draw)(doc)

@@ -10,8 +10,8 @@ from recorded import MACHINES
 
 from chipcal.calibrate import store
 from chipcal.calibrate.document import CalibrationDocument
-from chipcal.calibrate.report import render_markdown
 from chipcal.calibrate.rerun import compare, previous_run, with_rerun
+from chipcal.report.calibration import render_markdown
 
 ZEN5 = MACHINES / "amd-epyc-zen5-2vcpu"
 

@@ -15,8 +15,8 @@ import pytest
 from recorded import report_document
 
 from chipcal.calibrate import store
-from chipcal.calibrate.index import RunSummary, chosen, cited, history_markdown, uncited
 from chipcal.cli import report as report_cli
+from chipcal.report.index import RunSummary, chosen, cited, history_markdown, uncited
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"

@@ -11,10 +11,10 @@ from recorded import MACHINES
 from chipcal.calibrate import flags as gap
 from chipcal.calibrate.document import CalibrationDocument, ThreadsSection
 from chipcal.calibrate.journal import NoJournal
-from chipcal.calibrate.report import render_markdown
 from chipcal.calibrate.threads import thread_section
 from chipcal.measure.threads import probe_thread_scaling
 from chipcal.measure.timing import fixed_threads
+from chipcal.report.calibration import render_markdown
 
 
 def test_two_threads_that_do_one_cores_work_are_flagged():

@@ -1,5 +1,5 @@
 """Power-limited clocks: a run whose average power at the listed clocks exceeds the TDP is
-predicted at the clock where it meets it (model/estimate/throttle.py)."""
+predicted at the clock where it meets it (src/chipcal/model/estimate/throttle.py)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from test_mapping import (
     workload,
 )
 
-from chipcal.calibrate.validate import compare, load_corpus
 from chipcal.measure import system, workloads
 from chipcal.model import power
 from chipcal.model.estimate.prediction import predict
 from chipcal.model.estimate.throttle import S_MIN, power_limited_fraction, with_power_limit
 from chipcal.model.registry import RegistryError, chip_from_dict
+from chipcal.validate.corpus import compare, load_corpus
 
 RAW_T4 = tomllib.loads((Path(power.__file__).parent / "hardware" / "t4.toml").read_text())
 

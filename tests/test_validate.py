@@ -13,11 +13,11 @@ from types import SimpleNamespace
 import pytest
 from test_mapping import REGISTRY, mlp
 
-from chipcal.calibrate import validate
-from chipcal.calibrate.validate import COLUMNS, CorpusError, load_corpus, summarize
 from chipcal.cli import validate as validate_cli
 from chipcal.measure import workloads
 from chipcal.model.estimate.prediction import predict
+from chipcal.validate import corpus as validate
+from chipcal.validate.corpus import COLUMNS, CorpusError, load_corpus, summarize
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "validation.md"
 RESULTS = DOCS.with_name("validation_results.md")

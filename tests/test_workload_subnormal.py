@@ -1,4 +1,4 @@
-"""Subnormal fp32 operands in a traced network (model/workload/subnormal.py) and what an Intel core
+"""Subnormal fp32 operands in a traced network (src/chipcal/model/workload/subnormal.py) and what an Intel core
 pays for them (mapping/cpu.assist_cycles): counts worked out by hand on a masked attention."""
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Running a calibration and fitting the model to it; the calibration document it writes."""

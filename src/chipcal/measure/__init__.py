@@ -1,0 +1,1 @@
+"""Measurement probes on this machine: GEMM peak, bandwidth, timings, power, host facts."""

@@ -1,0 +1,1 @@
+"""Calibration documents read back: the run report (markdown, HTML, plots), the results index, two runs compared."""

@@ -1,0 +1,1 @@
+"""Predictions checked against published measurements (the validation corpus); MLPerf lands here."""
