@@ -122,6 +122,183 @@ def fit_saturating_efficiency(work_flop: Sequence[float], efficiency: Sequence[f
     )
 
 
+@dataclass(frozen=True)
+class _LogProblem:
+    """fit_log_latency's problem in log space: bounds, prior centre and widths per parameter,
+    the measurements and their uncertainties."""
+
+    names: list[str]
+    predict: Callable[[dict[str, float]], np.ndarray]
+    measured: np.ndarray
+    sigma: np.ndarray           # each measurement's uncertainty, log units
+    lo: np.ndarray              # log bounds
+    hi: np.ndarray
+    centre: np.ndarray          # log prior centres
+    start: np.ndarray           # log starting values, inside the bounds
+    hold: np.ndarray            # where a parameter the data cannot constrain is held at first
+    widths: np.ndarray          # prior widths, log units (inf: no prior)
+    has_prior: np.ndarray
+    at_ceiling: np.ndarray      # the upper bound is a physical limit: held there when run into
+    robust: bool
+
+    @property
+    def n_data(self) -> int:
+        return len(self.measured)
+
+    def residual(self, x: np.ndarray) -> np.ndarray:
+        """Data residuals log(predicted/measured) / sigma, then (log p − log c) / width for each
+        parameter with a prior."""
+        params = dict(zip(self.names, np.exp(x), strict=True))
+        data = (np.log(np.asarray(self.predict(params), dtype=float)) - np.log(self.measured)) / self.sigma
+        if not self.has_prior.any():
+            return data
+        return np.concatenate([data, (x - self.centre)[self.has_prior] / self.widths[self.has_prior]])
+
+
+def _log_problem(names: Sequence[str], x0: Sequence[float], predict: Callable[[dict[str, float]], np.ndarray],
+                 measured_s: Sequence[float], lower: Sequence[float] | None, upper: Sequence[float] | None,
+                 prior_sigma: float | Sequence[float | None] | None, data_sigma: float | Sequence[float],
+                 robust: bool, prior_centre: Sequence[float] | None,
+                 ceiling: Sequence[bool] | None) -> _LogProblem:
+    """fit_log_latency's arguments as log-space arrays, one entry per parameter (scalars
+    broadcast); ValueError for a latency that is not positive."""
+    measured = np.asarray(measured_s, dtype=float)
+    if np.any(measured <= 0):
+        raise ValueError("measured latencies must be positive")
+    names = list(names)
+    lo = np.log(lower) if lower is not None else np.full(len(names), -np.inf)
+    hi = np.log(upper) if upper is not None else np.full(len(names), np.inf)
+    centre = np.log(np.asarray(x0 if prior_centre is None else prior_centre, dtype=float))
+    start = np.clip(np.log(np.asarray(x0, dtype=float)), lo + 1e-9, hi - 1e-9)
+    hold = np.clip(centre, lo, hi)
+    sigma = np.broadcast_to(np.asarray(data_sigma, dtype=float), measured.shape)
+    per_parameter = np.broadcast_to(np.asarray(prior_sigma, dtype=object), (len(names),))
+    widths = np.array([np.inf if w is None else float(w) for w in per_parameter])
+    at_ceiling = np.broadcast_to(np.asarray(False if ceiling is None else ceiling, dtype=bool), (len(names),))
+    return _LogProblem(names=names, predict=predict, measured=measured, sigma=sigma, lo=lo, hi=hi, centre=centre,
+                       start=start, hold=hold, widths=widths, has_prior=np.isfinite(widths), at_ceiling=at_ceiling,
+                       robust=robust)
+
+
+def _solve(problem: _LogProblem, held: np.ndarray, free: np.ndarray) -> optimize.OptimizeResult:
+    """Fit the `free` parameters (trust-region reflective within the bounds, FTOL, at most
+    MAX_NFEV evaluations; soft-L1 loss when robust); the others stay where `held` holds them."""
+    def partial(xf: np.ndarray) -> np.ndarray:
+        x = held.copy()
+        x[free] = xf
+        return problem.residual(x)
+
+    return optimize.least_squares(partial, problem.start[free], bounds=(problem.lo[free], problem.hi[free]),
+                                  method="trf", ftol=FTOL, max_nfev=MAX_NFEV,
+                                  x_scale="jac", loss="soft_l1" if problem.robust else "linear", f_scale=2.0)
+
+
+@dataclass(frozen=True)
+class _Round:
+    """One round of the fit: every parameter's log value (the free ones fitted) and what the
+    Jacobian says about them."""
+
+    x: np.ndarray
+    cov: np.ndarray             # _covariance over every parameter (held ones: zero columns)
+    se_log: np.ndarray          # 1-sigma of each log value
+    dead: np.ndarray            # no data residual moves with it (zero Jacobian column)
+
+
+def _fit_round(problem: _LogProblem, held: np.ndarray, free: np.ndarray) -> _Round:
+    """Solve for the `free` parameters and place the solution among the held ones."""
+    sol = _solve(problem, held, free)
+    x = held.copy()
+    x[free] = sol.x
+    jac = np.zeros((len(sol.fun), len(problem.names)))
+    jac[:, free] = sol.jac
+    cov = _covariance(jac, sol.fun)
+    se_log = np.sqrt(np.clip(np.diag(cov), 0, None))
+    dead = np.all(np.abs(jac[:problem.n_data]) < 1e-12, axis=0)
+    return _Round(x=x, cov=cov, se_log=se_log, dead=dead)
+
+
+def _partners(cov: np.ndarray, i: int) -> set[int]:
+    """The parameters whose estimates correlate with parameter i's beyond PARTNER_CORRELATION
+    (|cov_ij| / sqrt(cov_ii cov_jj)): they trade off with it."""
+    scale = np.sqrt(np.clip(cov[i, i] * np.diag(cov), 1e-300, None))
+    return {j for j in np.flatnonzero(np.abs(cov[i]) / scale > PARTNER_CORRELATION) if j != i}
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """What one round decides about its free parameters."""
+
+    held_back: list[int]        # newly held: at the prior centre, or at a ceiling
+    ceiling: list[int]          # of those, the ones held at their upper bound
+    reasons: dict[str, str]     # parameter -> why the data could not constrain it, in the order judged
+
+
+def _judge(problem: _LogProblem, rnd: _Round, held: np.ndarray, free: np.ndarray) -> _Verdict:
+    """Which free parameters to hold (fit_log_latency's docstring), the widest first: one run
+    into a ceiling is held there; with a prior, one run into a bound, dead, or wider than
+    UNCONSTRAINED_SE_LOG is held at its prior centre, but a loose one whose partner this round
+    holds is left for the next round to judge. A parameter without a prior is named, not held."""
+    x, lo, hi = rnd.x, problem.lo, problem.hi
+    held_back: list[int] = []
+    ceiling: list[int] = []
+    reasons: dict[str, str] = {}
+    partners: set[int] = set()   # loose parameters that trade off with one held this round
+    for i in sorted(range(len(problem.names)), key=lambda j: -rnd.se_log[j]):     # the widest first
+        if not free[i]:
+            continue
+        nm = problem.names[i]
+        kept = f"; the prior {np.exp(held[i]):.3g} is kept" if problem.has_prior[i] else ""
+        if problem.at_ceiling[i] and hi[i] - x[i] < AT_BOUND_LOG:
+            ceiling.append(i)
+            reasons[nm] = f"ran into its upper bound ({np.exp(hi[i]):.3g}), a physical limit: held there"
+            held_back.append(i)
+            continue
+        if x[i] - lo[i] < AT_BOUND_LOG or hi[i] - x[i] < AT_BOUND_LOG:
+            reasons[nm] = f"ran into its bound ({np.exp(x[i]):.3g}){kept}"
+        elif rnd.dead[i]:
+            reasons[nm] = f"the data cannot constrain it (1-sigma beyond a factor e){kept}"
+        elif problem.has_prior[i] and not rnd.se_log[i] < UNCONSTRAINED_SE_LOG:
+            if i in partners:       # its partner is held: the next round says whether it still is loose
+                continue
+            reasons[nm] = f"the data cannot constrain it (1-sigma beyond a factor e){kept}"
+            partners |= _partners(rnd.cov, i)
+        else:
+            continue
+        if problem.has_prior[i]:
+            held_back.append(i)
+    return _Verdict(held_back=held_back, ceiling=ceiling, reasons=reasons)
+
+
+def _model_text(model: str, problem: _LogProblem, prior_sigma: float | Sequence[float | None] | None) -> str:
+    """The formula fitted, with the prior's widths and the loss when they apply."""
+    width_text = (f"{prior_sigma:g}" if np.isscalar(prior_sigma) else
+                  ", ".join(f"{n} {w:g}" for n, w, p in zip(problem.names, problem.widths, problem.has_prior,
+                                                            strict=True) if p))
+    model_text = (f"{model}; log-normal prior sigma={width_text} around the starting values"
+                  if problem.has_prior.any() else model)
+    if problem.robust:
+        model_text += "; soft-L1 loss (f_scale 2 sigma)"
+    return model_text
+
+
+def _log_fit_result(problem: _LogProblem, name: str, model: str,
+                    prior_sigma: float | Sequence[float | None] | None, x: np.ndarray, rnd: _Round,
+                    free: np.ndarray, unconstrained: dict[str, str]) -> FitResult:
+    """The FitResult at log values `x`: stderr by the delta method (p · se(log p); nan for a dead or
+    held parameter) from the last round; residuals and R² of the data only."""
+    values = np.exp(x)
+    stderr = np.where(rnd.dead | ~free, np.nan, values * rnd.se_log)
+    fitted = np.asarray(problem.predict(dict(zip(problem.names, values, strict=True))), dtype=float)
+    return FitResult(
+        name=name, model=_model_text(model, problem, prior_sigma),
+        parameters=dict(zip(problem.names, map(float, values), strict=True)),
+        stderr=dict(zip(problem.names, map(float, stderr), strict=True)),
+        residuals=tuple(map(float, problem.residual(x)[:problem.n_data] * problem.sigma)),
+        residual_space="log(predicted/measured latency)",
+        r2=_r2(np.log(problem.measured), np.log(fitted)), n=len(problem.measured), unconstrained=unconstrained,
+    )
+
+
 def fit_log_latency(names: Sequence[str], x0: Sequence[float],
                     predict: Callable[[dict[str, float]], np.ndarray],
                     measured_s: Sequence[float], name: str, model: str,
@@ -156,95 +333,22 @@ def fit_log_latency(names: Sequence[str], x0: Sequence[float],
     `ceiling` whose upper bound is a physical limit is held at that bound instead when it runs
     into it: the data want at least the limit, and the prior centre would be the far side.
     """
-    measured = np.asarray(measured_s, dtype=float)
-    if np.any(measured <= 0):
-        raise ValueError("measured latencies must be positive")
-    names = list(names)
-    lo = np.log(lower) if lower is not None else np.full(len(names), -np.inf)
-    hi = np.log(upper) if upper is not None else np.full(len(names), np.inf)
-    centre = np.log(np.asarray(x0 if prior_centre is None else prior_centre, dtype=float))
-    start = np.clip(np.log(np.asarray(x0, dtype=float)), lo + 1e-9, hi - 1e-9)
-    held = np.clip(centre, lo, hi)       # where a parameter the data cannot constrain is held
-    n_data = len(measured)
-    sigma = np.broadcast_to(np.asarray(data_sigma, dtype=float), measured.shape)
-    per_parameter = np.broadcast_to(np.asarray(prior_sigma, dtype=object), (len(names),))
-    widths = np.array([np.inf if w is None else float(w) for w in per_parameter])
-    has_prior = np.isfinite(widths)
-    at_ceiling = np.broadcast_to(np.asarray(False if ceiling is None else ceiling, dtype=bool), (len(names),))
-
-    def residual(x: np.ndarray) -> np.ndarray:
-        params = dict(zip(names, np.exp(x), strict=True))
-        data = (np.log(np.asarray(predict(params), dtype=float)) - np.log(measured)) / sigma
-        if not has_prior.any():
-            return data
-        return np.concatenate([data, (x - centre)[has_prior] / widths[has_prior]])
-
-    def solve(free: np.ndarray) -> optimize.OptimizeResult:
-        """Fit the `free` parameters; the others stay at their prior centres."""
-        def partial(xf: np.ndarray) -> np.ndarray:
-            x = held.copy()
-            x[free] = xf
-            return residual(x)
-
-        return optimize.least_squares(partial, start[free], bounds=(lo[free], hi[free]), method="trf", ftol=FTOL,
-                                      max_nfev=MAX_NFEV,
-                                      x_scale="jac", loss="soft_l1" if robust else "linear", f_scale=2.0)
-
-    free = np.ones(len(names), dtype=bool)
+    problem = _log_problem(names, x0, predict, measured_s, lower, upper, prior_sigma, data_sigma, robust,
+                           prior_centre, ceiling)
+    held = problem.hold.copy()      # where each parameter the data cannot constrain is held
+    free = np.ones(len(problem.names), dtype=bool)
     unconstrained: dict[str, str] = {}
     while True:     # again with each round's unconstrained parameters held (prior or ceiling), until none is new
-        sol = solve(free)
-        x = held.copy()
-        x[free] = sol.x
-        jac = np.zeros((len(sol.fun), len(names)))
-        jac[:, free] = sol.jac
-        cov = _covariance(jac, sol.fun)
-        se_log = np.sqrt(np.clip(np.diag(cov), 0, None))
-        dead = np.all(np.abs(jac[:n_data]) < 1e-12, axis=0)
-        held_back = []      # indices newly held: at the prior centre, or at a ceiling
-        partners: set[int] = set()   # loose parameters that trade off with one held this round
-        for i in sorted(range(len(names)), key=lambda j: -se_log[j]):     # the widest first
-            if not free[i]:
-                continue
-            nm = names[i]
-            kept = f"; the prior {np.exp(held[i]):.3g} is kept" if has_prior[i] else ""
-            if at_ceiling[i] and hi[i] - x[i] < AT_BOUND_LOG:
-                held[i] = hi[i]
-                unconstrained[nm] = f"ran into its upper bound ({np.exp(hi[i]):.3g}), a physical limit: held there"
-                held_back.append(i)
-                continue
-            if x[i] - lo[i] < AT_BOUND_LOG or hi[i] - x[i] < AT_BOUND_LOG:
-                unconstrained[nm] = f"ran into its bound ({np.exp(x[i]):.3g}){kept}"
-            elif dead[i]:
-                unconstrained[nm] = f"the data cannot constrain it (1-sigma beyond a factor e){kept}"
-            elif has_prior[i] and not se_log[i] < UNCONSTRAINED_SE_LOG:
-                if i in partners:       # its partner is held: the next round says whether it still is loose
-                    continue
-                unconstrained[nm] = f"the data cannot constrain it (1-sigma beyond a factor e){kept}"
-                scale = np.sqrt(np.clip(cov[i, i] * np.diag(cov), 1e-300, None))
-                partners |= {j for j in np.flatnonzero(np.abs(cov[i]) / scale > PARTNER_CORRELATION) if j != i}
-            else:
-                continue
-            if has_prior[i]:
-                held_back.append(i)
-        if not held_back:
+        rnd = _fit_round(problem, held, free)
+        x = rnd.x
+        verdict = _judge(problem, rnd, held, free)
+        unconstrained.update(verdict.reasons)
+        for i in verdict.ceiling:
+            held[i] = problem.hi[i]
+        if not verdict.held_back:
             break
-        free[held_back] = False
+        free[verdict.held_back] = False
         if not free.any():
             x = held.copy()
             break
-    values = np.exp(x)
-    stderr = np.where(dead | ~free, np.nan, values * se_log)
-    fitted = np.asarray(predict(dict(zip(names, values, strict=True))), dtype=float)
-    width_text = (f"{prior_sigma:g}" if np.isscalar(prior_sigma) else
-                  ", ".join(f"{n} {w:g}" for n, w, p in zip(names, widths, has_prior, strict=True) if p))
-    model_text = f"{model}; log-normal prior sigma={width_text} around the starting values" if has_prior.any() else model
-    if robust:
-        model_text += "; soft-L1 loss (f_scale 2 sigma)"
-    return FitResult(
-        name=name, model=model_text,
-        parameters=dict(zip(names, map(float, values), strict=True)),
-        stderr=dict(zip(names, map(float, stderr), strict=True)),
-        residuals=tuple(map(float, residual(x)[:n_data] * sigma)), residual_space="log(predicted/measured latency)",
-        r2=_r2(np.log(measured), np.log(fitted)), n=len(measured), unconstrained=unconstrained,
-    )
+    return _log_fit_result(problem, name, model, prior_sigma, x, rnd, free, unconstrained)

@@ -163,13 +163,10 @@ def _native_only(spec: CpuSpec, rates: dict[str, float]) -> dict[str, float]:
     return {p: r for p, r in rates.items() if p in ("fp64", "fp32") or p in spec.native_precisions}
 
 
-def chip_from_cpu(spec: CpuSpec) -> Chip:
-    """The local CPU as a Chip: a SIMD FMA engine (+ AMX engine), peaks derived per core and clock."""
-    cls = cpu_class(spec.vendor, spec.arch, spec.simd_bits, spec.has_amx, spec.cpu_family)
-    is_arm = cls.key == "arm"
-    share = spec.cores / cls.reference_cores
-    fma_note = spec.fma_source or f"assumed: {spec.fma_units_per_core} FMA units per core ({cls.source})"
-    engines = [{
+def _simd_engine(spec: CpuSpec, is_arm: bool, fma_note: str) -> dict:
+    """The registry table of the SIMD FMA engine: one unit per core at the reported clock, MAC
+    rates by precision from _simd_rates."""
+    return {
         "name": "simd_fma",
         "circuit": "arm_core" if is_arm else "x86_performance",
         "units": spec.cores,
@@ -177,21 +174,31 @@ def chip_from_cpu(spec: CpuSpec) -> Chip:
         "macs_per_unit_per_clock": _simd_rates(spec),
         "source": (f"derived: {spec.cores} cores × {spec.simd_bits}-bit SIMD × {spec.fma_units_per_core} "
                    f"FMA units at {spec.clock_hz / 1e9:.3f} GHz ({spec.clock_source}); {fma_note}"),
-    }]
-    amx_rates = _native_only(spec, {"bf16": AMX_BF16_MACS_PER_CLOCK, "int8": AMX_INT8_MACS_PER_CLOCK})
-    if spec.has_amx and amx_rates:
-        engines.append({
-            "name": "amx",
-            "circuit": "systolic_mac",
-            "units": spec.cores,
-            "clock_hz": spec.clock_hz,
-            "macs_per_unit_per_clock": amx_rates,
-            "source": ("derived: one AMX TMUL per core, 512 bf16 / 1024 int8 MAC per clock (Intel: 1024 "
-                       "BF16 / 2048 INT8 ops/cycle/core, 2 ops per MAC; TDPBF16PS = 8192 MAC per 16 "
-                       "cycles); circuit systolic_mac: TMUL is a 2-D FMA grid; clock "
-                       f"{spec.clock_source}"),
-        })
+    }
 
+
+def _amx_engine(spec: CpuSpec) -> dict | None:
+    """The registry table of the AMX engine (one TMUL per core, module docstring), or None when
+    the CPU has no AMX or torch runs none of its precisions natively."""
+    amx_rates = _native_only(spec, {"bf16": AMX_BF16_MACS_PER_CLOCK, "int8": AMX_INT8_MACS_PER_CLOCK})
+    if not (spec.has_amx and amx_rates):
+        return None
+    return {
+        "name": "amx",
+        "circuit": "systolic_mac",
+        "units": spec.cores,
+        "clock_hz": spec.clock_hz,
+        "macs_per_unit_per_clock": amx_rates,
+        "source": ("derived: one AMX TMUL per core, 512 bf16 / 1024 int8 MAC per clock (Intel: 1024 "
+                   "BF16 / 2048 INT8 ops/cycle/core, 2 ops per MAC; TDPBF16PS = 8192 MAC per 16 "
+                   "cycles); circuit systolic_mac: TMUL is a 2-D FMA grid; clock "
+                   f"{spec.clock_source}"),
+    }
+
+
+def _memory_table(spec: CpuSpec, cls: CpuClass, share: float) -> dict:
+    """The registry [memory] table: the measured bandwidth when the spec has one, else this
+    slice's per-core share of the reference socket's; the class's memory type; the OS total."""
     if spec.memory_bandwidth_bytes_per_s is not None:
         bandwidth = spec.memory_bandwidth_bytes_per_s
         bw_source = spec.memory_bandwidth_source or "measured: memory_bandwidth_bytes_per_s given in CpuSpec"
@@ -203,7 +210,26 @@ def chip_from_cpu(spec: CpuSpec) -> Chip:
     memory_type_note = (f"derived: {cls.memory_type} is the only memory {cls.description} supports"
                         if cls.key in ("intel-amx", "amd-avx512", "amd-zen5") else
                         f"assumed: {cls.memory_type} like the {cls.reference_part}")
+    return {
+        "type": cls.memory_type,
+        "bandwidth_bytes_per_s": bandwidth,
+        "capacity_bytes": spec.memory_bytes,
+        "source": f"{bw_source}; type {memory_type_note}; capacity measured: OS total memory",
+    }
 
+
+@dataclass(frozen=True)
+class _Caches:
+    """L2 per core and the last-level cache, with what was assumed about them (a source note)."""
+
+    l2_bytes_per_core: int
+    l3_bytes: int
+    note: str
+
+
+def _caches(spec: CpuSpec) -> _Caches:
+    """The OS's L2 and L3, filled in where it reported none: 1 MiB of L2 per core, and without an
+    L3 the total L2 as the last-level cache."""
     l2, l3 = spec.l2_bytes_per_core, spec.l3_bytes
     cache_note = f"; l3_bytes {spec.l3_source}" if spec.l3_source else ""
     if l2 <= 0:
@@ -211,7 +237,36 @@ def chip_from_cpu(spec: CpuSpec) -> Chip:
     if l3 <= 0:  # no L3: the last-level cache is the L2 of all cores
         l3 = l2 * spec.cores
         cache_note += "; no L3 reported: l3_bytes = total L2 (the last-level cache)"
+    return _Caches(l2_bytes_per_core=l2, l3_bytes=l3, note=cache_note)
 
+
+def _microarch_table(spec: CpuSpec, fma_note: str) -> dict:
+    """The registry [microarch] table: topology, SIMD width, caches, the matrix engine and the
+    subnormal assist cost where there is one."""
+    caches = _caches(spec)
+    return {
+        "cores": spec.cores,
+        "threads_per_core": spec.threads_per_core,
+        "simd_bits": spec.simd_bits,
+        "fma_units_per_core": spec.fma_units_per_core,
+        "l1d_bytes_per_core": spec.l1d_bytes_per_core,
+        "l2_bytes_per_core": caches.l2_bytes_per_core,
+        "l3_bytes": caches.l3_bytes,
+        **({"matrix_engine": "amx"} if spec.has_amx else {}),
+        **({"subnormal_assist_cycles": assist} if (assist := subnormal_assist_cycles(spec.vendor)) else {}),
+        "source": (f"measured: OS cache and topology report; {fma_note}{caches.note}"
+                   + (f"; subnormal_assist_cycles {SUBNORMAL_SOURCE}" if assist else "")),
+    }
+
+
+def chip_from_cpu(spec: CpuSpec) -> Chip:
+    """The local CPU as a Chip: a SIMD FMA engine (+ AMX engine), peaks derived per core and clock;
+    process node, TDP and memory type from its feature class's reference part (cpu_class), the
+    TDP and (unmeasured) bandwidth as this slice's per-core share of the reference socket's."""
+    cls = cpu_class(spec.vendor, spec.arch, spec.simd_bits, spec.has_amx, spec.cpu_family)
+    share = spec.cores / cls.reference_cores
+    fma_note = spec.fma_source or f"assumed: {spec.fma_units_per_core} FMA units per core ({cls.source})"
+    amx = _amx_engine(spec)
     data = {
         "name": LOCAL_CHIP_NAME,
         "display_name": f"{spec.model_name} ({spec.cores} cores, local)",
@@ -234,26 +289,9 @@ def chip_from_cpu(spec: CpuSpec) -> Chip:
             # an assumed share of a TDP cannot lower it further
             "limits_clock": False,
         },
-        "memory": {
-            "type": cls.memory_type,
-            "bandwidth_bytes_per_s": bandwidth,
-            "capacity_bytes": spec.memory_bytes,
-            "source": f"{bw_source}; type {memory_type_note}; capacity measured: OS total memory",
-        },
-        "engines": engines,
-        "microarch": {
-            "cores": spec.cores,
-            "threads_per_core": spec.threads_per_core,
-            "simd_bits": spec.simd_bits,
-            "fma_units_per_core": spec.fma_units_per_core,
-            "l1d_bytes_per_core": spec.l1d_bytes_per_core,
-            "l2_bytes_per_core": l2,
-            "l3_bytes": l3,
-            **({"matrix_engine": "amx"} if spec.has_amx else {}),
-            **({"subnormal_assist_cycles": assist} if (assist := subnormal_assist_cycles(spec.vendor)) else {}),
-            "source": (f"measured: OS cache and topology report; {fma_note}{cache_note}"
-                       + (f"; subnormal_assist_cycles {SUBNORMAL_SOURCE}" if assist else "")),
-        },
+        "memory": _memory_table(spec, cls, share),
+        "engines": [_simd_engine(spec, cls.key == "arm", fma_note), *((amx,) if amx is not None else ())],
+        "microarch": _microarch_table(spec, fma_note),
         "notes": ("Built from the local machine; in a VM the reported L3 and clock are the host's "
                   "(the clock is often the TSC rate, not the sustained AVX-512/AMX clock)."),
     }

@@ -88,85 +88,143 @@ def _source(file: str, where: str, table: dict) -> str:
     return _text(file, where, table, "source")
 
 
-def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
-    """Validate one registry document and build its Chip."""
-    if not isinstance(data, dict):
-        raise RegistryError(file, "<root>", "must be a table")
+def _flag(file: str, where: str, value: object) -> bool:
+    """A true/false field: a TOML boolean, not 0/1 or a string."""
+    if not isinstance(value, bool):
+        raise RegistryError(file, where, "must be true or false")
+    return value
+
+
+def _one_of(file: str, where: str, value: str, valid) -> str:
+    """`value`, one of the names in `valid` (chip kinds, memory types, circuits)."""
+    if value not in valid:
+        raise RegistryError(file, where, f"{value!r} is not one of {', '.join(valid)}")
+    return value
+
+
+def _precision(file: str, where: str, value: object) -> str:
+    """`value`, a precision name of chipcal.model.precision.PRECISIONS."""
+    if value not in PRECISIONS:
+        raise RegistryError(file, where, f"unknown precision; valid: {', '.join(PRECISIONS)}")
+    return value
+
+
+def _section(data: dict, file: str, key: str) -> dict:
+    """A required top-level table ([power], [memory], [microarch])."""
+    table = data.get(key)
+    if not isinstance(table, dict):
+        raise RegistryError(file, key, "missing table")
+    return table
+
+
+@dataclass(frozen=True)
+class _Identity:
+    """The fields that say which chip a document is: read first, so a document without them
+    fails on them before any figure is checked."""
+
+    name: str
+    kind: str
+    hypothetical: bool
+    sources: tuple[str, ...]
+
+
+def _identity_from_dict(data: dict, file: str) -> _Identity:
+    """name, kind (one of KINDS), hypothetical (default false) and the non-empty `sources` list."""
     name = _text(file, "", data, "name")
-    kind = _text(file, "", data, "kind")
-    if kind not in KINDS:
-        raise RegistryError(file, "kind", f"{kind!r} is not one of {', '.join(KINDS)}")
-    hypothetical = data.get("hypothetical", False)
-    if not isinstance(hypothetical, bool):
-        raise RegistryError(file, "hypothetical", "must be true or false")
+    kind = _one_of(file, "kind", _text(file, "", data, "kind"), KINDS)
+    hypothetical = _flag(file, "hypothetical", data.get("hypothetical", False))
     sources = data.get("sources")
     if not isinstance(sources, list) or not sources or not all(isinstance(s, str) and s.strip() for s in sources):
         raise RegistryError(file, "sources", "must be a non-empty list of strings")
+    return _Identity(name=name, kind=kind, hypothetical=hypothetical, sources=tuple(sources))
 
-    power = data.get("power")
-    if not isinstance(power, dict):
-        raise RegistryError(file, "power", "missing table")
+
+@dataclass(frozen=True)
+class _PowerBudget:
+    """The [power] table's chip-wide figures. Its [[power.modes]] are read after the engines they
+    name, its `source` with the remaining fields (chip_from_dict's order)."""
+
+    tdp_w: float
+    idle_w: float | None
+    limits_clock: bool
+
+
+def _power_budget_from_dict(power: dict, file: str) -> _PowerBudget:
+    """tdp_w (positive), optional idle_w (positive) and limits_clock (default true: the TDP
+    lowers the clocks of a run that would exceed it, estimate/throttle.py)."""
     tdp_w = _positive(file, "power.tdp_w", power.get("tdp_w"))
     idle_w = power.get("idle_w")
     if idle_w is not None:
         idle_w = _positive(file, "power.idle_w", idle_w)
-    limits_clock = power.get("limits_clock", True)
-    if not isinstance(limits_clock, bool):
-        raise RegistryError(file, "power.limits_clock", "must be true or false")
+    limits_clock = _flag(file, "power.limits_clock", power.get("limits_clock", True))
+    return _PowerBudget(tdp_w=tdp_w, idle_w=idle_w, limits_clock=limits_clock)
 
-    mem = data.get("memory")
-    if not isinstance(mem, dict):
-        raise RegistryError(file, "memory", "missing table")
-    mem_type = _text(file, "memory.", mem, "type")
-    if mem_type not in MEMORY_TYPES:
-        raise RegistryError(file, "memory.type", f"{mem_type!r} is not one of {', '.join(MEMORY_TYPES)}")
-    memory = Memory(
+
+def memory_from_dict(data: dict, file: str) -> Memory:
+    """The [memory] table: type (one of MEMORY_TYPES), bandwidth and capacity (positive), source."""
+    mem = _section(data, file, "memory")
+    mem_type = _one_of(file, "memory.type", _text(file, "memory.", mem, "type"), MEMORY_TYPES)
+    return Memory(
         type=mem_type,
         bandwidth_bytes_per_s=_positive(file, "memory.bandwidth_bytes_per_s", mem.get("bandwidth_bytes_per_s")),
         capacity_bytes=_positive(file, "memory.capacity_bytes", mem.get("capacity_bytes")),
         source=_source(file, "memory.", mem),
     )
 
+
+def _mac_rates(engine: dict, file: str, where: str) -> dict:
+    """An engine's non-empty `macs_per_unit_per_clock` table: precision -> positive MAC rate."""
+    rates = engine.get("macs_per_unit_per_clock")
+    if not isinstance(rates, dict) or not rates:
+        raise RegistryError(file, where + "macs_per_unit_per_clock", "must be a non-empty table")
+    for p, r in rates.items():
+        _precision(file, f"{where}macs_per_unit_per_clock.{p}", p)
+        _positive(file, f"{where}macs_per_unit_per_clock.{p}", r)
+    return rates
+
+
+def engine_from_dict(e: object, file: str, i: int) -> Engine:
+    """One [[engines]] table: circuit (one of CIRCUITS), MAC rates, unit count, optional
+    shares_hardware_with (checked against the other engines by engines_from_dict), name, clock,
+    source and optional mma_shape."""
+    where = f"engines[{i}]."
+    _table(file, f"engines[{i}]", e)
+    circuit = _one_of(file, where + "circuit", _text(file, where, e, "circuit"), CIRCUITS)
+    rates = _mac_rates(e, file, where)
+    units = _count(file, where + "units", e.get("units"))
+    shares = e.get("shares_hardware_with")
+    if shares is not None and not isinstance(shares, str):
+        raise RegistryError(file, where + "shares_hardware_with", "must be an engine name")
+    return Engine(
+        name=_text(file, where, e, "name"),
+        circuit=circuit,
+        units=units,
+        clock_hz=_positive(file, where + "clock_hz", e.get("clock_hz")),
+        macs_per_unit_per_clock={p: float(r) for p, r in rates.items()},
+        source=_source(file, where, e),
+        shares_hardware_with=shares,
+        mma_shape=mma_shape_from_dict(e, file, where),
+    )
+
+
+def engines_from_dict(data: dict, file: str) -> tuple[Engine, ...]:
+    """The non-empty [[engines]] array; an engine sharing hardware must name another engine."""
     raw_engines = data.get("engines")
     if not isinstance(raw_engines, list) or not raw_engines:
         raise RegistryError(file, "engines", "must be a non-empty array of tables")
-    engines = []
-    for i, e in enumerate(raw_engines):
-        where = f"engines[{i}]."
-        _table(file, f"engines[{i}]", e)
-        circuit = _text(file, where, e, "circuit")
-        if circuit not in CIRCUITS:
-            raise RegistryError(file, where + "circuit", f"{circuit!r} is not one of {', '.join(CIRCUITS)}")
-        rates = e.get("macs_per_unit_per_clock")
-        if not isinstance(rates, dict) or not rates:
-            raise RegistryError(file, where + "macs_per_unit_per_clock", "must be a non-empty table")
-        for p, r in rates.items():
-            if p not in PRECISIONS:
-                raise RegistryError(file, f"{where}macs_per_unit_per_clock.{p}", f"unknown precision; valid: {', '.join(PRECISIONS)}")
-            _positive(file, f"{where}macs_per_unit_per_clock.{p}", r)
-        units = _count(file, where + "units", e.get("units"))
-        shares = e.get("shares_hardware_with")
-        if shares is not None and not isinstance(shares, str):
-            raise RegistryError(file, where + "shares_hardware_with", "must be an engine name")
-        engines.append(Engine(
-            name=_text(file, where, e, "name"),
-            circuit=circuit,
-            units=units,
-            clock_hz=_positive(file, where + "clock_hz", e.get("clock_hz")),
-            macs_per_unit_per_clock={p: float(r) for p, r in rates.items()},
-            source=_source(file, where, e),
-            shares_hardware_with=shares,
-            mma_shape=mma_shape_from_dict(e, file, where),
-        ))
+    engines = tuple(engine_from_dict(e, file, i) for i, e in enumerate(raw_engines))
     engine_names = {e.name for e in engines}
     for i, e in enumerate(engines):
         if e.shares_hardware_with is not None and e.shares_hardware_with not in engine_names - {e.name}:
             raise RegistryError(file, f"engines[{i}].shares_hardware_with",
                                 f"no other engine named {e.shares_hardware_with!r}")
+    return engines
 
-    micro = data.get("microarch")
-    if not isinstance(micro, dict):
-        raise RegistryError(file, "microarch", "missing table")
+
+def microarch_from_dict(data: dict, file: str, kind: str) -> dict:
+    """The [microarch] table: the keys REQUIRED_MICROARCH[kind] names (positive numbers but
+    matrix_engine), every other number positive and finite too, and its source."""
+    micro = _section(data, file, "microarch")
     for key in REQUIRED_MICROARCH[kind]:
         if key not in micro:
             raise RegistryError(file, f"microarch.{key}", f"required for kind {kind!r}")
@@ -176,59 +234,89 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
         if isinstance(value, float | int) and not isinstance(value, bool):
             _positive(file, f"microarch.{key}", value)
     _source(file, "microarch.", micro)
+    return micro
 
+
+def stated_peaks_from_dict(data: dict, file: str) -> tuple[dict[str, float], str]:
+    """The optional [stated_peak_flop_per_s] table: (precision -> datasheet peak FLOP/s, its
+    source); ({}, "") when absent or empty."""
     stated = data.get("stated_peak_flop_per_s", {})
     if not isinstance(stated, dict):
         raise RegistryError(file, "stated_peak_flop_per_s", "must be a table")
-    stated_source = ""
+    if not stated:
+        return {}, ""
+    source = _source(file, "stated_peak_flop_per_s.", stated)
     peaks = {}
-    if stated:
-        stated_source = _source(file, "stated_peak_flop_per_s.", stated)
-        for p, v in stated.items():
-            if p == "source":
-                continue
-            if p not in PRECISIONS:
-                raise RegistryError(file, f"stated_peak_flop_per_s.{p}", f"unknown precision; valid: {', '.join(PRECISIONS)}")
-            peaks[p] = _positive(file, f"stated_peak_flop_per_s.{p}", v)
+    for p, v in stated.items():
+        if p == "source":
+            continue
+        _precision(file, f"stated_peak_flop_per_s.{p}", p)
+        peaks[p] = _positive(file, f"stated_peak_flop_per_s.{p}", v)
+    return peaks, source
 
-    modes = []
+
+def power_mode_from_dict(m: object, file: str, i: int, engine_names) -> PowerMode:
+    """One [[power.modes]] table: per-engine clocks and unit counts (each naming one of the
+    chip's engines), name, TDP, source and an optional memory bandwidth."""
+    where = f"power.modes[{i}]."
+    _table(file, f"power.modes[{i}]", m)
+    clocks = _per_engine(file, where, m, "clock_hz", "Hz", _positive, engine_names)
+    units = _per_engine(file, where, m, "units", "unit count", _count, engine_names)
+    bandwidth = m.get("memory_bandwidth_bytes_per_s")
+    return PowerMode(
+        name=_text(file, where, m, "name"),
+        tdp_w=_positive(file, where + "tdp_w", m.get("tdp_w")),
+        clock_hz={k: float(v) for k, v in clocks.items()},
+        source=_source(file, where, m),
+        units=dict(units),
+        memory_bandwidth_bytes_per_s=(None if bandwidth is None else
+                                      _positive(file, where + "memory_bandwidth_bytes_per_s", bandwidth)),
+    )
+
+
+def power_modes_from_dict(power: dict, file: str, engine_names) -> tuple[PowerMode, ...]:
+    """The optional [[power.modes]] array (a Jetson's nvpmodel settings)."""
     raw_modes = power.get("modes", [])
     if not isinstance(raw_modes, list):
         raise RegistryError(file, "power.modes", "must be an array of tables ([[power.modes]])")
-    for i, m in enumerate(raw_modes):
-        where = f"power.modes[{i}]."
-        _table(file, f"power.modes[{i}]", m)
-        clocks = _per_engine(file, where, m, "clock_hz", "Hz", _positive, engine_names)
-        units = _per_engine(file, where, m, "units", "unit count", _count, engine_names)
-        bandwidth = m.get("memory_bandwidth_bytes_per_s")
-        modes.append(PowerMode(
-            name=_text(file, where, m, "name"),
-            tdp_w=_positive(file, where + "tdp_w", m.get("tdp_w")),
-            clock_hz={k: float(v) for k, v in clocks.items()},
-            source=_source(file, where, m),
-            units=dict(units),
-            memory_bandwidth_bytes_per_s=(None if bandwidth is None else
-                                          _positive(file, where + "memory_bandwidth_bytes_per_s", bandwidth)),
-        ))
+    return tuple(power_mode_from_dict(m, file, i, engine_names) for i, m in enumerate(raw_modes))
 
+
+def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
+    """Validate one registry document and build its Chip.
+
+    The sections are read in a fixed order (identity, power budget, memory, engines, microarch,
+    stated peaks, power modes, then the remaining fields as Chip takes them), so a document with
+    several faults always reports the same one.
+    """
+    if not isinstance(data, dict):
+        raise RegistryError(file, "<root>", "must be a table")
+    identity = _identity_from_dict(data, file)
+    power = _section(data, file, "power")
+    budget = _power_budget_from_dict(power, file)
+    memory = memory_from_dict(data, file)
+    engines = engines_from_dict(data, file)
+    micro = microarch_from_dict(data, file, identity.kind)
+    peaks, stated_source = stated_peaks_from_dict(data, file)
+    modes = power_modes_from_dict(power, file, {e.name for e in engines})
     return Chip(
-        name=name.lower(),
+        name=identity.name.lower(),
         display_name=_text(file, "", data, "display_name"),
         vendor=_text(file, "", data, "vendor"),
-        kind=kind,
+        kind=identity.kind,
         process_nm=_positive(file, "process_nm", data.get("process_nm")),
-        hypothetical=hypothetical,
-        sources=tuple(sources),
-        tdp_w=tdp_w,
+        hypothetical=identity.hypothetical,
+        sources=identity.sources,
+        tdp_w=budget.tdp_w,
         power_source=_source(file, "power.", power),
-        tdp_limits_clock=limits_clock,
+        tdp_limits_clock=budget.limits_clock,
         memory=memory,
-        engines=tuple(engines),
+        engines=engines,
         microarch=dict(micro),
         stated_peak_flop_per_s=peaks,
         stated_peak_source=stated_source,
-        power_modes=tuple(modes),
-        idle_w=idle_w,
+        power_modes=modes,
+        idle_w=budget.idle_w,
         notes=_text(file, "", data, "notes", required=False),
         **clocks_from_dict(data, file),
         measured=measured_from_dict(data, file),
@@ -276,9 +364,7 @@ def measured_from_dict(data: dict, file: str) -> tuple[Measured, ...]:
         where = f"measured[{i}]."
         if not isinstance(m, dict):
             raise RegistryError(file, f"measured[{i}]", "must be a table")
-        precision = _text(file, where, m, "precision")
-        if precision not in PRECISIONS:
-            raise RegistryError(file, where + "precision", f"unknown precision; valid: {', '.join(PRECISIONS)}")
+        precision = _precision(file, where + "precision", _text(file, where, m, "precision"))
         kind = _text(file, where, m, "kind")
         if kind not in MEASURED_KINDS:
             raise RegistryError(file, where + "kind", f"must be one of {', '.join(MEASURED_KINDS)}")
@@ -286,9 +372,7 @@ def measured_from_dict(data: dict, file: str) -> tuple[Measured, ...]:
         if operands not in MEASURED_DATA:
             raise RegistryError(file, where + "data", f"must be one of {', '.join(MEASURED_DATA)}")
         optional = {k: _positive(file, where + k, m[k]) for k in ("board_power_w", "sm_clock_hz") if k in m}
-        fit = m.get("fit", True)
-        if not isinstance(fit, bool):
-            raise RegistryError(file, where + "fit", "must be true or false")
+        fit = _flag(file, where + "fit", m.get("fit", True))
         if not fit:
             optional["not_fit_because"] = _text(file, where, m, "not_fit_because")
         out.append(Measured(precision=precision, flop_per_s=_positive(file, where + "flop_per_s", m.get("flop_per_s")),

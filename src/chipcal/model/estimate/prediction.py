@@ -46,10 +46,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 
 from chipcal.model.chip import Chip
-from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, host_cost, run_queue
+from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, HostCost, HostQueue, host_cost, run_queue
 from chipcal.model.estimate.memory import MemoryProfile, memory_profile
 from chipcal.model.estimate.numerics import TF32_CONV_CLASSES, Cast, OpNumerics, plan, switches
 from chipcal.model.estimate.roofline import (
+    ChipContext,
     SubgraphEstimate,
     chip_context,
     estimate_subgraph,
@@ -308,6 +309,91 @@ class _Setup:
     trailing_ops: tuple[tuple[float, float], ...] = ()
 
 
+def _subgraph_estimates(workload, chip: Chip, numerics: Sequence[OpNumerics], params: FamilyParams,
+                        trace_bpe: float, resident: bool, setup: _Setup) -> tuple[SubgraphEstimate, ...]:
+    """Each subgraph's roofline estimate (roofline.estimate_subgraph) at the precision the
+    numerics plan gives it, with its own layout passes and the bytes of its convolution
+    producers' (module docstring, Layout). Raises UnsupportedPrecision when no engine runs a
+    subgraph's precision."""
+    passes = [0.0] * len(workload.subgraphs)
+    for sg, n in zip(workload.subgraphs, numerics, strict=True):
+        passes[sg.index] = layout_passes(sg, chip, n, params, setup)
+    contexts = {p: chip_context(chip, p) for p in {n.precision for n in numerics}}
+    return tuple(estimate_subgraph(sg, chip, n.precision, params, trace_bpe, resident, contexts[n.precision],
+                                   producer_layout_bytes(workload, sg, passes), n.scales, passes[sg.index])
+                 for sg, n in zip(workload.subgraphs, numerics, strict=True))
+
+
+@dataclass(frozen=True)
+class _EagerRun:
+    """An eager runtime's pass through the host queue, and the bytes its cast kernels moved."""
+
+    queue: HostQueue
+    cast_bytes: float
+
+
+def _eager_run(workload, chip: Chip, numerics: Sequence[OpNumerics], estimates: Sequence[SubgraphEstimate],
+               params: FamilyParams, setup: _Setup, trace_bpe: float, host: HostCost) -> _EagerRun:
+    """One stream in program order behind the host (host.run_queue): each subgraph's cast kernels
+    (numerics' activation casts, autocast's weight cast; cast_kernel_s) before its own kernel,
+    then the trailing ops."""
+    device: list[float] = []
+    issue: list[float] = []
+    cast_bytes = 0.0
+    order = sorted(zip(workload.subgraphs, numerics, estimates, strict=True), key=lambda t: t[2].index)
+    for sg, n, e in order:
+        clock = next(en.clock_hz for en in chip.engines if en.name == e.engine)
+        wcast = weight_cast(sg, n, trace_bpe) if setup.autocast else None
+        for c in (*n.casts, *((wcast,) if wcast else ())):
+            d, h = cast_kernel_s(c.bytes, chip, clock, params)
+            device.append(d)
+            issue.append(h)
+            cast_bytes += c.bytes
+        device.append(e.latency_s)
+        issue.append(e.host_issue_s)
+    device += [d for d, _ in setup.trailing_ops]
+    issue += [h for _, h in setup.trailing_ops]
+    return _EagerRun(run_queue(device, host, issue, setup.repeated, params.host_call_s), cast_bytes)
+
+
+@dataclass(frozen=True)
+class _Totals:
+    """The subgraph estimates summed over one run of `latency` seconds (module docstring)."""
+
+    flop: float
+    dram_bytes: float
+    utilization: float          # Σ utilization_i × busy_i / latency, at most 1
+    units_allocated: int        # busy-time-weighted mean
+    compute_j: float
+    clock_j: float
+    memory_j: float             # the subgraphs' + the cast kernels' DRAM and on-chip energy
+    static_j: float             # P_static × latency
+    energy_j: float
+    attained_flop_per_s: float
+
+
+def _totals(estimates: Sequence[SubgraphEstimate], latency: float, cast_bytes: float, ctx: ChipContext) -> _Totals:
+    """Sum the estimates into the run's FLOP, bytes, utilization and energy."""
+    flop = float(sum(e.flop for e in estimates))
+    busy = sum(e.busy_s for e in estimates)
+    unit_time = sum(e.utilization * e.busy_s for e in estimates)
+    compute_j = sum(e.compute_energy_j for e in estimates)
+    memory_j = sum(e.memory_energy_j for e in estimates) + cast_bytes * (ctx.dram_j_per_byte + ctx.onchip_j_per_byte)
+    static_j = ctx.static_w * latency
+    return _Totals(
+        flop=flop,
+        dram_bytes=sum(e.dram_bytes for e in estimates),
+        utilization=min(1.0, unit_time / latency) if latency > 0 else 0.0,
+        units_allocated=round(sum(e.units_allocated * e.busy_s for e in estimates) / busy) if busy > 0 else 0,
+        compute_j=compute_j,
+        clock_j=sum(e.clock_energy_j for e in estimates),
+        memory_j=memory_j,
+        static_j=static_j,
+        energy_j=compute_j + memory_j + static_j,
+        attained_flop_per_s=flop / latency if latency > 0 else 0.0,
+    )
+
+
 def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams, setup: _Setup) -> Prediction:
     """`predict` with `chip`'s engines at their listed clocks, whatever the power."""
     runtime = setup.runtime
@@ -320,78 +406,43 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
     numerics = plan(workload, chip, precision, trace_bpe, setup.fp32_mode, setup.autocast)
     ctx = chip_context(chip, precision)
     resident = weights_stay_on_chip(workload, chip, scale)
-    passes = [0.0] * len(workload.subgraphs)
-    for sg, n in zip(workload.subgraphs, numerics, strict=True):
-        passes[sg.index] = layout_passes(sg, chip, n, params, setup)
-    contexts = {p: chip_context(chip, p) for p in {n.precision for n in numerics}}
     try:
-        estimates = tuple(estimate_subgraph(sg, chip, n.precision, params, trace_bpe, resident,
-                                            contexts[n.precision],
-                                            producer_layout_bytes(workload, sg, passes), n.scales, passes[sg.index])
-                          for sg, n in zip(workload.subgraphs, numerics, strict=True))
+        estimates = _subgraph_estimates(workload, chip, numerics, params, trace_bpe, resident, setup)
     except UnsupportedPrecision as exc:
         return unsupported(workload, chip, precision, str(exc), runtime)
     sched = schedule(estimates, workload.stages, workload.critical_path)
-    latency = sched.latency_s
     host = host_cost(chip, runtime, params, setup.host_overhead_s, setup.framework, setup.host_source)
-    queue = None
-    cast_bytes = 0.0
-    if host is not None:  # eager: one stream in program order behind the host; casts are kernels of their own
-        device: list[float] = []
-        issue: list[float] = []
-        order = sorted(zip(workload.subgraphs, numerics, estimates, strict=True), key=lambda t: t[2].index)
-        for sg, n, e in order:
-            clock = next(en.clock_hz for en in chip.engines if en.name == e.engine)
-            wcast = weight_cast(sg, n, trace_bpe) if setup.autocast else None
-            for c in (*n.casts, *((wcast,) if wcast else ())):
-                d, h = cast_kernel_s(c.bytes, chip, clock, params)
-                device.append(d)
-                issue.append(h)
-                cast_bytes += c.bytes
-            device.append(e.latency_s)
-            issue.append(e.host_issue_s)
-        device += [d for d, _ in setup.trailing_ops]
-        issue += [h for _, h in setup.trailing_ops]
-        queue = run_queue(device, host, issue, setup.repeated, params.host_call_s)
-        latency = queue.latency_s
+    # eager: one stream in program order behind the host; casts are kernels of their own
+    eager = _eager_run(workload, chip, numerics, estimates, params, setup, trace_bpe, host) if host is not None else None
+    queue = eager.queue if eager is not None else None
+    latency = queue.latency_s if queue is not None else sched.latency_s
     mem = memory_profile(workload, scale)
-
-    flop = float(sum(e.flop for e in estimates))
-    dram = sum(e.dram_bytes for e in estimates)
-    busy = sum(e.busy_s for e in estimates)
-    unit_time = sum(e.utilization * e.busy_s for e in estimates)
-    utilization = min(1.0, unit_time / latency) if latency > 0 else 0.0
-    units = round(sum(e.units_allocated * e.busy_s for e in estimates) / busy) if busy > 0 else 0
-    compute_j = sum(e.compute_energy_j for e in estimates)
-    memory_j = sum(e.memory_energy_j for e in estimates) + cast_bytes * (ctx.dram_j_per_byte + ctx.onchip_j_per_byte)
-    static_j = ctx.static_w * latency
-    energy = compute_j + memory_j + static_j
-    attained = flop / latency if latency > 0 else 0.0
+    totals = _totals(estimates, latency, eager.cast_bytes if eager is not None else 0.0, ctx)
     return Prediction(
         model=workload.model, chip=chip_label(chip), kind=chip.kind, batch=workload.batch,
         hypothetical=chip.hypothetical, precision=precision, status=STATUS_OK, runtime=runtime, fused=workload.fused, latency_s=latency,
         serial_latency_s=sched.serial_latency_s, critical_path_latency_s=sched.critical_path_latency_s,
         throughput_per_s=workload.batch / latency if latency > 0 else math.inf,
-        energy_j=energy, energy_per_sample_j=energy / workload.batch,
-        avg_power_w=energy / latency if latency > 0 else NAN, tdp_w=chip.tdp_w,
+        energy_j=totals.energy_j, energy_per_sample_j=totals.energy_j / workload.batch,
+        avg_power_w=totals.energy_j / latency if latency > 0 else NAN, tdp_w=chip.tdp_w,
         peak_memory_bytes=mem.peak_bytes, weight_bytes=mem.weight_bytes,
         peak_activation_bytes=mem.peak_activation_bytes, memory_capacity_bytes=chip.memory.capacity_bytes,
-        flop=flop, dram_bytes=dram, attained_flop_per_s=attained, peak_flop_per_s=ctx.peak_flop_per_s,
-        bandwidth_bytes_per_s=ctx.bandwidth_bytes_per_s,
-        compute_utilization=utilization,
-        compute_efficiency=attained / ctx.peak_flop_per_s if ctx.peak_flop_per_s else NAN,
-        bandwidth_utilization=dram / latency / ctx.bandwidth_bytes_per_s if latency > 0 else 0.0,
-        arithmetic_intensity=flop / dram if dram > 0 else math.inf,
-        units_allocated=units, units_total=estimates[0].units_total if estimates else 0,
+        flop=totals.flop, dram_bytes=totals.dram_bytes, attained_flop_per_s=totals.attained_flop_per_s,
+        peak_flop_per_s=ctx.peak_flop_per_s, bandwidth_bytes_per_s=ctx.bandwidth_bytes_per_s,
+        compute_utilization=totals.utilization,
+        compute_efficiency=totals.attained_flop_per_s / ctx.peak_flop_per_s if ctx.peak_flop_per_s else NAN,
+        bandwidth_utilization=totals.dram_bytes / latency / ctx.bandwidth_bytes_per_s if latency > 0 else 0.0,
+        arithmetic_intensity=totals.flop / totals.dram_bytes if totals.dram_bytes > 0 else math.inf,
+        units_allocated=totals.units_allocated, units_total=estimates[0].units_total if estimates else 0,
         unit_name=estimates[0].unit_name if estimates else "",
         bottleneck="host" if queue is not None and queue.host_bound else _bottleneck(estimates),
-        compute_energy_j=compute_j, clock_energy_j=sum(e.clock_energy_j for e in estimates), memory_energy_j=memory_j,
-        static_energy_j=static_j, wasted_energy_j=ctx.static_w * latency * (1.0 - utilization),
+        compute_energy_j=totals.compute_j, clock_energy_j=totals.clock_j, memory_energy_j=totals.memory_j,
+        static_energy_j=totals.static_j, wasted_energy_j=ctx.static_w * latency * (1.0 - totals.utilization),
         weights_on_chip=resident, host_per_op_s=host.per_op_s if host else 0.0,
         host_s=queue.host_s if queue else 0.0, host_wait_s=queue.host_wait_s if queue else 0.0,
         host_source=host.source if host else "", autocast=setup.autocast, fp32_mode=setup.fp32_mode,
         memory_format=setup.memory_format, framework=setup.framework,
         numerics=switches(chip, precision, setup.fp32_mode, setup.autocast), params_source=params.source,
-        listed_clock_latency_s=latency, listed_clock_power_w=energy / latency if latency > 0 else NAN,
+        listed_clock_latency_s=latency, listed_clock_power_w=totals.energy_j / latency if latency > 0 else NAN,
         subgraphs=estimates, stages=sched.stages, memory=mem,
     )

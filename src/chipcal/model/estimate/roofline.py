@@ -279,6 +279,112 @@ def kernel_fixed_costs(chip: Chip, params: FamilyParams, op_class: str, engine_c
     return fixed + cycles, 0.0
 
 
+@dataclass(frozen=True)
+class _KernelTime:
+    """One subgraph's time terms (module docstring): what its estimate reports, and the busy time
+    its clock and static energy are charged on."""
+
+    launches: bool              # it moves bytes or does arithmetic: a kernel (a view does neither)
+    class_efficiency: float     # efficiency[op_class] (× W/(W+h·u) for MAC work)
+    throughput_s: float         # FLOP at the engine's efficiency-scaled rate
+    compute_s: float            # max(throughput, K loop) + microcode assists
+    memory_s: float             # memory_time_s + first_touch_time
+    reorder_s: float            # weight_layout_time
+    overhead_s: float           # the device's fixed cost of the kernel (kernel_fixed_costs)
+    host_issue_s: float         # the eager host's extra cost to issue it (a GPU's)
+    work_s: float               # compute and memory (overlapped, or serial streams) + reorder
+    latency_s: float            # work + overhead
+    bottleneck: str             # compute | memory | overhead | none
+
+
+def _compute_terms(subgraph, alloc, engine, params: FamilyParams, flop: float) -> tuple[float, float, float]:
+    """(class efficiency, throughput time, compute time) of the module docstring's compute_time:
+    efficiency[op_class] × the size curve W/(W+h·u), W = FLOP / lane_fill, for MAC work; the
+    compute time is the slower of throughput and the K loop's floor (serial_k_bytes ×
+    k_loop_cycles_per_byte / clock), plus a CPU core's assists (assist_cycles / clock)."""
+    eff = params.class_efficiency(subgraph.op_class, alloc.circuit)
+    if is_mac_work(subgraph) and alloc.lane_fill > 0:
+        eff *= params.size_factor(flop / alloc.lane_fill / max(alloc.utilization, 1e-12))  # W / u
+    available = alloc.available_flop_per_s * eff
+    throughput = flop / available if flop > 0 else 0.0
+    k_loop = alloc.serial_k_bytes * params.k_loop_cycles_per_byte / engine.clock_hz
+    return eff, throughput, max(throughput, k_loop) + alloc.assist_cycles / engine.clock_hz
+
+
+def _serial_streams_s(subgraph, chip: Chip, alloc, params: FamilyParams, ctx: ChipContext, weights: float,
+                      weights_on_chip: bool) -> float | None:
+    """stream_time of the module docstring for an op class whose family streams its activations
+    apart from the arithmetic (SERIAL_STREAMS): the memory term of its bytes less its weights';
+    None for the others, whose streams overlap the arithmetic."""
+    if subgraph.op_class not in SERIAL_STREAMS.get(chip.kind, ()):
+        return None
+    return memory_time_s(alloc.dram_bytes - (0.0 if weights_on_chip else min(weights, alloc.dram_bytes)),
+                         max(0.0, alloc.onchip_bytes - weights), ctx.bandwidth_bytes_per_s, params)
+
+
+def _bound(launches: bool, compute: float, memory: float, reorder: float, overhead: float, work: float) -> str:
+    """The bottleneck: none (no kernel); overhead when the fixed cost is at least the work; else
+    compute or memory, whichever takes longer (the weight reorder counts as memory)."""
+    if not launches:
+        return "none"
+    if overhead >= work:
+        return "overhead"
+    return "compute" if compute >= memory + reorder else "memory"
+
+
+def _kernel_time(subgraph, chip: Chip, alloc, engine, params: FamilyParams, ctx: ChipContext, flop: float,
+                 weights: float, s_out: float, weights_on_chip: bool) -> _KernelTime:
+    """Every time term of one subgraph (module docstring: latency); a subgraph that launches no
+    kernel pays no fixed cost, first touch or weight reorder."""
+    eff, throughput, compute = _compute_terms(subgraph, alloc, engine, params, flop)
+    memory = memory_time_s(alloc.dram_bytes, alloc.onchip_bytes, ctx.bandwidth_bytes_per_s, params)
+    kernel = flop > 0 or alloc.onchip_bytes > 0
+    overhead, host_issue = kernel_fixed_costs(chip, params, subgraph.op_class, engine.clock_hz) if kernel else (0.0, 0.0)
+    memory += first_touch_s(subgraph.output_bytes * s_out, params) if kernel else 0.0
+    reorder = weight_layout_s(subgraph, weights, params) if kernel else 0.0
+    streams = _serial_streams_s(subgraph, chip, alloc, params, ctx, weights, weights_on_chip)
+    work = (max(compute, memory) if streams is None else max(compute + streams, memory)) + reorder
+    return _KernelTime(launches=kernel, class_efficiency=eff, throughput_s=throughput, compute_s=compute,
+                       memory_s=memory, reorder_s=reorder, overhead_s=overhead, host_issue_s=host_issue,
+                       work_s=work, latency_s=work + overhead,
+                       bottleneck=_bound(kernel, compute, memory, reorder, overhead, work))
+
+
+@dataclass(frozen=True)
+class _Energy:
+    """One subgraph's energy terms (module docstring: energy), in joules."""
+
+    compute_j: float            # MACs × E_op + other FLOP × E_vector + clock_j
+    clock_j: float              # P_clk × utilization × work: busy units' clock/control
+    dram_j: float
+    onchip_j: float             # on-chip bytes (+ a weight reorder's read and write) × E_onchip
+    static_j: float             # P_static × latency
+    wasted_j: float             # P_static × (overhead + work × (1 − utilization))
+
+
+def _energy(subgraph, chip: Chip, alloc, engine, ctx: ChipContext, flop: float, weights: float,
+            times: _KernelTime) -> _Energy:
+    """The energy of one subgraph (module docstring): dynamic energies at the engine's voltage
+    (power.engine_voltage, squared); static power over its latency."""
+    macs = float(subgraph.macs)
+    v2 = power.engine_voltage(chip, engine) ** 2      # dynamic energy at the engine's clock
+    mac_j = power.op_energy_per_mac_j(chip.process_nm, alloc.circuit, alloc.compute_precision,
+                                      engine.mma_shape) * v2
+    other_flop = max(0.0, flop - FLOP_PER_MAC * macs)
+    vec_j = ctx.vector_j_per_flop if ctx.vector_j_per_flop is not None else mac_j / FLOP_PER_MAC
+    clock_j = (power.clock_power_w(chip, engine, alloc.compute_precision) * alloc.utilization * times.work_s
+               if times.launches else 0.0)
+    reorder_bytes = 2.0 * weights if times.reorder_s else 0.0     # read OIHW, write blocked
+    return _Energy(
+        compute_j=macs * mac_j + other_flop * vec_j + clock_j,
+        clock_j=clock_j,
+        dram_j=alloc.dram_bytes * ctx.dram_j_per_byte,
+        onchip_j=(alloc.onchip_bytes + reorder_bytes) * ctx.onchip_j_per_byte * v2,
+        static_j=ctx.static_w * times.latency_s,
+        wasted_j=ctx.static_w * (times.overhead_s + times.work_s * (1.0 - alloc.utilization)),
+    )
+
+
 def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams,
                       trace_bytes_per_element: float = 4.0, weights_on_chip: bool = False,
                       context: ChipContext | None = None, producer_layout_bytes: float = 0.0,
@@ -296,69 +402,32 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     """
     ctx = context if context is not None else chip_context(chip, precision)
     scale = BYTES_PER_ELEMENT[precision] / trace_bytes_per_element
-    s_in, s_w, s_out = scales if scales is not None else (scale,) * 3
+    _, s_w, s_out = scales if scales is not None else (scale,) * 3
     passes = params.layout_passes if layout_passes is None else layout_passes
     alloc = map_subgraph(subgraph, chip, precision, scale, weights_on_chip, passes, producer_layout_bytes, scales)
-    flop = float(subgraph.flop)
-    eff = params.class_efficiency(subgraph.op_class, alloc.circuit)
-    if is_mac_work(subgraph) and alloc.lane_fill > 0:
-        eff *= params.size_factor(flop / alloc.lane_fill / max(alloc.utilization, 1e-12))  # W / u
-    available = alloc.available_flop_per_s * eff
-    throughput = flop / available if flop > 0 else 0.0
     engine = next(e for e in chip.engines if e.name == alloc.engine)
-    k_loop = alloc.serial_k_bytes * params.k_loop_cycles_per_byte / engine.clock_hz
-    compute = max(throughput, k_loop) + alloc.assist_cycles / engine.clock_hz
-    memory = memory_time_s(alloc.dram_bytes, alloc.onchip_bytes, ctx.bandwidth_bytes_per_s, params)
-    kernel = flop > 0 or alloc.onchip_bytes > 0
-    overhead, host_issue = kernel_fixed_costs(chip, params, subgraph.op_class, engine.clock_hz) if kernel else (0.0, 0.0)
-    memory += first_touch_s(subgraph.output_bytes * s_out, params) if kernel else 0.0
+    flop = float(subgraph.flop)
     weights = subgraph.weight_bytes * s_w
-    reorder = weight_layout_s(subgraph, weights, params) if kernel else 0.0
-    if subgraph.op_class in SERIAL_STREAMS.get(chip.kind, ()):
-        streams = memory_time_s(alloc.dram_bytes - (0.0 if weights_on_chip else min(weights, alloc.dram_bytes)),
-                                max(0.0, alloc.onchip_bytes - weights), ctx.bandwidth_bytes_per_s, params)
-        work = max(compute + streams, memory) + reorder
-    else:
-        work = max(compute, memory) + reorder
-    latency = work + overhead
-    if not kernel:
-        bottleneck = "none"
-    elif overhead >= work:
-        bottleneck = "overhead"
-    else:
-        bottleneck = "compute" if compute >= memory + reorder else "memory"
+    times = _kernel_time(subgraph, chip, alloc, engine, params, ctx, flop, weights, s_out, weights_on_chip)
+    energy = _energy(subgraph, chip, alloc, engine, ctx, flop, weights, times)
+    latency = times.latency_s
     attained = flop / latency if latency > 0 else 0.0
-
-    macs = float(subgraph.macs)
-    v2 = power.engine_voltage(chip, engine) ** 2      # dynamic energy at the engine's clock
-    mac_j = power.op_energy_per_mac_j(chip.process_nm, alloc.circuit, alloc.compute_precision,
-                                      engine.mma_shape) * v2
-    other_flop = max(0.0, flop - FLOP_PER_MAC * macs)
-    vec_j = ctx.vector_j_per_flop if ctx.vector_j_per_flop is not None else mac_j / FLOP_PER_MAC
-    clock_j = (power.clock_power_w(chip, engine, alloc.compute_precision) * alloc.utilization * work
-               if kernel else 0.0)
-    compute_j = macs * mac_j + other_flop * vec_j + clock_j
-    dram_j = alloc.dram_bytes * ctx.dram_j_per_byte
-    reorder_bytes = 2.0 * weights if reorder else 0.0     # read OIHW, write blocked
-    onchip_j = (alloc.onchip_bytes + reorder_bytes) * ctx.onchip_j_per_byte * v2
-    static_j = ctx.static_w * latency
-    wasted_j = ctx.static_w * (overhead + work * (1.0 - alloc.utilization))
-
     return SubgraphEstimate(
         index=subgraph.index, name=subgraph.name, pattern=subgraph.pattern, op_class=subgraph.op_class,
         stage=subgraph.stage, macs=subgraph.macs, flop=subgraph.flop, engine=alloc.engine,
         compute_precision=alloc.compute_precision, unit_name=alloc.unit_name,
         units_allocated=alloc.units_allocated, units_total=alloc.units_total, waves=alloc.waves,
         utilization=alloc.utilization, lane_fill=alloc.lane_fill, occupancy=alloc.occupancy,
-        class_efficiency=eff, compute_time_s=compute, memory_time_s=memory, overhead_s=overhead,
-        host_issue_s=host_issue,
-        latency_s=latency, bottleneck=bottleneck, dram_bytes=alloc.dram_bytes,
+        class_efficiency=times.class_efficiency, compute_time_s=times.compute_s, memory_time_s=times.memory_s,
+        overhead_s=times.overhead_s, host_issue_s=times.host_issue_s,
+        latency_s=latency, bottleneck=times.bottleneck, dram_bytes=alloc.dram_bytes,
         onchip_bytes=alloc.onchip_bytes, activations_on_chip=alloc.activations_on_chip,
         attained_flop_per_s=attained,
         compute_efficiency=attained / ctx.peak_flop_per_s if ctx.peak_flop_per_s else 0.0,
         bandwidth_utilization=(alloc.dram_bytes / latency / ctx.bandwidth_bytes_per_s) if latency > 0 else 0.0,
         arithmetic_intensity=flop / alloc.dram_bytes if alloc.dram_bytes > 0 else float("inf"),
-        compute_energy_j=compute_j, clock_energy_j=clock_j, dram_energy_j=dram_j, onchip_energy_j=onchip_j,
-        static_energy_j=static_j, wasted_energy_j=wasted_j, mapping=alloc.detail,
-        explain_terms=(alloc.serial_k_bytes, throughput, params.k_loop_cycles_per_byte, reorder),
+        compute_energy_j=energy.compute_j, clock_energy_j=energy.clock_j, dram_energy_j=energy.dram_j,
+        onchip_energy_j=energy.onchip_j, static_energy_j=energy.static_j, wasted_energy_j=energy.wasted_j,
+        mapping=alloc.detail,
+        explain_terms=(alloc.serial_k_bytes, times.throughput_s, params.k_loop_cycles_per_byte, times.reorder_s),
     )
