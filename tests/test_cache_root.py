@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chipcal.measure import cache
+from chipcal.measure.device import Device
 
 
 def test_chipcal_cache_dir_wins(tmp_path, monkeypatch):
@@ -12,7 +13,7 @@ def test_chipcal_cache_dir_wins(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache.cache_dir() == tmp_path / "mine" / "measurements"
     assert cache.workload_dir() == tmp_path / "mine" / "workloads"
-    assert cache.cache_path("gemm", "cuda:0", "host").parent == tmp_path / "mine" / "measurements"
+    assert cache.cache_path("gemm", Device("cuda", 0), "host").parent == tmp_path / "mine" / "measurements"
 
 
 def test_xdg_then_home(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ from chipcal.calibrate.fits import (
     fit_saturating_efficiency,
     saturating,
 )
+from chipcal.measure.device import CPU, Device
 
 
 def test_saturating_fit_recovers_parameters():
@@ -200,9 +201,9 @@ def test_host_share_goes_into_the_gpu_overheads_only():
     from chipcal.model.mapping.params import default_params
 
     gpu, cpu = default_params("gpu"), default_params("cpu")
-    base, floor = host_in_overheads(gpu, "cuda:0", 30e-6)
+    base, floor = host_in_overheads(gpu, Device("cuda", 0), 30e-6)
     assert base.host_overhead_s == 0.0 and floor == 30e-6
-    assert host_in_overheads(cpu, "cpu", 7e-6) == (cpu, 0.0)
+    assert host_in_overheads(cpu, CPU, 7e-6) == (cpu, 0.0)
 
 
 def test_gemm_sweep_rescales_every_mac_class_prior_and_nothing_else():

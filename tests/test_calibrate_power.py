@@ -26,6 +26,7 @@ from chipcal.calibrate.document import CalibrationDocument
 from chipcal.calibrate.power_fit import power_section
 from chipcal.calibrate.power_records import HoldRow
 from chipcal.calibrate.refit import refit_power
+from chipcal.measure.device import Device
 from chipcal.measure.power import NvmlSource
 from chipcal.measure.power_phase import open_sensor
 from chipcal.measure.sustained import FULL_LIMITS, hold
@@ -131,7 +132,7 @@ def _replay() -> dict:
         mp.setitem(sys.modules, "pynvml", fake_pynvml(state))
         source = NvmlSource(0)
         assert source.available and source.has_counter
-        sensor = open_sensor(source, "cuda:0")
+        sensor = open_sensor(source, Device("cuda", 0))
         out = {"idle": replayed_hold(state, sensor, IDLE, "idle"), "copy": replayed_hold(state, sensor, COPY, "stream")}
         out.update({p: replayed_hold(state, sensor, PHASES[label], "gemm", p) for p, label in HELD.items()})
     return out

@@ -21,6 +21,7 @@ from chipcal.calibrate import store
 from chipcal.calibrate.config import MODEL_MAX_CALL_S, QUICK_MODELS, CalibrationConfig
 from chipcal.calibrate.fits import saturating
 from chipcal.calibrate.layer_fits import MODEL_SIGMA_FLOOR
+from chipcal.measure.device import CPU
 from chipcal.measure.timing import Measurement
 
 pytestmark = pytest.mark.usefixtures("characterize_once")
@@ -119,7 +120,7 @@ def fake_machine(request, monkeypatch, tmp_path):
         self.add_round(timings)
         return timings
 
-    def measure_model(name, batch=1, precision="fp32", device="cpu", **_):
+    def measure_model(name, batch=1, precision="fp32", device=CPU, **_):
         from chipcal.model.workload import characterize_model
 
         w = characterize_model(name, batch=batch, fuse=False)

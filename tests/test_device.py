@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from chipcal.measure.device import Device, DeviceUnavailable, check_device, device_kind, gpu_index
+from chipcal.measure.device import CPU, Device, DeviceUnavailable
 from chipcal.model.errors import ChipcalError, DeviceError
 
 
@@ -20,7 +20,8 @@ def test_parse(text, kind, index, name):
     device = Device.parse(text)
     assert (device.kind, device.index, str(device)) == (kind, index, name)
     assert Device.parse(device) is device
-    assert (device_kind(text), gpu_index(text)) == (kind, index)
+    assert Device(kind, index) == device and Device.parse(str(device)) == device
+    assert (CPU.kind, CPU.index) == ("cpu", 0)
 
 
 @pytest.mark.parametrize("text", ["tpu", "npu", "cuda:x", "cuda:", "cpu:0", "cuda:-1", "", "mps"])
@@ -37,14 +38,14 @@ def test_device_is_frozen():
 
 def test_cuda_not_here(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert check_device("cpu") == Device("cpu")
+    assert CPU.require() == Device("cpu")
     with pytest.raises(DeviceUnavailable, match="no CUDA device.*valid here: cpu"):
-        check_device("cuda")
+        Device.parse("cuda").require()
 
 
 def test_cuda_index_out_of_range(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert check_device("cuda:1") == Device("cuda", 1)
+    assert Device.parse("cuda:1").require() == Device("cuda", 1)
     with pytest.raises(DeviceUnavailable, match=r"only 2 CUDA device\(s\); valid here: cpu, cuda:0..cuda:1"):
-        check_device("cuda:2")
+        Device.parse("cuda:2").require()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from chipcal.measure.device import Device
 from chipcal.measure.layer_times import ALONE_SAMPLES, WARMUP_PASSES, leaf_modules, time_layers
 
 HERE = Path(__file__)
@@ -263,7 +264,7 @@ def test_on_cuda_each_layer_in_the_pass_and_alone_agrees_with_torch_utils_benchm
     net = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 8)).cuda()
     x = torch.randn(2048, 4096, device="cuda")
     with torch.inference_mode():
-        hooks = time_layers(lambda: net(x), net, device="cuda", max_time_s=1.0, alone=True)
+        hooks = time_layers(lambda: net(x), net, device=Device("cuda"), max_time_s=1.0, alone=True)
         reference = benchmark.Timer("lin(x)", globals={"lin": net[0], "x": x}).blocked_autorange(min_run_time=0.5).median
     assert [t.name for t in hooks.layers] == ["0", "1", "2"]
     big = hooks.layers[0]

@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from chipcal.measure.device import CPU
 from chipcal.measure.workloads import WorkloadSource  # noqa: E402
 from chipcal.model.estimate.llm import (  # noqa: E402
     GENERATE_LOOP_OPS,
@@ -393,11 +394,11 @@ def test_gpt2_decode_predicted_against_measured_on_this_cpu(source):
     config = load_llm_config("gpt2")
     steps = [source.llm_step(step_key(config, "eager", phase, 1, 256, 128, "fp32")) for phase in ("prefill", "decode")]
     with fixed_threads(1):
-        bandwidth = measure_bandwidth("cpu", sizes=[256 * 2**20], use_cache=False, max_time_s=0.5)
+        bandwidth = measure_bandwidth(CPU, sizes=[256 * 2**20], use_cache=False, max_time_s=0.5)
         cpu = dataclasses.replace(detect_cpu(), cores=1)
         pred = predict_llm(config, *steps, local_chip(**local_overrides(bandwidth, cpu), cpu=cpu), "fp32", "eager",
                            256, 128)
-        measured = measure_llm(config, "decode", 1, 256, 128, steps[1].workload.flop, "fp32", "cpu",
+        measured = measure_llm(config, "decode", 1, 256, 128, steps[1].workload.flop, "fp32", CPU,
                                max_time_s=1.0, min_samples=6, ceiling_s=30.0, threads=1)
     assert measured.latency.n >= 6
     ratio = pred.time_per_output_token_s / measured.latency.median_s

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from chipcal.measure import system
+from chipcal.measure.device import Device
 from chipcal.measure.models import measure_module
 from chipcal.measure.power import NvmlSource, UnavailableSource, open_power_source
 
@@ -164,7 +165,7 @@ def test_nvml_init_failure_gives_reason(monkeypatch):
 
 def test_open_power_source_cuda_without_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    src = open_power_source("cuda")
+    src = open_power_source(Device("cuda"))
     assert isinstance(src, UnavailableSource) and "no CUDA device" in src.reason
 
 
@@ -179,7 +180,7 @@ def fake_cuda(monkeypatch):
 def test_open_power_source_cuda_with_fake_nvml(monkeypatch):
     fake_cuda(monkeypatch)
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
-    src = open_power_source("cuda:0")
+    src = open_power_source(Device("cuda", 0))
     assert src.available and src.name == "nvml"
 
 
@@ -195,7 +196,7 @@ def test_gpu_fingerprint_fields(monkeypatch):
     assert fp.driver_version == "550.54.15" and fp.cuda_driver_version == "12.4"
     assert fp.gpu_pci_device_id == "10de:2330"
     assert "nvidia-h100" in fp.slug
-    assert fp.cache_key("cuda")["gpu_power_limit_w"] == 700.0
+    assert fp.cache_key(Device("cuda"))["gpu_power_limit_w"] == 700.0
 
 
 def test_gpu_fingerprint_survives_unsupported_queries(monkeypatch):
@@ -227,7 +228,7 @@ def test_energy_per_forward_pass_with_fake_nvml(monkeypatch):
 
 @pytest.mark.gpu
 def test_real_nvml_power_source():
-    src = open_power_source("cuda")
+    src = open_power_source(Device("cuda"))
     assert src.available, src.reason
     a = torch.randn(4096, 4096, device="cuda")
     reading = src.measure(lambda: a @ a, min_window_s=1.0, idle_s=0.5)

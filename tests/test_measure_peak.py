@@ -13,6 +13,7 @@ from chipcal.cli.measure_peak import gemm_record
 from chipcal.measure import cache, peak, system
 from chipcal.measure.bandwidth import cache_knee, measure_bandwidth, memory_figure
 from chipcal.measure.cpu import detect_cpu
+from chipcal.measure.device import CPU, Device
 from chipcal.measure.peak import measure_gemm_peak
 from chipcal.measure.reference import ReferencePeaks
 from chipcal.measure.system import fingerprint
@@ -49,7 +50,7 @@ def stable_points(monkeypatch):
 
 
 def test_flop_is_two_per_mac(user_cache, fp):
-    result = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, use_cache=False, **quick())
+    result = measure_gemm_peak(CPU, ["fp32"], TINY, fp=fp, use_cache=False, **quick())
     first = result.curve("fp32")[0]
     assert (first.m, first.n, first.k) == (64, 32, 16)
     assert first.flop == 65536                       # 2 × 64 × 32 × 16 MACs
@@ -60,7 +61,7 @@ def test_flop_is_two_per_mac(user_cache, fp):
 def test_gemm_operands_are_random_and_nonzero():
     # the int8 op returns int32 products of ±1..127 operands: compare with an int64 reference
     torch.manual_seed(0)
-    fn = peak.gemm_callable("int8", 32, 32, 32, "cpu")
+    fn = peak.gemm_callable("int8", 32, 32, 32, CPU)
     out = fn()
     assert out.dtype == torch.int32 and (out != 0).any()
     a = peak._nonzero((1000,), "cpu", torch.Generator().manual_seed(1))
@@ -68,25 +69,25 @@ def test_gemm_operands_are_random_and_nonzero():
 
 
 def test_unsupported_precisions_are_rows_not_errors(user_cache, fp):
-    result = measure_gemm_peak("cpu", ["tf32", "int4", "fp8"], TINY, fp=fp, use_cache=False, **quick())
+    result = measure_gemm_peak(CPU, ["tf32", "int4", "fp8"], TINY, fp=fp, use_cache=False, **quick())
     assert result.points == ()
     assert set(result.unsupported) == {"tf32", "int4", "fp8"}
     assert all(r.startswith("unsupported:") for r in result.unsupported.values())
 
 
 def test_cache_round_trip_in_user_dir(user_cache, fp, stable_points):
-    first = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
+    first = measure_gemm_peak(CPU, ["fp32"], TINY, fp=fp, **quick())
     files = list(user_cache.glob("gemm-cpu-*.json"))
     assert len(files) == 1 and fp.slug in files[0].name
-    again = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
+    again = measure_gemm_peak(CPU, ["fp32"], TINY, fp=fp, **quick())
     assert not first.from_cache and again.from_cache
     assert [p.measurement.samples_s for p in again.points] == [p.measurement.samples_s for p in first.points]
     assert again.peak_flop_per_s("fp32") == first.peak_flop_per_s("fp32")
-    assert peak.cached_peak_flop_per_s("cpu", "fp32", fp) == first.peak_flop_per_s("fp32")
-    fresh = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, remeasure=True, **quick())
+    assert peak.cached_peak_flop_per_s(CPU, "fp32", fp) == first.peak_flop_per_s("fp32")
+    fresh = measure_gemm_peak(CPU, ["fp32"], TINY, fp=fp, remeasure=True, **quick())
     assert not fresh.from_cache and fresh.cached == ()
     # a precision added to a cached sweep is timed; the cached one is named as cached
-    mixed = measure_gemm_peak("cpu", ["fp32", "fp64"], TINY, fp=fp, **quick())
+    mixed = measure_gemm_peak(CPU, ["fp32", "fp64"], TINY, fp=fp, **quick())
     assert not mixed.from_cache and mixed.cached == ("fp32",)
     assert peak.gemm_peak_from_dict(peak.gemm_peak_to_dict(mixed)).cached == ("fp32",)
     ref = ReferencePeaks(device="cpu", chip=None)
@@ -94,40 +95,40 @@ def test_cache_round_trip_in_user_dir(user_cache, fp, stable_points):
 
 
 def test_other_shapes_are_not_served_from_cache(user_cache, fp, stable_points):
-    measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
-    other = measure_gemm_peak("cpu", ["fp32"], TINY[:1], fp=fp, **quick())
+    measure_gemm_peak(CPU, ["fp32"], TINY, fp=fp, **quick())
+    other = measure_gemm_peak(CPU, ["fp32"], TINY[:1], fp=fp, **quick())
     assert not other.from_cache and len(other.points) == 1
 
 
 def test_corrupt_cache_is_ignored_with_warning(user_cache, fp, stable_points):
-    path = cache.cache_path("gemm", "cpu", fp.slug)
+    path = cache.cache_path("gemm", CPU, fp.slug)
     path.parent.mkdir(parents=True)
     path.write_text("{ not json")
     with pytest.warns(cache.CacheWarning, match="corrupt"):
-        result = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
+        result = measure_gemm_peak(CPU, ["fp32"], TINY, fp=fp, **quick())
     assert not result.from_cache and any("corrupt" in w for w in result.warnings)
     assert json.loads(path.read_text())["schema"] == cache.SCHEMA      # rewritten whole
 
 
 def test_corrupt_entry_is_remeasured(user_cache, fp, stable_points):
-    measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
-    path = cache.cache_path("gemm", "cpu", fp.slug)
+    measure_gemm_peak(CPU, ["fp32"], TINY, fp=fp, **quick())
+    path = cache.cache_path("gemm", CPU, fp.slug)
     doc = json.loads(path.read_text())
     doc["payload"]["fp32"]["points"][0]["measurement"]["samples_s"] = []
     path.write_text(json.dumps(doc))
     with pytest.warns(cache.CacheWarning, match="corrupt fp32 entry"):
-        result = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
+        result = measure_gemm_peak(CPU, ["fp32"], TINY, fp=fp, **quick())
     assert not result.from_cache and len(result.points) == len(TINY)
 
 
 def test_stale_cache_is_ignored_with_warning(user_cache, fp, stable_points):
-    measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
-    path = cache.cache_path("gemm", "cpu", fp.slug)
+    measure_gemm_peak(CPU, ["fp32"], TINY, fp=fp, **quick())
+    path = cache.cache_path("gemm", CPU, fp.slug)
     doc = json.loads(path.read_text())
     doc["key"]["torch_version"] = "1.0.0"
     path.write_text(json.dumps(doc))
     with pytest.warns(cache.CacheWarning, match="stale.*torch_version"):
-        result = measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
+        result = measure_gemm_peak(CPU, ["fp32"], TINY, fp=fp, **quick())
     assert not result.from_cache
 
 
@@ -141,14 +142,14 @@ def test_unstable_entries_are_never_served(user_cache, fp, monkeypatch):
         return peak.GemmPoint(precision, m, n, k, flop, meas, flop / meas.median_s)
 
     monkeypatch.setattr(peak, "measure_gemm_point", noisy)
-    measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick())
-    assert not measure_gemm_peak("cpu", ["fp32"], TINY, fp=fp, **quick()).from_cache
-    assert peak.cached_peak_flop_per_s("cpu", "fp32", fp) is None
+    measure_gemm_peak(CPU, ["fp32"], TINY, fp=fp, **quick())
+    assert not measure_gemm_peak(CPU, ["fp32"], TINY, fp=fp, **quick()).from_cache
+    assert peak.cached_peak_flop_per_s(CPU, "fp32", fp) is None
 
 
 def test_concurrent_writers_keep_each_others_entries(user_cache, fp):
-    key = fp.cache_key("cpu")
-    path = cache.cache_path("gemm", "cpu", fp.slug)
+    key = fp.cache_key(CPU)
+    path = cache.cache_path("gemm", CPU, fp.slug)
     # two runs loaded an empty cache, then each writes the precision it measured
     cache.update(path, key, {"fp32": {"points": []}})
     cache.update(path, key, {"bf16": {"points": []}})
@@ -158,19 +159,19 @@ def test_concurrent_writers_keep_each_others_entries(user_cache, fp):
 
 
 def test_failed_write_leaves_no_temp_file(user_cache, fp):
-    path = cache.cache_path("gemm", "cpu", fp.slug)
+    path = cache.cache_path("gemm", CPU, fp.slug)
     with pytest.raises(ValueError):
-        cache.update(path, fp.cache_key("cpu"), {"fp32": {"rate": float("nan")}})     # JSON has no NaN
+        cache.update(path, fp.cache_key(CPU), {"fp32": {"rate": float("nan")}})     # JSON has no NaN
     assert not list(path.parent.glob("*.tmp")) and not path.exists()
 
 
 def test_cache_key_holds_the_isa_overrides_and_affinity(fp):
     import dataclasses
 
-    key = fp.cache_key("cpu")
+    key = fp.cache_key(CPU)
     assert {"aten_cpu_capability", "isa_env", "cpu_affinity"} <= set(key)
     forced = dataclasses.replace(fp, isa_env=(("ONEDNN_MAX_CPU_ISA", "AVX2"),))
-    assert forced.cache_key("cpu") != key
+    assert forced.cache_key(CPU) != key
 
 
 def test_isa_overrides_are_read_from_the_environment(monkeypatch):
@@ -291,7 +292,7 @@ def test_local_overrides_take_the_l2s_out_of_the_knee():
 
 def test_bandwidth_bytes_counting(user_cache, fp):
     sizes = [64 * 1024, 256 * 1024]
-    bw = measure_bandwidth("cpu", sizes, fp=fp, use_cache=False, **quick())
+    bw = measure_bandwidth(CPU, sizes, fp=fp, use_cache=False, **quick())
     for p in bw.points:
         arrays = {"copy": 2, "triad": 3}[p.kernel]
         assert p.bytes_moved == arrays * p.size_bytes          # STREAM: copy 2·S, triad 3·S
@@ -327,8 +328,8 @@ def test_bandwidth_cache_round_trip(user_cache, fp, monkeypatch):
 
     monkeypatch.setattr(bandwidth, "_measure_bandwidth_point", steady)
     sizes = [64 * 1024]
-    first = measure_bandwidth("cpu", sizes, fp=fp, **quick())
-    again = measure_bandwidth("cpu", sizes, fp=fp, **quick())
+    first = measure_bandwidth(CPU, sizes, fp=fp, **quick())
+    again = measure_bandwidth(CPU, sizes, fp=fp, **quick())
     assert not first.from_cache and again.from_cache
     assert again.sustained_bytes_per_s == first.sustained_bytes_per_s
 
@@ -336,14 +337,14 @@ def test_bandwidth_cache_round_trip(user_cache, fp, monkeypatch):
 def test_cuda_without_device_raises(fp, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RuntimeError, match="no CUDA device"):
-        measure_gemm_peak("cuda", ["fp16"], TINY, fp=fp)
+        measure_gemm_peak(Device("cuda"), ["fp16"], TINY, fp=fp)
 
 
 @pytest.mark.gpu
 def test_gpu_gemm_precisions(user_cache):
     """Every precision is swept or says why not; tensor cores with TF32 and bf16 (Ampere and
     later, compute capability 8.0) outrun the fp32 CUDA cores."""
-    result = measure_gemm_peak("cuda", ["fp32", "tf32", "bf16", "fp16", "fp8", "int8"],
+    result = measure_gemm_peak(Device("cuda"), ["fp32", "tf32", "bf16", "fp16", "fp8", "int8"],
                                [(1024, 1024, 1024), (2048, 2048, 2048)], use_cache=False, max_time_s=0.3)
     swept = set(result.precisions) | set(result.unsupported)
     assert {"fp32", "tf32", "bf16", "fp16", "fp8", "int8"} <= swept
@@ -401,5 +402,5 @@ def test_a_torch_without_a_private_gemm_op_reports_the_precision_unsupported(mon
     """int8 and fp8 run on private ops (torch._int_mm, torch._scaled_mm): a torch release without
     one reports the precision unsupported with the reason, found by trying the op, not by version."""
     monkeypatch.delattr(torch, "_int_mm")
-    reason = peak.unsupported_reason("int8", "cpu")
+    reason = peak.unsupported_reason("int8", CPU)
     assert reason.startswith("unsupported: torch cannot run it here") and "_int_mm" in reason

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from chipcal.measure import power
+from chipcal.measure.device import CPU
 from chipcal.measure.power import PowerUnavailable, RaplSource, UnavailableSource, open_power_source
 
 MAX_RANGE = 262143328850  # a real package max_energy_range_uj (2^32 energy units of 61.035 µJ)
@@ -113,14 +114,14 @@ def test_unavailable_source_refuses_to_measure():
 
 def test_open_power_source_cpu_without_powercap(monkeypatch, tmp_path):
     monkeypatch.setattr(power, "RAPL_ROOT", tmp_path / "absent")
-    src = open_power_source("cpu")
+    src = open_power_source(CPU)
     assert not src.available and src.name == "unavailable"
     assert src.reason.startswith("RAPL: ") and "does not exist" in src.reason
 
 
 def test_open_power_source_cpu_with_powercap(monkeypatch, rapl_tree):
     monkeypatch.setattr(power, "RAPL_ROOT", rapl_tree)
-    src = open_power_source("cpu")
+    src = open_power_source(CPU)
     assert src.available and src.name == "rapl"
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from chipcal.measure import system
+from chipcal.measure.device import CPU, Device
 from chipcal.measure.match import match_registry_chip
 from chipcal.measure.system import Fingerprint, detect_cpu
 from chipcal.model.local import CpuSpec, chip_from_cpu
@@ -182,8 +183,8 @@ def test_vm_slice_of_a_registry_cpu_is_not_that_cpu():
     registry = load_registry()
     fp = dataclasses.replace(gpu_fp("x", 1, 1, 1), gpu_name=None, cpu_model="AMD EPYC 9654 96-Core Processor",
                              physical_cores=2)
-    assert match_registry_chip(fp, registry, "cpu") is None
-    assert match_registry_chip(dataclasses.replace(fp, physical_cores=96), registry, "cpu").name == "epyc-9654"
+    assert match_registry_chip(fp, registry, CPU) is None
+    assert match_registry_chip(dataclasses.replace(fp, physical_cores=96), registry, CPU).name == "epyc-9654"
 
 
 @pytest.mark.parametrize(("name", "sms", "mib", "watts", "expected"), [
@@ -292,7 +293,7 @@ def test_identify_unknown_gpu_is_a_one_line_chipcal_error():
     # an RTX 4090 D-like card (the registry holds the 128-SM 4090 only): numbers and ID match nothing
     fp = dataclasses.replace(gpu_fp("NVIDIA GeForce RTX 4090 D", 114, 24564, 425), gpu_pci_device_id="10de:2685")
     with pytest.raises(UnknownDevice) as info:
-        identify(fp, "cuda:0", load_registry())
+        identify(fp, Device("cuda", 0), load_registry())
     assert isinstance(info.value, ChipcalError) and "\n" not in str(info.value) and "src/chipcal/model/hardware" in str(info.value)
 
 
@@ -302,7 +303,7 @@ def test_identify_registry_cpu_only_with_its_core_count():
     registry = load_registry()
     fp = dataclasses.replace(gpu_fp("x", 1, 1, 1), gpu_name=None, cpu_model="AMD EPYC 9654 96-Core Processor",
                              physical_cores=96)
-    assert identify(fp, "cpu", registry).from_registry and identify(fp, "cpu", registry).chip.name == "epyc-9654"
+    assert identify(fp, CPU, registry).from_registry and identify(fp, CPU, registry).chip.name == "epyc-9654"
 
 
 def test_the_cpu_is_detected_once_and_the_fingerprint_carries_it(tmp_path, monkeypatch):
@@ -318,7 +319,7 @@ def test_the_cpu_is_detected_once_and_the_fingerprint_carries_it(tmp_path, monke
     monkeypatch.setattr(system, "detect_cpu", lambda *a, **k: calls.append(a) or spec)
     fp = system.fingerprint()
     assert calls == [()] and fp.cpu is spec and fp.physical_cores == spec.cores == 2
-    identity = identify(fp, "cpu", load_registry())          # a 2-vCPU EPYC matches no registry chip
+    identity = identify(fp, CPU, load_registry())          # a 2-vCPU EPYC matches no registry chip
     chip = system.local_chip(memory_bandwidth_bytes_per_s=20e9, measured_by="probe", support=fp.cpu_precisions,
                              cpu=fp.cpu)
     assert not identity.from_registry and len(calls) == 1

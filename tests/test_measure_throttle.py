@@ -9,6 +9,7 @@ import time
 import pytest
 
 from chipcal.calibrate import flags as gap
+from chipcal.measure.device import CPU, Device
 from chipcal.measure.throttle import ThrottleWatch, cpu_throttle_count, decode_clock_events
 from chipcal.measure.timing import ClockSampler, time_callable
 
@@ -31,21 +32,21 @@ def throttle_tree(root, counts):
 def test_cpu_throttle_counter_rise_is_seen(tmp_path):
     throttle_tree(tmp_path, [3, 4])
     assert cpu_throttle_count(tmp_path) == 7
-    watch = ThrottleWatch("cpu", sys=tmp_path)
+    watch = ThrottleWatch(CPU, sys=tmp_path)
     with watch.watch():
         throttle_tree(tmp_path, [5, 4])                  # two more events on cpu0 during the run
     assert watch.observable and watch.reasons == ("cpu_thermal_throttle (+2 events)",)
 
 
 def test_vm_without_counters_says_throttling_is_not_observable(tmp_path):
-    watch = ThrottleWatch("cpu", sys=tmp_path)
+    watch = ThrottleWatch(CPU, sys=tmp_path)
     with watch.watch():
         pass
     assert not watch.observable and watch.reasons == () and "not observable" in watch.note
 
 
 def test_gpu_power_cap_reason_is_reported_idle_is_not(tmp_path):
-    watch = ThrottleWatch("cuda", sys=tmp_path, nvml_reasons=lambda: 0x4 | 0x1)
+    watch = ThrottleWatch(Device("cuda"), sys=tmp_path, nvml_reasons=lambda: 0x4 | 0x1)
     with watch.watch():
         pass
     assert watch.reasons == ("sw_power_cap",)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from chipcal.measure import timing
+from chipcal.measure.device import Device
 from chipcal.measure.timing import (
     Measurement,
     TooFewSamples,
@@ -188,8 +189,8 @@ def test_cuda_path_with_fake_events(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    short = time_callable(sleep(0.02), device="cuda", max_time_s=0.6, min_samples=6)
-    long = time_callable(sleep(0.04), device="cuda", max_time_s=0.6, min_samples=6)
+    short = time_callable(sleep(0.02), device=Device("cuda"), max_time_s=0.6, min_samples=6)
+    long = time_callable(sleep(0.04), device=Device("cuda"), max_time_s=0.6, min_samples=6)
     assert "CUDA events" in short.method
     assert 1.4 <= long.median_s / short.median_s <= 2.4     # 40 ms / 20 ms, wide: a shared host
 
@@ -197,7 +198,7 @@ def test_cuda_path_with_fake_events(monkeypatch):
 def test_cuda_without_device_is_an_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RuntimeError, match="no CUDA device"):
-        time_callable(lambda: None, device="cuda")
+        time_callable(lambda: None, device=Device("cuda"))
 
 
 def test_clock_probe_read_between_rounds(monkeypatch):
@@ -210,7 +211,7 @@ def test_clock_probe_read_between_rounds(monkeypatch):
 @pytest.mark.gpu
 def test_cuda_timing_on_device():
     a = torch.randn(2048, 2048, device="cuda")
-    m = time_callable(lambda: a @ a, device="cuda", max_time_s=1.0)
+    m = time_callable(lambda: a @ a, device=Device("cuda"), max_time_s=1.0)
     assert m.n >= 5 and m.median_s > 0 and "CUDA events" in m.method
 
 

@@ -8,6 +8,7 @@ from recorded import recorded_fingerprint
 
 from chipcal.measure import peak
 from chipcal.measure.cpu import cpu_precision_support
+from chipcal.measure.device import CPU
 from chipcal.model.local import chip_from_cpu
 
 # name, arch, torch's oneDNN answers, expected support (from the recorded feature flags by hand)
@@ -36,8 +37,8 @@ def test_precision_support_of_recorded_cpus(tmp_path, name, arch, torch_says, ex
     chip = chip_from_cpu(spec.__class__(**{**spec.__dict__, "native_precisions": frozenset(native)}))
     assert set(chip.precisions) == {"fp64"} | native
     # the default GEMM sweep sweeps those and times the others once, as emulated
-    assert set(peak.default_precisions("cpu", fp)) == {"fp32", "bf16", "fp16", "int8"}
-    assert set(peak.emulated_reasons("cpu", fp, peak.default_precisions("cpu", fp))) == set(expected) - native
+    assert set(peak.default_precisions(CPU, fp)) == {"fp32", "bf16", "fp16", "int8"}
+    assert set(peak.emulated_reasons(CPU, fp, peak.default_precisions(CPU, fp))) == set(expected) - native
 
 
 def test_avx2_epyc_fp32_peak_by_hand(tmp_path):
@@ -77,7 +78,7 @@ def test_flag_without_torch_kernels_is_emulated():
 def test_emulated_precision_is_timed_once_at_a_small_shape(tmp_path, monkeypatch):
     _, fp = recorded_fingerprint(tmp_path, "amd-epyc-avx2-2vcpu", mkldnn_bf16=False, mkldnn_fp16=False)
     shapes = ((32, 32, 32), (64, 64, 64), (128, 128, 128))
-    result = peak.measure_gemm_peak("cpu", ["fp32", "bf16"], shapes, fp=fp, use_cache=False,
+    result = peak.measure_gemm_peak(CPU, ["fp32", "bf16"], shapes, fp=fp, use_cache=False,
                                     max_time_s=0.05, min_samples=3)
     assert "bf16" in result.emulated and "emulated" in result.emulated["bf16"]
     assert len(result.curve("bf16")) == 1 and len(result.curve("fp32")) == 3
@@ -103,7 +104,7 @@ def test_shapes_predicted_too_slow_are_skipped_never_run(tmp_path, monkeypatch):
                         lambda precision, shape, device, **kw: ran.append(shape) or real_point(
                             precision, (32, 32, 32), device, **kw))
     shapes = ((4096, 4096, 4096), (128, 128, 128))
-    result = peak.measure_gemm_peak("cpu", ["fp32"], shapes, fp=fp, use_cache=False, max_time_s=0.05,
+    result = peak.measure_gemm_peak(CPU, ["fp32"], shapes, fp=fp, use_cache=False, max_time_s=0.05,
                                     min_samples=3, max_call_s=0.5)
     # 128^3 x 2 = 4.2 MFLOP -> 4 ms at the trial's 1 GFLOP/s: run first (order of work); 4096^3 is
     # then predicted from the rate measured at the 32^3 stand-in, far over 0.5 s: skipped

@@ -15,6 +15,7 @@ from test_mapping import custom_params, mlp
 from chipcal.calibrate.document import SCHEMA as CALIBRATION_SCHEMA
 from chipcal.cli import predict as predict_cli
 from chipcal.measure import workloads
+from chipcal.measure.device import CPU
 from chipcal.measure.system import local_chip
 
 
@@ -337,7 +338,7 @@ def test_local_prediction_from_a_warm_cache_imports_no_torch(tmp_path, monkeypat
         return bandwidth.BandwidthPoint(kernel, size, moved, moved, Measurement.from_samples([moved / rate] * 6), rate)
 
     monkeypatch.setattr(bandwidth, "_measure_bandwidth_point", steady)
-    bandwidth.measure_bandwidth("cpu", [1 << 20, 1 << 22], fp=fingerprint())
+    bandwidth.measure_bandwidth(CPU, [1 << 20, 1 << 22], fp=fingerprint())
     workloads.WorkloadSource(use_cache=True).get("resnet18", 1, True)      # warm the workload cache
     assert bandwidth.cached_cpu_bandwidth(detect_cpu()).sustained_bytes_per_s["triad"] == pytest.approx(rate)
 

@@ -11,6 +11,7 @@ from recorded import MACHINES
 from chipcal.calibrate import store
 from chipcal.calibrate.document import CalibrationDocument
 from chipcal.calibrate.rerun import compare, previous_run, with_rerun
+from chipcal.measure.device import Device
 from chipcal.report.calibration import render_markdown
 
 ZEN5 = MACHINES / "amd-epyc-zen5-2vcpu"
@@ -60,7 +61,7 @@ def test_the_previous_run_is_the_latest_earlier_one_of_this_machine_and_device(t
     older = _scaled(base, "2026-11-25T08:00:00Z", {})
     previous = _scaled(base, "2026-11-25T09:00:00Z", {})
     later = _scaled(base, "2026-11-25T12:00:00Z", {})
-    other_device = dataclasses.replace(_scaled(base, "2026-11-25T09:30:00Z", {}), device="cuda:0")
+    other_device = dataclasses.replace(_scaled(base, "2026-11-25T09:30:00Z", {}), device=Device("cuda", 0))
     for d in (older, previous, later, other_device):
         _store(tmp_path, d)
     current = _scaled(base, "2026-11-25T10:00:00Z", {("resnet50", 1): 1.5})

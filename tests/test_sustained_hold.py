@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from chipcal.measure.device import CPU
 from chipcal.measure.sustained import HoldLimits, SensorReading, hold
 
 LIMITS = HoldLimits(min_s=3.0, max_s=8.0)
@@ -119,7 +120,7 @@ def test_the_power_phase_holds_idle_the_triad_and_each_precision_with_torch(monk
     monkeypatch.setitem(power_phase.STREAM_BYTES, "cpu", 2**20)
     limits = HoldLimits(min_s=0.3, max_s=0.6, batch_s=0.02, settle_window_s=0.1)
     seen = []
-    holds = power_phase.power_phase(Steady(), "cpu", ("fp32", "bf16"), limits, on_hold=seen.append)
+    holds = power_phase.power_phase(Steady(), CPU, ("fp32", "bf16"), limits, on_hold=seen.append)
     assert [(h.kind, h.precision) for h in holds] == [("idle", None), ("stream", None), ("gemm", "fp32"),
                                                       ("gemm", "bf16")] and list(holds) == seen
     for h in holds:

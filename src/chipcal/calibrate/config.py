@@ -4,7 +4,10 @@ calibrate.run measures by it, and calibrate.journal records it so that `--resume
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+
+from chipcal.measure.device import CPU, Device
 
 # validation: the classic set, plus structures no micro-layer or chain was built from (grouped
 # convs, inception branches, windowed attention, 7x7 depthwise)
@@ -19,7 +22,7 @@ MODEL_MAX_CALL_S = 4.0     # a validation model whose predicted forward pass is 
 
 @dataclass(frozen=True)
 class CalibrationConfig:
-    device: str = "cpu"
+    device: Device = CPU
     quick: bool = False
     models: tuple[str, ...] = DEFAULT_MODELS
     batches: tuple[int, ...] = DEFAULT_BATCHES
@@ -27,6 +30,19 @@ class CalibrationConfig:
     gemm_precisions: tuple[str, ...] | None = None   # GEMM sweep; None = the native ones (peak.default_precisions)
     remeasure: bool = False          # ignore cached peak/bandwidth results
     command: str = "chipcal calibrate"
+
+    def to_fields(self) -> dict:
+        """The configuration as JSON data (the journal's config.json): the device as its text."""
+        return {**dataclasses.asdict(self), "device": str(self.device)}
+
+    @classmethod
+    def from_fields(cls, fields: dict) -> CalibrationConfig:
+        """The configuration a journal recorded (`to_fields`); TypeError for a field this chipcal
+        does not have, DeviceError for a device it cannot parse."""
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+        if "device" in values:
+            values["device"] = Device.parse(values["device"])
+        return cls(**values)
 
     @property
     def rounds(self) -> int:

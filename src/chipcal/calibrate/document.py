@@ -27,6 +27,7 @@ from chipcal.calibrate.phases import PhaseTime
 from chipcal.calibrate.power_records import HoldRow, PowerRow, PowerSection
 from chipcal.calibrate.records import LAST, OMIT_NONE, Record, record
 from chipcal.calibrate.selfcheck import CrossValSection
+from chipcal.measure.device import Device
 from chipcal.measure.system import Fingerprint
 from chipcal.model.local import LOCAL_CHIP_NAME
 from chipcal.model.mapping.base import CONV_CLASSES
@@ -432,7 +433,7 @@ class CalibrationDocument(Record):
     created_utc: str
     command: str
     machine_slug: str
-    device: str
+    device: Device                   # written as its text ("cpu", "cuda:N"), parsed on load
     quick: bool
     precision: str                # of the layer and model timings
     fingerprint: Fingerprint

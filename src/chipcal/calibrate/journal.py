@@ -2,16 +2,19 @@
 run keeps its data and `chipcal calibrate --resume DIR` continues it.
 
 A journal is a directory (`<out>/.incomplete/<stamp>-<pid>/`) holding `config.json` (the run's
-CalibrationConfig) and one JSON file per finished step (`gemm.json`, `bandwidth.json`,
-`layers.json`, `chains.json`, `power.json`, `models.json`), each written whole through a temp
-file, fsync and rename. Only data goes in (measurements as their `to_dict` forms): no pickle,
-nothing that runs on load. A finished run removes its journal.
+CalibrationConfig, `to_fields`) and one JSON file per finished step, each written whole through a
+temp file, fsync and rename. The steps, by phase (calibrate.run): identify `machine.json`; sweep
+`gemm.json`; bandwidth `bandwidth.json`; power `power.json`; host probes `first_touch.json`,
+`layout.json`, `dispatch.json`, `threads.json`; layers and models `round-<r>.json`, one per timing
+round. A resumed run reads back every step its journal holds and measures from the first one it
+does not (calibrate.context.RunContext.journaled); fit, validate and write measure nothing and are
+worked out again. Only data goes in (measurements as their `to_dict` forms): no pickle, nothing
+that runs on load. A finished run removes its journal.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as _dt
 import json
 import os
@@ -41,7 +44,7 @@ class Journal:
         directory = Path(out) / ".incomplete" / f"{stamp}-{os.getpid()}"
         directory.mkdir(parents=True)
         journal = cls(directory)
-        journal.put("config", {"schema": JOURNAL_SCHEMA, "config": dataclasses.asdict(config)})
+        journal.put("config", {"schema": JOURNAL_SCHEMA, "config": config.to_fields()})
         return journal
 
     @classmethod

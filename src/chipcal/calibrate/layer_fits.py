@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from chipcal.calibrate.fits import FitResult, fit_log_latency, fit_saturating_efficiency
+from chipcal.measure.device import Device
 from chipcal.model.memo import Recent
 
 RUNTIME = "eager"    # layers, chains and models are timed in PyTorch eager mode: one kernel per op
@@ -35,16 +36,14 @@ def as_timed(workload, chip, precision: str, params, fp32_mode: str = "pytorch")
     return predict(workload, chip, precision, params=params, runtime=RUNTIME, fp32_mode=fp32_mode, repeated=True)
 
 
-def host_in_overheads(base, device: str, dispatch_per_op_s: float | None):
+def host_in_overheads(base, device: Device, dispatch_per_op_s: float | None):
     """(fit base, overhead floor) for a calibration on `device`: on a GPU the per-class overhead_s
     are the host's cost of issuing an op of that class (roofline.host_issue_s: the host runs ahead
     of the kernels, not in series with them), so the base carries host cost 0 and every class's
     overhead starts at the dispatch probe's per-op cost; the fit moves the classes the micro-layers
     exercise (on the H100 machine a lone max-pool issued in 11.6 us, a conv+BN+ReLU in 62 us).
     On a CPU host and kernels share the cores: nothing changes."""
-    from chipcal.measure.device import device_kind
-
-    if device_kind(device) != "cuda":
+    if not device.is_cuda:
         return base, 0.0
     probe = dispatch_per_op_s or 0.0
     return (dataclasses.replace(base, host_overhead_s=0.0,

@@ -2,8 +2,9 @@
 
 The calibration document (calibrate.document) is a tree of such records. `Record.from_dict`
 checks every field against its annotation (str, int, bool, float, X | None, tuple[X, ...],
-dict[str, X], a nested dataclass) and names the field by its path (`peaks.0.measured_flop_per_s`)
-in a one-line CalibrationError, so a damaged file is refused, never half read. A field with a
+dict[str, X], a nested dataclass, a measure.device.Device: written as its text, parsed here) and
+names the field by its path (`peaks.0.measured_flop_per_s`) in a one-line CalibrationError, so a
+damaged file is refused, never half read. A field with a
 default may be absent: files written before the field existed still load. Field metadata:
 `OMIT_NONE` (written only when set) and `LAST` (written after the subclass's own fields, so the
 timing columns of a row come after what the row is about).
@@ -19,6 +20,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Self
 
+from chipcal.measure.device import Device
+from chipcal.model.errors import DeviceError
 from chipcal.model.mapping.params import CalibrationError
 
 OMIT_NONE = {"omit_none": True}
@@ -53,6 +56,11 @@ def parse(tp: Any, value: object, where: str) -> Any:
         if not math.isfinite(value):
             raise CalibrationError(f"field {where} must be a finite number, got {value!r}")
         return value
+    if tp is Device:
+        try:
+            return Device.parse(parse(str, value, where))
+        except DeviceError as exc:
+            raise CalibrationError(f"field {where}: {exc}") from None
     if tp in (int, str, bool):
         if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
             raise CalibrationError(f"field {where} has the wrong type ({_kind(value)}, expected {tp.__name__})")
@@ -103,6 +111,8 @@ def from_fields(cls: type, data: object, where: str) -> Any:
 
 def plain(value: object) -> object:
     """The JSON form of a field value: records and dataclasses as tables, tuples as lists."""
+    if isinstance(value, Device):
+        return str(value)
     if isinstance(value, Record) or (dataclasses.is_dataclass(value) and hasattr(value, "to_dict")):
         return value.to_dict()
     if isinstance(value, tuple | list):

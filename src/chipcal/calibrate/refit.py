@@ -29,7 +29,6 @@ from chipcal.calibrate.document import CalibrationDocument, LayerRow
 from chipcal.calibrate.fits import FitResult
 from chipcal.calibrate.layer_fits import RUNTIME, gemm_fits, gemm_informed, host_in_overheads
 from chipcal.calibrate.micro import MicroFit, fit_micro
-from chipcal.measure.device import device_kind
 from chipcal.measure.timing import Measurement
 from chipcal.model.errors import ChipcalError
 from chipcal.model.local import LOCAL_CHIP_NAME
@@ -108,12 +107,12 @@ def recorded_bandwidth(doc: CalibrationDocument):
     points = [BandwidthPoint(r.kernel, r.working_set_bytes // KERNELS[r.kernel], r.working_set_bytes,
                              r.working_set_bytes, _measurement(r), r.bytes_per_s)
               for r in doc.observations.bandwidth]
-    return bandwidth_from_points(doc.device, doc.machine_slug, points, True, [], _os_llc(doc), None)
+    return bandwidth_from_points(str(doc.device), doc.machine_slug, points, True, [], _os_llc(doc), None)
 
 
 def _os_llc(doc: CalibrationDocument) -> int | None:
     """The last-level cache the OS reported to the run (CPU runs only), as calibrate.run uses it."""
-    return doc.fingerprint.l3_bytes if device_kind(doc.device) == "cpu" else None
+    return None if doc.device.is_cuda else doc.fingerprint.l3_bytes
 
 
 def recorded_gemm_fits(doc: CalibrationDocument, chip) -> dict[str, FitResult]:
@@ -130,9 +129,9 @@ def refit(doc: CalibrationDocument, chip, progress=None) -> Refit:
     as they were timed). The prior's GEMM efficiency and the bandwidth figures come from the
     recorded sweep and probe points (`recorded_gemm_fits`, `recorded_bandwidth`); a local `chip`
     should carry the same bandwidth (measure.bandwidth.local_overrides, `refit_chip`). `progress`
-    is a calibrate.run.Progress."""
+    is a calibrate.context.Progress."""
+    from chipcal.calibrate.context import SilentProgress
     from chipcal.calibrate.heldout import model_predictions
-    from chipcal.calibrate.run import SilentProgress
     from chipcal.measure.bandwidth import onchip_bandwidth
     from chipcal.measure.layers import default_cases, default_chains
     from chipcal.model.mapping.params import default_params
@@ -154,7 +153,7 @@ def refit(doc: CalibrationDocument, chip, progress=None) -> Refit:
     recorded = doc.observations
     progress.phase("characterizing the recorded layers, chains and models",
                    len(recorded.layers) + len(recorded.chains) + len(recorded.models))
-    layers = _observations(recorded.layers, default_cases(device_kind(doc.device)), progress.step)
+    layers = _observations(recorded.layers, default_cases(doc.device.kind), progress.step)
     chains = _observations(recorded.chains, default_chains(), progress.step)
     workloads = []
     for row in recorded.models:
@@ -210,7 +209,7 @@ def refit_document(doc: CalibrationDocument, chip, origin: str, *, source_run: s
     worked out again; the flags about the measurements kept, those in RECOMPUTED_FLAGS replaced."""
     from chipcal.calibrate import flags as gap
     from chipcal.calibrate import heldout
-    from chipcal.calibrate import run as cr
+    from chipcal.calibrate.outcome import chip_section
     from chipcal.model.mapping.params import default_params
 
     precision = doc.precision
@@ -242,7 +241,7 @@ def refit_document(doc: CalibrationDocument, chip, origin: str, *, source_run: s
     measured_bw = doc.bandwidth.measured_bytes_per_s
     return dataclasses.replace(
         doc, created_utc=created_utc, command=command,
-        chip=cr.chip_section(chip, origin, doc.chip.assumed_memory_bandwidth_bytes_per_s),
+        chip=chip_section(chip, origin, doc.chip.assumed_memory_bandwidth_bytes_per_s),
         peaks=tuple(_peak(p, chip) for p in doc.peaks),
         bandwidth=dataclasses.replace(doc.bandwidth, spec_bytes_per_s=model_bw, spec_source=chip.memory.source,
                                       fraction=measured_bw / model_bw if measured_bw and model_bw else None),

@@ -27,7 +27,6 @@ from chipcal.cli.common import (
     run,
     summary_record,
 )
-from chipcal.measure.device import check_device
 from chipcal.model.precision import PRECISIONS
 
 
@@ -155,7 +154,7 @@ def _refit(args: argparse.Namespace) -> int:
 def _body(args: argparse.Namespace) -> int:
     if args.refit:
         return _refit(args)
-    check_device(args.device)
+    args.device.require()
 
     from chipcal.calibrate import rerun, store
     from chipcal.calibrate.config import QUICK_MODELS, CalibrationConfig
@@ -167,7 +166,7 @@ def _body(args: argparse.Namespace) -> int:
     if args.resume:
         journal, fields = Journal.open(args.resume)
         try:
-            config = CalibrationConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+            config = CalibrationConfig.from_fields(fields)
         except TypeError as exc:
             raise UsageError(f"--resume {args.resume}: its configuration does not fit this chipcal ({exc})") from None
     else:

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from chipcal.measure.device import Device
 from chipcal.model.errors import ChipcalError, unknown_name_message
 
 EXIT_USAGE = 2
@@ -207,12 +208,10 @@ def csv_list(text: str) -> list[str]:
     return items
 
 
-def device_arg(text: str) -> str:
-    """argparse type: the canonical name of a device (cpu, cuda:N); parsed by measure.device.Device."""
-    from chipcal.measure.device import Device
-
+def device_arg(text: str) -> Device:
+    """argparse type: the device a command measures on (cpu, cuda, cuda:N), parsed once, here."""
     try:
-        return str(Device.parse(text))
+        return Device.parse(text)
     except ChipcalError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -297,7 +296,7 @@ def save_figure(fig, path: str) -> None:
 
 def summary_record(doc, path: Path) -> dict:
     """One flat record per calibration run (a calibrate.document.CalibrationDocument)."""
-    row = {"machine": doc.machine_slug, "device": doc.device, "chip": doc.chip.name,
+    row = {"machine": doc.machine_slug, "device": str(doc.device), "chip": doc.chip.name,
            "created_utc": doc.created_utc, "quick": doc.quick}
     for p in doc.peaks:
         row |= {f"peak_flop_per_s_{p.precision}": p.measured_flop_per_s,

@@ -36,7 +36,7 @@ from chipcal.cli.common import (
     run,
     write_notes,
 )
-from chipcal.measure.device import check_device
+from chipcal.measure.device import Device
 from chipcal.measure.models import FP32_SWITCHES, MODEL_FP32_MODE, MODEL_PRECISIONS
 from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.workload.llm_config import PHASES, is_llm, load_llm_config
@@ -202,9 +202,9 @@ def _print_layers(m, fp) -> None:
                      f"{sum(r['alone_s'] for r in both) * 1e3:.2f} ms alone; medians per pass\n")
 
 
-def unsupported_record(model: str, batch: int, precision: str, device: str, note: str, ref, fp) -> dict:
+def unsupported_record(model: str, batch: int, precision: str, device: Device, note: str, ref, fp) -> dict:
     row = dict.fromkeys(FIELDS)
-    row.update(model=model, batch=batch, precision=precision, device=device, chip=ref.chip,
+    row.update(model=model, batch=batch, precision=precision, device=str(device), chip=ref.chip,
                fingerprint=fp.slug, torch_version=fp.torch_version, note=note)
     return row
 
@@ -241,7 +241,7 @@ def _measured_peaks(args, precisions: list[str], fp, bar_desc) -> dict[str, floa
 
 
 def _body(args: argparse.Namespace) -> int:
-    device = check_device(args.device)
+    device = args.device.require()
     models = _models(args.model)
     if args.by_layer and any(is_llm(m) for m in models):
         raise UsageError("--by-layer: torchvision and user models only (an LLM step is timed as a whole)")

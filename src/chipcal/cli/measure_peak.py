@@ -26,7 +26,6 @@ from chipcal.cli.common import (
     run,
     write_notes,
 )
-from chipcal.measure.device import check_device
 from chipcal.model.precision import PRECISIONS
 
 FIELDS = ("device", "kind", "precision", "support", "kernel", "peak_flop_per_s", "spec_peak_flop_per_s",
@@ -182,7 +181,7 @@ def _display(rows: list[dict]) -> pd.DataFrame:
 
 
 def _body(args: argparse.Namespace) -> int:
-    device = check_device(args.device)
+    device = args.device.require()
     from chipcal.measure import bandwidth as bw_mod
     from chipcal.measure import peak as peak_mod
     from chipcal.measure.reference import reference_peaks

@@ -27,7 +27,7 @@ import ctypes
 import platform
 from dataclasses import dataclass
 
-from chipcal.measure.device import Device
+from chipcal.measure.device import CPU, Device
 
 M_TRIM_THRESHOLD = -1            # <malloc.h>
 M_MMAP_THRESHOLD = -3
@@ -58,12 +58,12 @@ def pin_allocator() -> AllocatorSetting:
                             f"{MMAP_THRESHOLD_BYTES // 2**20} MiB, no heap trim; {TUNABLES} does the same")
 
 
-def release_freed_memory(device: str = "cpu") -> bool:
+def release_freed_memory(device: Device = CPU) -> bool:
     """Give what a finished probe or phase freed back: torch's cached blocks on a CUDA `device`
     (empty_cache), and the free parts of glibc's heaps (malloc_trim(0)). Call it between timed
     regions only: the pages it returns are faulted again by the next call that needs them (module
     docstring). True when glibc returned memory to the kernel."""
-    if Device.parse(device).is_cuda:
+    if device.is_cuda:
         import torch
 
         torch.cuda.empty_cache()

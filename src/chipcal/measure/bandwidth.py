@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from chipcal.measure import cache
 from chipcal.measure.allocator import release_freed_memory
-from chipcal.measure.device import check_device, device_kind, gpu_index
-from chipcal.measure.peak import clock_probe_for
+from chipcal.measure.clocks import clock_probe_for
+from chipcal.measure.device import CPU, Device
 from chipcal.measure.sweep import Sweep
 from chipcal.measure.system import (
     Fingerprint,
@@ -152,12 +152,12 @@ def _run_end(pairs: Sequence[tuple[int, float]], start: int, floor: float) -> in
     return end
 
 
-def bandwidth_callable(kernel: str, size_bytes: int, device: str) -> Callable[[], object]:
+def bandwidth_callable(kernel: str, size_bytes: int, device: Device) -> Callable[[], object]:
     import torch
 
     numel = size_bytes // 4
-    gen = torch.Generator(device=device).manual_seed(1)
-    arrays = [torch.rand(numel, generator=gen, device=device).add_(0.5) for _ in range(KERNELS[kernel])]
+    gen = torch.Generator(device=str(device)).manual_seed(1)
+    arrays = [torch.rand(numel, generator=gen, device=str(device)).add_(0.5) for _ in range(KERNELS[kernel])]
     if kernel == "copy":
         src, dst = arrays
         return lambda: dst.copy_(src)
@@ -165,11 +165,11 @@ def bandwidth_callable(kernel: str, size_bytes: int, device: str) -> Callable[[]
     return lambda: torch.add(b, c, alpha=3.0, out=a)
 
 
-def _free_bytes(device: str) -> int:
-    if device_kind(device) == "cuda":
+def _free_bytes(device: Device) -> int:
+    if device.is_cuda:
         import torch
 
-        return int(torch.cuda.mem_get_info(gpu_index(device))[0])
+        return int(torch.cuda.mem_get_info(device.index)[0])
     import psutil
 
     return int(psutil.virtual_memory().available)
@@ -210,23 +210,23 @@ def bandwidth_from_points(device: str, slug: str, points: list[BandwidthPoint], 
                      other_cpus=other_cpus)
 
 
-def measure_bandwidth(device: str = "cpu", sizes: Sequence[int] | None = None, *, remeasure: bool = False,
+def measure_bandwidth(device: Device = CPU, sizes: Sequence[int] | None = None, *, remeasure: bool = False,
                       use_cache: bool = True, fp: Fingerprint | None = None, max_time_s: float = 1.0,
                       min_samples: int = 6,
                       on_point: Callable[[BandwidthPoint], None] | None = None) -> Bandwidth:
     """Copy and triad bandwidth over `sizes` (bytes per array) with the cache knee (cached)."""
 
-    check_device(device)
-    sizes = [int(s) for s in (sizes or DEFAULT_BANDWIDTH_SIZES[device_kind(device)])]
-    fp = fp or fingerprint(gpu_index(device))
-    llc = fp.l3_bytes if device_kind(device) == "cpu" else None
+    device.require()
+    sizes = [int(s) for s in (sizes or DEFAULT_BANDWIDTH_SIZES[device.kind])]
+    fp = fp or fingerprint(device.index)
+    llc = None if device.is_cuda else fp.l3_bytes
     path, key = cache.cache_path("bandwidth", device, fp.slug), fp.cache_key(device)
     notes: list[str] = []
     entry = cache.load_or_empty(path, key, use_cache, notes).get("bandwidth")
     if entry is not None and not remeasure and entry.get("sizes") == sizes and not cache.holds_unstable(entry):
         try:
             points = [_bw_point_from_dict(d) for d in entry["points"]]
-            return bandwidth_from_points(device, fp.slug, points, True, notes + list(entry.get("notes", [])), llc,
+            return bandwidth_from_points(str(device), fp.slug, points, True, notes + list(entry.get("notes", [])), llc,
                                          entry.get("other_cpus"))
         except (KeyError, TypeError, ValueError) as exc:
             cache.warn(f"ignoring corrupt bandwidth entry in measurement cache {path}: {exc!r}", notes)
@@ -249,7 +249,7 @@ def measure_bandwidth(device: str = "cpu", sizes: Sequence[int] | None = None, *
             "host": fp.host_identity, "sizes": sizes, "notes": skipped, "other_cpus": other.cpus,
             "points": [{"kernel": p.kernel, "size_bytes": p.size_bytes, "measurement": p.measurement.to_dict()}
                        for p in points]}})
-    return bandwidth_from_points(device, fp.slug, points, False, notes, llc, other.cpus)
+    return bandwidth_from_points(str(device), fp.slug, points, False, notes, llc, other.cpus)
 
 
 def bandwidth_to_dict(bw: Bandwidth) -> dict:
@@ -264,7 +264,7 @@ def bandwidth_from_dict(d: dict, llc_bytes: int | None) -> Bandwidth:
                                  True, list(d["warnings"]), llc_bytes, d["other_cpus"])
 
 
-def _measure_bandwidth_point(kernel: str, size: int, device: str, max_time_s: float, min_samples: int,
+def _measure_bandwidth_point(kernel: str, size: int, device: Device, max_time_s: float, min_samples: int,
                              probe) -> BandwidthPoint:
 
     fn = bandwidth_callable(kernel, size, device)

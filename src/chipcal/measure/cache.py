@@ -23,6 +23,8 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from chipcal.measure.device import Device
+
 SCHEMA = 2      # 2: one file per probe, entries merged under a lock
 CACHE_ENV = "CHIPCAL_CACHE_DIR"
 
@@ -76,9 +78,9 @@ def workload_dir() -> Path:
     return cache_root() / "workloads"
 
 
-def cache_path(probe: str, device: str, slug: str) -> Path:
+def cache_path(probe: str, device: Device, slug: str) -> Path:
     """One file per probe ("gemm", "bandwidth"), device and machine."""
-    safe_device = re.sub(r"[^a-z0-9]+", "", device.lower())
+    safe_device = re.sub(r"[^a-z0-9]+", "", str(device))
     return cache_dir() / f"{probe}-{safe_device}-{slug}.json"
 
 

@@ -2,9 +2,9 @@
 
 `Device.parse` turns "cpu", "cuda" or "cuda:N" (any case, surrounding blanks ignored) into a frozen
 `Device(kind, index)`; anything else is a `DeviceError` that lists what is valid. Parsing needs no
-torch; `Device.require` (is it here?) imports torch only for a CUDA device. Library functions take
-either the text or the value (`Device.parse` of a Device is the Device), so callers with strings
-keep working and every decision about a device string is made here.
+torch; `Device.require` (is it here?) imports torch only for a CUDA device. Text is parsed where it
+enters (a CLI argument, a calibration document or journal read back); from there on a `Device`
+travels, and torch gets its text (`str(device)`: "cpu", "cuda:N").
 """
 
 from __future__ import annotations
@@ -64,16 +64,4 @@ class Device:
         return self
 
 
-def device_kind(device: str | Device) -> str:
-    """"cpu" or "cuda" (the key of per-kind defaults such as sweep sizes)."""
-    return Device.parse(device).kind
-
-
-def gpu_index(device: str | Device) -> int:
-    """The CUDA index of `device` (0 on CPU: the GPU a CPU run's fingerprint describes)."""
-    return Device.parse(device).index
-
-
-def check_device(device: str | Device) -> Device:
-    """The parsed device, checked to exist here (DeviceError / DeviceUnavailable otherwise)."""
-    return Device.parse(device).require()
+CPU = Device("cpu")

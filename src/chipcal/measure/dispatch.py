@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chipcal.measure import cache
+from chipcal.measure.device import CPU, Device
 from chipcal.measure.timing import Measurement, time_callable
 
 OPS_PER_REPEAT = 3      # Conv2d, BatchNorm2d, ReLU
@@ -39,7 +40,7 @@ class DispatchCost:
 
 
 def probe_dispatch(repeats: int = 32, max_time_s: float = 1.0, min_samples: int = 10,
-                   device: str = "cpu") -> DispatchCost:
+                   device: Device = CPU) -> DispatchCost:
     """Measure the per-op eager dispatch cost of ops on `device` in at most ~`max_time_s` of timing."""
     import torch
 
@@ -48,8 +49,8 @@ def probe_dispatch(repeats: int = 32, max_time_s: float = 1.0, min_samples: int 
     layers = []
     for _ in range(repeats):
         layers += [torch.nn.Conv2d(1, 1, 1), torch.nn.BatchNorm2d(1), torch.nn.ReLU()]
-    chain = torch.nn.Sequential(*layers).eval().to(device)
-    x = torch.zeros(1, 1, 1, 1, device=device)
+    chain = torch.nn.Sequential(*layers).eval().to(str(device))
+    x = torch.zeros(1, 1, 1, 1, device=str(device))
     ops = OPS_PER_REPEAT * repeats
     timed = time_callable(lambda: chain(x), device=device, min_samples=min_samples, max_time_s=max_time_s,
                           threads=1)
@@ -62,7 +63,7 @@ def probe_dispatch(repeats: int = 32, max_time_s: float = 1.0, min_samples: int 
                                f"1 thread, inference mode; time per call / {ops}")
 
 
-def local_dispatch(device: str | None = None, use_cache: bool = True) -> DispatchCost:
+def local_dispatch(device: Device | None = None, use_cache: bool = True) -> DispatchCost:
     """This machine's dispatch probe on `device` (default: the first CUDA device, else the CPU),
     from the measurement cache when an entry of this machine, torch and driver is there, else
     probed now (about a second) and cached. `chipcal calibrate` probes the same chain."""
@@ -70,7 +71,7 @@ def local_dispatch(device: str | None = None, use_cache: bool = True) -> Dispatc
 
     from chipcal.measure.system import fingerprint
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or (Device("cuda") if torch.cuda.is_available() else CPU)
     fp = fingerprint()
     path, key = cache.cache_path("dispatch", device, fp.slug), fp.cache_key(device)
     notes: list[str] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chipcal.measure.device import device_kind
+from chipcal.measure.device import Device
 from chipcal.measure.match import match_registry_chip
 from chipcal.measure.system import Fingerprint, local_chip
 from chipcal.model.chip import Chip
@@ -28,9 +28,9 @@ class Identity:
     from_registry: bool       # True: a registry chip with the vendor's spec; False: built locally
 
 
-def identify(fp: Fingerprint, device: str, registry: Registry | None = None) -> Identity:
+def identify(fp: Fingerprint, device: Device, registry: Registry | None = None) -> Identity:
     """The chip `device` of the machine `fp` describes (module docstring)."""
-    gpu = device_kind(device) == "cuda"
+    gpu = device.is_cuda
     match = match_registry_chip(fp, registry or load_registry(), device)
     if match is not None:
         return Identity(match, f"registry match for {fp.gpu_name if gpu else fp.cpu_model}", True)

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from chipcal.measure.device import CPU, Device
 from chipcal.measure.timing import Measurement
 
 WARMUP_PASSES = 2
@@ -64,7 +65,7 @@ def leaf_modules(module) -> list[tuple[str, object]]:
     return [(name or type(m).__name__, m) for name, m in module.named_modules() if not any(True for _ in m.children())]
 
 
-def time_layers(forward: Callable[[], object], module, *, device: str = "cpu", max_time_s: float = 5.0,
+def time_layers(forward: Callable[[], object], module, *, device: Device = CPU, max_time_s: float = 5.0,
                 min_passes: int = MIN_PASSES, max_passes: int = MAX_PASSES, alone: bool = False) -> LayerTimes:
     """Time every leaf module of `module` inside `forward()` (one forward pass of it), for up to
     `max_time_s` of passes after WARMUP_PASSES, at least `min_passes` and at most `max_passes`
@@ -73,11 +74,11 @@ def time_layers(forward: Callable[[], object], module, *, device: str = "cpu", m
     are removed before this returns."""
     import torch
 
-    cuda = device.startswith("cuda")
+    cuda = device.is_cuda
 
     def sync() -> None:
         if cuda:
-            torch.cuda.synchronize(device)
+            torch.cuda.synchronize(device.index)
 
     leaves = leaf_modules(module)
     spent = [0.0] * len(leaves)

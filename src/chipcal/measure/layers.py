@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from chipcal.measure.device import CPU, Device
 from chipcal.measure.timing import Measurement, time_callable
 
 
@@ -321,7 +322,7 @@ class LayerSet:
     a whole phase. `time_round` returns the round's timings as plain data (for a journal);
     `add_round` takes such data back (a resumed run)."""
 
-    def __init__(self, cases: Sequence[LayerCase], device: str = "cpu", fuse: bool = False):
+    def __init__(self, cases: Sequence[LayerCase], device: Device = CPU, fuse: bool = False):
         from chipcal.model.workload import characterize
 
         self.device = device
@@ -329,7 +330,7 @@ class LayerSet:
         for case in cases:
             module, inputs = case.build()
             workload = characterize(module, inputs, model_name=case.label, fuse=fuse)
-            self.built.append((case, workload, module.to(device), tuple(t.to(device) for t in inputs)))
+            self.built.append((case, workload, module.to(str(device)), tuple(t.to(str(device)) for t in inputs)))
         self.samples: dict[str, list[float]] = {c.label: [] for c, *_ in self.built}
         self.last: dict[str, Measurement] = {}
         self.rounds = 0
@@ -371,7 +372,7 @@ class LayerSet:
         return out
 
 
-def measure_layers(cases: Sequence[LayerCase], *, device: str = "cpu", max_time_s: float = 1.0,
+def measure_layers(cases: Sequence[LayerCase], *, device: Device = CPU, max_time_s: float = 1.0,
                    progress: Callable[[str], None] | None = None, fuse: bool = False,
                    rounds: int = 3) -> list[LayerObservation]:
     """Characterize (our counter) and time every case on `device`: `rounds` interleaved passes

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from chipcal.measure.device import CPU, Device
 from chipcal.measure.models import (
     MODEL_FP32_MODE,
     ModelMeasurement,
@@ -36,14 +37,14 @@ from chipcal.model.workload.llm_config import LlmConfig, decode_cached, trace_dt
 LLM_MEASURE_PRECISIONS = ("fp32", "bf16", "fp16")
 
 
-def _step(config: LlmConfig, model, phase: str, batch: int, context: int, new_tokens: int, device: str, seed: int):
+def _step(config: LlmConfig, model, phase: str, batch: int, context: int, new_tokens: int, device: Device, seed: int):
     """The callable one sample times (module docstring)."""
     tf = transformers_module(config.name)
     arg = cache_argument(model)
     gen = torch.Generator().manual_seed(seed)
 
     def ids(tokens: int) -> torch.Tensor:
-        return torch.randint(config.vocab, (batch, tokens), generator=gen).to(device)
+        return torch.randint(config.vocab, (batch, tokens), generator=gen).to(str(device))
 
     def forward(input_ids, cache):
         return model(input_ids=input_ids, use_cache=True, logits_to_keep=1, **{arg: cache}).logits.argmax(-1)
@@ -70,7 +71,7 @@ def _step(config: LlmConfig, model, phase: str, batch: int, context: int, new_to
 
 
 def measure_llm(config: LlmConfig, phase: str, batch: int, context: int, new_tokens: int, flop: int,
-                precision: str = "fp32", device: str = "cpu", *, power: PowerSource | None = None,
+                precision: str = "fp32", device: Device = CPU, *, power: PowerSource | None = None,
                 max_time_s: float = 5.0, min_samples: int = 10, threads: int | None = None,
                 clock_probe=None, seed: int = 0, fp32_mode: str = MODEL_FP32_MODE,
                 ceiling_s: float | None = None) -> ModelMeasurement:
@@ -85,7 +86,7 @@ def measure_llm(config: LlmConfig, phase: str, batch: int, context: int, new_tok
     name = f"{config.name} {phase}"
     with numerics(precision, device, fp32_mode) as switches:
         try:
-            model = build_llm(config, trace_dtype(precision), device, seed=seed)
+            model = build_llm(config, trace_dtype(precision), str(device), seed=seed)
             fn = _step(config, model, phase, batch, context, new_tokens, device, seed)
         except (RuntimeError, NotImplementedError) as exc:
             raise first_call_failure(exc, name, batch, precision, device) from None
@@ -95,6 +96,6 @@ def measure_llm(config: LlmConfig, phase: str, batch: int, context: int, new_tok
                                 ceiling_s=None if ceiling_s is None else max(ceiling_s, budget))
         reading = power.measure(fn, call_time_s=latency.median_s) if power is not None and power.available else None
     source, note = power_provenance(power, reading)
-    return ModelMeasurement(model=config.name, batch=batch, precision=precision, device=device, flop=int(flop),
+    return ModelMeasurement(model=config.name, batch=batch, precision=precision, device=str(device), flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,
                             power_source=source, power_note=note, numerics=switches)

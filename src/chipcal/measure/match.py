@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 
-from chipcal.measure.device import Device
+from chipcal.measure.device import CPU, Device
 from chipcal.measure.system import Fingerprint
 from chipcal.model.chip import Chip
 from chipcal.model.registry import Registry
@@ -85,8 +85,8 @@ def _match_cpu(fp: Fingerprint, registry: Registry) -> Chip | None:
     return None
 
 
-def match_registry_chip(fp: Fingerprint, registry: Registry, device: str | None = None) -> Chip | None:
+def match_registry_chip(fp: Fingerprint, registry: Registry, device: Device | None = None) -> Chip | None:
     """The registry chip this machine's `device` is (GPU when None and a GPU is present), or None."""
     if device is None:
-        device = "cuda" if fp.gpu_name else "cpu"
-    return _match_gpu(fp, registry) if Device.parse(device).is_cuda else _match_cpu(fp, registry)
+        device = Device("cuda") if fp.gpu_name else CPU
+    return _match_gpu(fp, registry) if device.is_cuda else _match_cpu(fp, registry)

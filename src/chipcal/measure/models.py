@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from chipcal.measure.device import Device
+from chipcal.measure.device import CPU, Device
 from chipcal.measure.layer_times import LayerTimes, time_layers
 from chipcal.measure.power import PowerReading, PowerSource
 from chipcal.measure.timing import Measurement, budget_s, time_callable
@@ -80,7 +80,7 @@ def out_of_memory(exc: BaseException) -> bool:
                                       "cannot allocate memory"))
 
 
-def oom_error(name: str, batch: int, precision: str, device: str, exc: BaseException) -> OutOfMemory:
+def oom_error(name: str, batch: int, precision: str, device: Device, exc: BaseException) -> OutOfMemory:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return OutOfMemory(f"out of memory: {name} at batch {batch} ({precision}) on {device}; "
                        f"try a smaller --batch ({first[:120]})")
@@ -96,7 +96,7 @@ def _dtype(precision: str):
 
 
 @contextlib.contextmanager
-def numerics(precision: str, device: str, fp32_mode: str = MODEL_FP32_MODE) -> Iterator[Numerics]:
+def numerics(precision: str, device: Device, fp32_mode: str = MODEL_FP32_MODE) -> Iterator[Numerics]:
     """The TF32 switches of `fp32_mode` (FP32_SWITCHES), cuDNN autotuning on CUDA; restored after."""
     import torch
 
@@ -106,7 +106,7 @@ def numerics(precision: str, device: str, fp32_mode: str = MODEL_FP32_MODE) -> I
     prior = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
     torch.set_float32_matmul_precision(matmul)
     torch.backends.cudnn.allow_tf32 = allow_tf32
-    torch.backends.cudnn.benchmark = Device.parse(device).is_cuda
+    torch.backends.cudnn.benchmark = device.is_cuda
     try:
         yield Numerics(fp32_mode, allow_tf32, matmul, torch.backends.cudnn.benchmark)
     finally:
@@ -115,7 +115,7 @@ def numerics(precision: str, device: str, fp32_mode: str = MODEL_FP32_MODE) -> I
 
 
 def measure_module(module, example_input, flop: int, *, name: str, batch: int, precision: str = "fp32",
-                   device: str = "cpu", power: PowerSource | None = None, max_time_s: float = 5.0,
+                   device: Device = CPU, power: PowerSource | None = None, max_time_s: float = 5.0,
                    min_samples: int = 10, threads: int | None = None,
                    clock_probe=None, fp32_mode: str = MODEL_FP32_MODE, by_layer: bool = False) -> ModelMeasurement:
     """Time `module(example_input)` at `precision` on `device`; energy when `power` is available;
@@ -139,11 +139,11 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
     def place(t):
         if not isinstance(t, torch.Tensor):
             return t
-        return t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device=device)
+        return t.to(device=str(device), dtype=dtype) if t.is_floating_point() else t.to(device=str(device))
 
     args = (example_input,) if isinstance(example_input, torch.Tensor) else tuple(example_input)
     try:
-        model = module.to(device=device, dtype=dtype).eval()
+        model = module.to(device=str(device), dtype=dtype).eval()
         x = tree_map(place, args)
     except RuntimeError as exc:
         if out_of_memory(exc):
@@ -173,12 +173,12 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
             with torch.inference_mode():
                 layers = time_layers(forward, model, device=device, max_time_s=max_time_s, alone=True)
     source, note = power_provenance(power, reading)
-    return ModelMeasurement(model=name, batch=batch, precision=precision, device=device, flop=int(flop),
+    return ModelMeasurement(model=name, batch=batch, precision=precision, device=str(device), flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,
                             power_source=source, power_note=note, numerics=switches, layers=layers)
 
 
-def first_call_failure(exc: Exception, name: str, batch: int, precision: str, device: str) -> Exception:
+def first_call_failure(exc: Exception, name: str, batch: int, precision: str, device: Device) -> Exception:
     """What a failed first call of a model means: OutOfMemory when it ran out of device or host
     memory, else UnsupportedPrecision naming the framework's first line."""
     if out_of_memory(exc):
@@ -196,7 +196,7 @@ def power_provenance(power: PowerSource | None, reading) -> tuple[str, str]:
     return "unavailable", power.reason
 
 
-def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: str = "cpu", *,
+def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: Device = CPU, *,
                   power: PowerSource | None = None, max_time_s: float = 5.0, min_samples: int = 10,
                   threads: int | None = None, clock_probe=None, flop: int | None = None,
                   fp32_mode: str = MODEL_FP32_MODE, by_layer: bool = False) -> ModelMeasurement:
@@ -216,7 +216,7 @@ def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: st
         x = torch.randn((batch, *default_input_size(name)), generator=torch.Generator().manual_seed(0))
     except RuntimeError as exc:
         if out_of_memory(exc):
-            raise oom_error(name, batch, precision, "cpu", exc) from None
+            raise oom_error(name, batch, precision, CPU, exc) from None
         raise
     return measure_module(module, x, flop, name=name, batch=batch, precision=precision, device=device,
                           power=power, max_time_s=max_time_s, min_samples=min_samples, threads=threads,

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 
 from chipcal.measure import cache
 from chipcal.measure.allocator import release_freed_memory
+from chipcal.measure.clocks import clock_events_probe_for, clock_probe_for
 from chipcal.measure.cpu import CPU_SWEEP_PRECISIONS
-from chipcal.measure.device import check_device, device_kind, gpu_index
+from chipcal.measure.device import CPU, Device
 from chipcal.measure.sweep import Sweep
 from chipcal.measure.system import Fingerprint, OtherLoad, fingerprint
 from chipcal.measure.throttle import ThrottleWatch
@@ -49,8 +50,8 @@ _RECT = {"cpu": ((16384, 256, 1024), (256, 4096, 4096), (4096, 4096, 256)),
          "cuda": ((65536, 1024, 4096), (1024, 16384, 16384), (16384, 16384, 1024))}
 
 
-def default_shapes(device: str) -> tuple[Shape, ...]:
-    kind = device_kind(device)
+def default_shapes(device: Device) -> tuple[Shape, ...]:
+    kind = device.kind
     return tuple((s, s, s) for s in _SQUARE[kind]) + _RECT[kind]
 
 
@@ -132,10 +133,11 @@ def _float_dtype(precision: str):
             "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
-def gemm_callable(precision: str, m: int, n: int, k: int, device: str, seed: int = 0) -> Callable[[], object]:
+def gemm_callable(precision: str, m: int, n: int, k: int, device: Device, seed: int = 0) -> Callable[[], object]:
     """A no-argument function computing one m×k · k×n product at `precision` on `device`."""
     import torch
 
+    cuda, device = device.is_cuda, str(device)     # torch takes the device's text
     gen = torch.Generator(device=device).manual_seed(seed)
     if precision == "int8":
         def ints(shape):
@@ -146,7 +148,7 @@ def gemm_callable(precision: str, m: int, n: int, k: int, device: str, seed: int
         # kernels take A row-major and B column-major ("TN"); a row-major B ran at 7 % of the H100's
         # dense int8 peak (137 TOPS). The CPU path (oneDNN) keeps the row-major B it was measured with.
         a = ints((m, k))
-        b = ints((n, k)).t() if device_kind(device) == "cuda" else ints((k, n))
+        b = ints((n, k)).t() if cuda else ints((k, n))
         out = torch.empty((m, n), dtype=torch.int32, device=device)
         return lambda: torch._int_mm(a, b, out=out)
     if precision == "fp8":
@@ -187,7 +189,7 @@ class Trial:
         return None if not self.call_s else FLOP_PER_MAC * TRIAL_SIZE**3 / self.call_s
 
 
-def trial(precision: str, device: str) -> Trial:
+def trial(precision: str, device: Device) -> Trial:
     """Run one small GEMM (after a warm-up call): unsupported with torch's reason, or its rate.
 
     The rate of a tiny GEMM is a lower bound on the rate of a large one (fixed per-call costs
@@ -218,18 +220,18 @@ def trial(precision: str, device: str) -> Trial:
     return Trial(None, max(min(calls), 1e-9))
 
 
-def _sync(device: str) -> None:
-    if device_kind(device) == "cuda":
+def _sync(device: Device) -> None:
+    if device.is_cuda:
         import torch
 
-        torch.cuda.synchronize(device)
+        torch.cuda.synchronize(device.index)
 
 
-def unsupported_reason(precision: str, device: str) -> str | None:
+def unsupported_reason(precision: str, device: Device) -> str | None:
     """Why `precision` cannot be measured on `device` (None when a tiny trial GEMM runs)."""
     import torch
 
-    kind = device_kind(device)
+    kind = device.kind
     if precision == "int4":
         return "unsupported: torch has no dense int4 GEMM op"
     if precision == "tf32" and kind == "cpu":
@@ -237,7 +239,7 @@ def unsupported_reason(precision: str, device: str) -> str | None:
     if precision == "fp8" and kind == "cpu":
         return ("unsupported: no CPU fp8 matrix hardware; torch._scaled_mm on CPU is a reference "
                 "emulation (~0.1 GFLOP/s here), not a peak")
-    if kind == "cuda" and precision == "fp8" and torch.cuda.get_device_capability(device) < (8, 9):
+    if kind == "cuda" and precision == "fp8" and torch.cuda.get_device_capability(device.index) < (8, 9):
         return "unsupported: fp8 GEMM needs compute capability ≥ 8.9 (Ada/Hopper)"
     try:
         with matmul_precision(precision):
@@ -247,49 +249,6 @@ def unsupported_reason(precision: str, device: str) -> str | None:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"unsupported: torch cannot run it here ({first})"
     return None
-
-
-def _nvml_handle(device: str):
-    """(pynvml module, handle) of a CUDA device, None without NVML."""
-    from chipcal.measure.nvml import NvmlUnavailable, cuda_uuid, device_handle, open_nvml
-
-    index = gpu_index(device)
-    try:
-        nv = open_nvml()
-        return nv, device_handle(nv, index, cuda_uuid(index))
-    except NvmlUnavailable:
-        return None
-
-
-def clock_events_probe_for(device: str) -> Callable[[], int] | None:
-    """NVML clock-event reason bitmask reader of a CUDA device (None on CPU or without NVML)."""
-    opened = _nvml_handle(device) if device_kind(device) == "cuda" else None
-    if opened is None:
-        return None
-    nv, handle = opened
-    read = (getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
-            or getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
-    return None if read is None else (lambda: read(handle))
-
-
-def gpuclock_probe_for(device: str) -> Callable[[], float | None] | None:
-    """NVML SM clock reader (Hz) for clock-change detection, None without NVML."""
-    opened = _nvml_handle(device)
-    if opened is None:
-        return None
-    nv, handle = opened
-
-    def probe() -> float | None:
-        try:
-            return float(nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM)) * 1e6
-        except Exception:
-            return None
-
-    return probe
-
-
-def clock_probe_for(device: str):
-    return gpuclock_probe_for(device) if device_kind(device) == "cuda" else None
 
 
 # --- GEMM sweep ---------------------------------------------------------------------------------
@@ -304,7 +263,7 @@ def _point_from_dict(precision: str, d: dict) -> GemmPoint:
     return GemmPoint(precision, int(d["m"]), int(d["n"]), int(d["k"]), flop, m, flop / m.median_s)
 
 
-def measure_gemm_point(precision: str, shape: Shape, device: str, *, max_time_s: float = 2.0,
+def measure_gemm_point(precision: str, shape: Shape, device: Device, *, max_time_s: float = 2.0,
                        min_samples: int = 6, clock_probe=None) -> GemmPoint:
     """Time one GEMM shape at `precision`: FLOP = 2·m·n·k, FLOP/s from the median time."""
 
@@ -319,15 +278,15 @@ def measure_gemm_point(precision: str, shape: Shape, device: str, *, max_time_s:
     return GemmPoint(precision, m, n, k, flop, meas, flop / meas.median_s)
 
 
-def default_precisions(device: str, fp: Fingerprint) -> tuple[str, ...]:
+def default_precisions(device: Device, fp: Fingerprint) -> tuple[str, ...]:
     """CUDA: every GEMM precision torch has. CPU: fp32, bf16, fp16 and int8; those with a hardware
     unit here get the full sweep, the others are timed once as emulated (`emulated_reasons`)."""
-    return CUDA_PRECISIONS if device_kind(device) == "cuda" else CPU_SWEEP_PRECISIONS
+    return CUDA_PRECISIONS if device.is_cuda else CPU_SWEEP_PRECISIONS
 
 
-def emulated_reasons(device: str, fp: Fingerprint, precisions: Sequence[str]) -> dict[str, str]:
+def emulated_reasons(device: Device, fp: Fingerprint, precisions: Sequence[str]) -> dict[str, str]:
     """Requested CPU precisions without a hardware unit here, each with the reason."""
-    if device_kind(device) == "cuda":
+    if device.is_cuda:
         return {}
     support = fp.cpu_precisions
     why = (f"emulated: no {{p}} hardware unit on this CPU (features: {', '.join(fp.cpu_features) or 'none'}; "
@@ -341,7 +300,7 @@ def _emulated_shape(shapes: Sequence[Shape], rate: float) -> Shape:
     return max(fits, key=lambda s: s[0] * s[1] * s[2], default=(TRIAL_SIZE,) * 3)
 
 
-def _sweep(precision: str, shapes: Sequence[Shape], device: str, rate: float, max_call_s: float,
+def _sweep(precision: str, shapes: Sequence[Shape], device: Device, rate: float, max_call_s: float,
            timing: dict, on_point, advance) -> tuple[list[GemmPoint], list[SkippedShape]]:
     """Shapes in order of work; each call predicted from the previous shape's rate, skipped when
     the prediction exceeds `max_call_s`.
@@ -365,7 +324,43 @@ def _sweep(precision: str, shapes: Sequence[Shape], device: str, rate: float, ma
     return curve, skipped
 
 
-def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = None,
+@dataclass
+class _Sweeps:
+    """What a sweep over precisions gathers, precision by precision, for its GemmPeak."""
+
+    points: list[GemmPoint] = field(default_factory=list)
+    unsupported: dict[str, str] = field(default_factory=dict)
+    skipped: list[SkippedShape] = field(default_factory=list)
+    others: list[float] = field(default_factory=list)
+    cached: list[str] = field(default_factory=list)
+    throttle: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    throttle_note: str = ""
+
+
+@dataclass(frozen=True)
+class _SweepPlan:
+    """One call's settings, the same for every precision it sweeps."""
+
+    device: Device
+    shapes: list[Shape]
+    max_call_s: float
+    emulated: dict[str, str]
+    timing: dict
+    events: Callable[[], int] | None
+    on_point: Callable[[GemmPoint], None] | None
+    on_shape: Callable[[str], None] | None
+
+    def wanted(self, precision: str) -> dict:
+        """The settings a cached entry of `precision` must have been measured with."""
+        return {"shapes": [list(s) for s in self.shapes], "max_call_s": self.max_call_s,
+                "emulated": self.emulated.get(precision)}
+
+    def advance(self, precision: str, shape: Shape | None = None) -> None:
+        if self.on_shape:
+            self.on_shape(f"{precision} GEMM {'x'.join(map(str, shape))}" if shape else f"{precision} GEMM")
+
+
+def measure_gemm_peak(device: Device = CPU, precisions: Sequence[str] | None = None,
                       shapes: Sequence[Shape] | None = None, *, remeasure: bool = False,
                       use_cache: bool = True, fp: Fingerprint | None = None, max_time_s: float = 2.0,
                       min_samples: int = 6, max_call_s: float | None = None,
@@ -379,8 +374,8 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
     (precision, shape) slot, measured, skipped, cached or not run (progress bars). Each precision
     is written to the cache as soon as its sweep completes.
     """
-    check_device(device)
-    fp = fp or fingerprint(gpu_index(device))
+    device.require()
+    fp = fp or fingerprint(device.index)
     precisions = [check_precision(p) for p in (precisions or default_precisions(device, fp))]
     shapes = [tuple(int(v) for v in s) for s in (shapes or default_shapes(device))]
     max_call_s = max_call_s or 4 * max_time_s / min_samples
@@ -388,75 +383,76 @@ def measure_gemm_peak(device: str = "cpu", precisions: Sequence[str] | None = No
     path, key = cache.cache_path("gemm", device, fp.slug), fp.cache_key(device)
     notes: list[str] = []
     gemm_doc = cache.load_or_empty(path, key, use_cache, notes)
-    points: list[GemmPoint] = []
-    unsupported: dict[str, str] = {}
-    skipped: list[SkippedShape] = []
-    others: list[float] = []
-    cached: list[str] = []
     probe = clock_probe_for(device)
-    events = clock_events_probe_for(device)
-    timing = {"max_time_s": max_time_s, "min_samples": min_samples, "clock_probe": probe}
-    throttle: dict[str, tuple[str, ...]] = {}
-    throttle_note = ""
-
-    def advance(precision: str, shape: Shape | None = None) -> None:
-        if on_shape:
-            on_shape(f"{precision} GEMM {'x'.join(map(str, shape))}" if shape else f"{precision} GEMM")
-
+    plan = _SweepPlan(device, shapes, max_call_s, emulated,
+                      {"max_time_s": max_time_s, "min_samples": min_samples, "clock_probe": probe},
+                      clock_events_probe_for(device), on_point, on_shape)
+    found = _Sweeps()
     for precision in precisions:
         entry = gemm_doc.get(precision)
-        wanted = {"shapes": [list(s) for s in shapes], "max_call_s": max_call_s, "emulated": emulated.get(precision)}
-        if entry is not None and not remeasure and all(entry.get(k) == v for k, v in wanted.items()) \
+        if entry is not None and not remeasure and all(entry.get(k) == v for k, v in plan.wanted(precision).items()) \
                 and not cache.holds_unstable(entry):
             try:
-                if entry.get("unsupported"):
-                    unsupported[precision] = entry["unsupported"]
-                else:
-                    points.extend([_point_from_dict(precision, d) for d in entry["points"]])
-                    skipped.extend(SkippedShape(precision, *d) for d in entry.get("skipped", []))
-                    throttle[precision] = tuple(entry.get("throttle", ()))
-                    if entry.get("other_cpus") is not None:
-                        others.append(float(entry["other_cpus"]))
-                for _ in shapes:
-                    advance(precision)
-                cached.append(precision)
+                _from_cache(precision, entry, plan, found)
                 continue
             except (KeyError, TypeError, ValueError) as exc:
                 cache.warn(f"ignoring corrupt {precision} entry in measurement cache {path}: {exc!r}", notes)
-        t = trial(precision, device)
-        if t.reason:
-            unsupported[precision] = t.reason
-            gemm_doc[precision] = {**wanted, "unsupported": t.reason}
-            for _ in shapes:
-                advance(precision)
-        else:
-            watch = ThrottleWatch(device, nvml_reasons=events)
-            with OtherLoad() as other, watch.watch():
-                if precision in emulated:
-                    shape = _emulated_shape(shapes, t.flop_per_s)
-                    curve, skipped_here = [measure_gemm_point(precision, shape, device, max_time_s=EMULATED_TIME_S,
-                                                              min_samples=3, clock_probe=probe)], []
-                    if on_point:
-                        on_point(curve[0])
-                    for _ in shapes:
-                        advance(precision, shape)
-                else:
-                    curve, skipped_here = _sweep(precision, shapes, device, t.flop_per_s, max_call_s, timing,
-                                                 on_point, lambda p=precision: advance(p))
-            points.extend(curve)
-            skipped.extend(skipped_here)
-            throttle[precision], throttle_note = watch.reasons, watch.note
-            if other.cpus is not None:
-                others.append(other.cpus)
-            gemm_doc[precision] = {**wanted, "other_cpus": other.cpus, "throttle": list(watch.reasons),
-                                   "points": [_point_to_dict(p) for p in curve],
-                                   "skipped": [[s.m, s.n, s.k, s.predicted_call_s, s.limit_s] for s in skipped_here]}
+        gemm_doc[precision] = _measure_precision(precision, plan, found)
         if use_cache:
             cache.update(path, key, {precision: gemm_doc[precision]})
-    return GemmPeak(device=device, fingerprint_slug=fp.slug, points=tuple(points), unsupported=unsupported,
-                    from_cache=len(cached) == len(precisions), warnings=tuple(notes),
-                    other_cpus=max(others, default=None), emulated=emulated, skipped=tuple(skipped),
-                    throttle=throttle, throttle_note=throttle_note, cached=tuple(cached))
+    return GemmPeak(device=str(device), fingerprint_slug=fp.slug, points=tuple(found.points),
+                    unsupported=found.unsupported, from_cache=len(found.cached) == len(precisions),
+                    warnings=tuple(notes), other_cpus=max(found.others, default=None), emulated=emulated,
+                    skipped=tuple(found.skipped), throttle=found.throttle, throttle_note=found.throttle_note,
+                    cached=tuple(found.cached))
+
+
+def _from_cache(precision: str, entry: dict, plan: _SweepPlan, found: _Sweeps) -> None:
+    """A cached entry of `precision` read into `found` (KeyError, TypeError, ValueError: corrupt)."""
+    if entry.get("unsupported"):
+        found.unsupported[precision] = entry["unsupported"]
+    else:
+        found.points.extend([_point_from_dict(precision, d) for d in entry["points"]])
+        found.skipped.extend(SkippedShape(precision, *d) for d in entry.get("skipped", []))
+        found.throttle[precision] = tuple(entry.get("throttle", ()))
+        if entry.get("other_cpus") is not None:
+            found.others.append(float(entry["other_cpus"]))
+    for _ in plan.shapes:
+        plan.advance(precision)
+    found.cached.append(precision)
+
+
+def _measure_precision(precision: str, plan: _SweepPlan, found: _Sweeps) -> dict:
+    """Sweep `precision` (one small shape when it is emulated; nothing when a trial GEMM cannot
+    run), gathered into `found`; returns its cache entry."""
+    device, shapes = plan.device, plan.shapes
+    t = trial(precision, device)
+    if t.reason:
+        found.unsupported[precision] = t.reason
+        for _ in shapes:
+            plan.advance(precision)
+        return {**plan.wanted(precision), "unsupported": t.reason}
+    watch = ThrottleWatch(device, nvml_reasons=plan.events)
+    with OtherLoad() as other, watch.watch():
+        if precision in plan.emulated:
+            shape = _emulated_shape(shapes, t.flop_per_s)
+            curve, skipped_here = [measure_gemm_point(precision, shape, device, max_time_s=EMULATED_TIME_S,
+                                                      min_samples=3, clock_probe=plan.timing["clock_probe"])], []
+            if plan.on_point:
+                plan.on_point(curve[0])
+            for _ in shapes:
+                plan.advance(precision, shape)
+        else:
+            curve, skipped_here = _sweep(precision, shapes, device, t.flop_per_s, plan.max_call_s, plan.timing,
+                                         plan.on_point, lambda p=precision: plan.advance(p))
+    found.points.extend(curve)
+    found.skipped.extend(skipped_here)
+    found.throttle[precision], found.throttle_note = watch.reasons, watch.note
+    if other.cpus is not None:
+        found.others.append(other.cpus)
+    return {**plan.wanted(precision), "other_cpus": other.cpus, "throttle": list(watch.reasons),
+            "points": [_point_to_dict(p) for p in curve],
+            "skipped": [[s.m, s.n, s.k, s.predicted_call_s, s.limit_s] for s in skipped_here]}
 
 
 def gemm_peak_to_dict(g: GemmPeak) -> dict:
@@ -478,7 +474,7 @@ def gemm_peak_from_dict(d: dict) -> GemmPeak:
                     cached=tuple(d.get("cached", ())))
 
 
-def cached_peak_flop_per_s(device: str, precision: str, fp: Fingerprint) -> float | None:
+def cached_peak_flop_per_s(device: Device, precision: str, fp: Fingerprint) -> float | None:
     """The cached peak of `precision` (any shape sweep), None when nothing valid is cached."""
     payload, _ = cache.load(cache.cache_path("gemm", device, fp.slug), fp.cache_key(device))
     try:
@@ -488,4 +484,5 @@ def cached_peak_flop_per_s(device: str, precision: str, fp: Fingerprint) -> floa
         points = [_point_from_dict(precision, d) for d in entry["points"]]
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
-    return GemmPeak(device=device, fingerprint_slug=fp.slug, points=tuple(points), from_cache=True).peak_flop_per_s(precision)
+    return GemmPeak(device=str(device), fingerprint_slug=fp.slug, points=tuple(points),
+                    from_cache=True).peak_flop_per_s(precision)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from chipcal.measure.device import Device
+from chipcal.measure.device import CPU, Device
 from chipcal.measure.nvml import NvmlUnavailable, device_handle, open_nvml
 from chipcal.model.errors import MeasurementUnavailable
 
@@ -375,15 +375,14 @@ class NvmlSource(PowerSource):
         return "NVML nvmlDeviceGetPowerUsage integrated (trapezoid); 1 s averaged readings"
 
 
-def open_power_source(device: str = "cpu") -> PowerSource:
-    """The power sensor for `device` ("cpu", "cuda", "cuda:N"), or UnavailableSource with the reason."""
-    parsed = Device.parse(device)
-    if parsed.is_cuda:
+def open_power_source(device: Device = CPU) -> PowerSource:
+    """The power sensor for `device`, or UnavailableSource with the reason."""
+    if device.is_cuda:
         import torch
 
-        index = parsed.index
+        index = device.index
         if not torch.cuda.is_available():
-            return UnavailableSource(f"no CUDA device for {device!r}")
+            return UnavailableSource(f"no CUDA device for {str(device)!r}")
         from chipcal.measure.nvml import cuda_uuid
 
         src = NvmlSource(index, uuid=cuda_uuid(index), sync=lambda: torch.cuda.synchronize(index))

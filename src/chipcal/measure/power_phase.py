@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from chipcal.measure.device import device_kind
+from chipcal.measure.device import Device
 from chipcal.measure.power import PowerSource
 from chipcal.measure.sustained import (
     FULL_LIMITS,
@@ -35,9 +35,9 @@ STREAM_BYTES = {"cpu": 256 * 2**20, "cuda": 2 * 2**30}   # per array
 IDLE_NAP_S = 0.01        # an idle "call": the batch runner sleeps this long
 
 
-def open_sensor(source: PowerSource, device: str) -> Sensor:
+def open_sensor(source: PowerSource, device: Device) -> Sensor:
     """The sensor a hold reads: `source`'s power and energy, NVML's SM clock and clock events on CUDA."""
-    from chipcal.measure.peak import clock_events_probe_for, clock_probe_for
+    from chipcal.measure.clocks import clock_events_probe_for, clock_probe_for
 
     meter = source.meter()
     clock, events = clock_probe_for(device), clock_events_probe_for(device)
@@ -65,7 +65,7 @@ def batch_runner(fn: Callable[[], object], sync: Callable[[], None]) -> BatchRun
     return run
 
 
-def power_phase(source: PowerSource, device: str, precisions: Sequence[str], limits: HoldLimits = FULL_LIMITS,
+def power_phase(source: PowerSource, device: Device, precisions: Sequence[str], limits: HoldLimits = FULL_LIMITS,
                 on_hold: Callable[[Hold], None] | None = None) -> tuple[Hold, ...]:
     """Idle, the triad and a GEMM of each precision in `precisions` (the native ones of the sweep),
     each held (measure.sustained); `on_hold` is called after each."""
@@ -74,7 +74,7 @@ def power_phase(source: PowerSource, device: str, precisions: Sequence[str], lim
     from chipcal.measure.bandwidth import bandwidth_callable
     from chipcal.measure.peak import gemm_callable, matmul_precision
 
-    kind = device_kind(device)
+    kind = device.kind
     sensor = open_sensor(source, device)
     sync = source.sync
     holds = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from chipcal.measure.device import Device
 from chipcal.measure.identify import UnknownDevice, identify
 from chipcal.measure.system import Fingerprint
 from chipcal.model.registry import Registry
@@ -35,18 +36,18 @@ def _physics(chip) -> dict[str, float]:
     return {p: chip.peak_flop_per_s(p) for p in chip.precisions}
 
 
-def reference_peaks(fp: Fingerprint, device: str, registry: Registry | None = None) -> ReferencePeaks:
+def reference_peaks(fp: Fingerprint, device: Device, registry: Registry | None = None) -> ReferencePeaks:
     """Spec and physics peaks for `device` on the machine `fp` describes (measure.identify)."""
     try:
         identity = identify(fp, device, registry)
     except UnknownDevice as exc:
-        return ReferencePeaks(device, None, notes=(f"{exc}: no spec or physics peak",))
+        return ReferencePeaks(str(device), None, notes=(f"{exc}: no spec or physics peak",))
     chip = identity.chip
     notes = [f"physics peak: {identity.origin}"]
     if not identity.from_registry:
         notes.append(f"no vendor spec: no registry CPU with {fp.physical_cores} cores matches '{fp.cpu_model}'")
-        return ReferencePeaks(device, chip.name, {}, _physics(chip), None, tuple(notes))
+        return ReferencePeaks(str(device), chip.name, {}, _physics(chip), None, tuple(notes))
     if not chip.stated_peak_flop_per_s:
         notes.append(f"registry {chip.name} states no FLOP/s peak")
-    return ReferencePeaks(device, chip.name, dict(chip.stated_peak_flop_per_s), _physics(chip),
+    return ReferencePeaks(str(device), chip.name, dict(chip.stated_peak_flop_per_s), _physics(chip),
                           chip.memory.bandwidth_bytes_per_s, tuple(notes))

@@ -17,5 +17,5 @@ class Sweep:
     def envelope_dict(self) -> dict:
         """The envelope as plain data, for a probe's `to_dict` (from_cache is not stored: a
         result read back is from the cache by definition)."""
-        return {"device": self.device, "fingerprint_slug": self.fingerprint_slug,
+        return {"device": str(self.device), "fingerprint_slug": self.fingerprint_slug,
                 "warnings": list(self.warnings), "other_cpus": self.other_cpus}

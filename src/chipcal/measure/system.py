@@ -26,7 +26,7 @@ from chipcal.measure.cpu import (
     cpu_precision_support,
     detect_cpu,
 )
-from chipcal.measure.device import Device
+from chipcal.measure.device import CPU, Device
 from chipcal.measure.nvml import NvmlUnavailable, cuda_uuid, device_handle, open_nvml, text
 from chipcal.model.chip import Chip
 from chipcal.model.local import CpuSpec, chip_from_cpu
@@ -142,12 +142,12 @@ class Fingerprint:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
                 for f in dataclasses.fields(self) if f.name != "cpu"}
 
-    def cache_key(self, device: str) -> dict:
+    def cache_key(self, device: Device) -> dict:
         """Fields that, when changed, make a cached peak/bandwidth measurement stale."""
-        key = {"slug": self.slug, "device": device, "torch_version": self.torch_version,
+        key = {"slug": self.slug, "device": str(device), "torch_version": self.torch_version,
                "torch_threads": self.torch_threads, "aten_cpu_capability": self.aten_cpu_capability,
                "isa_env": [list(kv) for kv in self.isa_env], "cpu_affinity": list(self.cpu_affinity)}
-        if Device.parse(device).is_cuda:
+        if device.is_cuda:
             key |= {"gpu_index": self.gpu_index, "driver_version": self.driver_version,
                     "cuda_runtime_version": self.cuda_runtime_version,
                     "gpu_power_limit_w": self.gpu_power_limit_w}
@@ -202,7 +202,7 @@ def host_differences(recorded: dict, spec: CpuSpec) -> list[str]:
     return [f"{k}: {recorded.get(k)!r} (here: {v!r})" for k, v in here.items() if recorded.get(k) != v]
 
 
-def matches_host_key(key: dict, device: str = "cpu") -> bool:
+def matches_host_key(key: dict, device: Device = CPU) -> bool:
     """Whether a `Fingerprint.cache_key(device)` agrees with this process on what is known without
     importing torch: the device, the torch release (package metadata has no local build tag:
     '2.14.1' for torch.__version__ '2.14.1+cu130'), the ISA overrides and the CPU affinity.
@@ -214,7 +214,7 @@ def matches_host_key(key: dict, device: str = "cpu") -> bool:
     except metadata.PackageNotFoundError:
         return False
     env = _env_fields()
-    return (key.get("device") == device and str(key.get("torch_version")).split("+")[0] == release
+    return (key.get("device") == str(device) and str(key.get("torch_version")).split("+")[0] == release
             and key.get("isa_env") == [list(kv) for kv in env["isa_env"]]
             and key.get("cpu_affinity") == list(env["cpu_affinity"]))
 

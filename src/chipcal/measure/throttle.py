@@ -54,7 +54,7 @@ class ThrottleWatch:
     """What throttled during the enclosed block: `.reasons` after exit (empty = nothing seen),
     `.observable` False where neither counters nor NVML exist (a VM: throttling cannot be seen)."""
 
-    def __init__(self, device: str, sys: Path = Path("/sys"), nvml_reasons=None):
+    def __init__(self, device: Device, sys: Path = Path("/sys"), nvml_reasons=None):
         self.device, self.sys = device, sys
         self.nvml_reasons = nvml_reasons          # () -> bitmask, for CUDA devices
         self.reasons: tuple[str, ...] = ()
@@ -80,4 +80,4 @@ class ThrottleWatch:
             self.reasons = tuple(sorted(seen))
             if not self.observable:
                 self.note = ("throttling not observable here: no thermal_throttle counters"
-                             + ("" if Device.parse(self.device).is_cuda else " and, in a VM, no real CPU clock"))
+                             + ("" if self.device.is_cuda else " and, in a VM, no real CPU clock"))

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from chipcal.measure.cpu import cpufreq_current_hz
-from chipcal.measure.device import Device, check_device
+from chipcal.measure.device import CPU, Device
 from chipcal.measure.system import OtherLoad
 from chipcal.model.errors import ChipcalError
 
@@ -397,7 +397,7 @@ def _time_cuda(fn: Callable[[], object], *, min_samples: int, max_time_s: float,
     return samples, number, clocks, f"CUDA events, {number} calls per sample, inference_mode"
 
 
-def budget_s(fn: Callable[[], object], device: str, max_time_s: float, samples: int, warm: bool = False) -> float:
+def budget_s(fn: Callable[[], object], device: Device, max_time_s: float, samples: int, warm: bool = False) -> float:
     """A time budget with room for `samples` calls of a slow `fn`, at most 4 × max_time_s.
 
     One synchronized call after a warm-up call (none when the caller has just called `fn`: `warm`)
@@ -406,7 +406,7 @@ def budget_s(fn: Callable[[], object], device: str, max_time_s: float, samples: 
     """
     import torch
 
-    cuda = Device.parse(device).is_cuda
+    cuda = device.is_cuda
     with torch.inference_mode():
         if not warm:
             fn()
@@ -420,7 +420,7 @@ def budget_s(fn: Callable[[], object], device: str, max_time_s: float, samples: 
     return min(max(max_time_s, 1.5 * samples * call_s), 4 * max_time_s)
 
 
-def time_callable(fn: Callable[[], object], *, device: str = "cpu", min_samples: int = 10,
+def time_callable(fn: Callable[[], object], *, device: Device = CPU, min_samples: int = 10,
                   max_time_s: float = 2.0, target_rel_ci: float = 0.05, warmup: int = 2,
                   threads: int | None = None, clock_probe: Callable[[], float | None] | None = None,
                   cv_threshold: float = CV_THRESHOLD, ceiling_s: float | None = None) -> Measurement:
@@ -439,7 +439,7 @@ def time_callable(fn: Callable[[], object], *, device: str = "cpu", min_samples:
         raise ValueError("min_samples, max_time_s and target_rel_ci must be positive")
     if ceiling_s is not None and ceiling_s < max_time_s:
         raise ValueError(f"ceiling_s {ceiling_s} is below max_time_s {max_time_s}")
-    cuda = check_device(device).is_cuda
+    cuda = device.require().is_cuda
     threads = threads or torch.get_num_threads()
     if clock_probe is None and not cuda:
         clock_probe = cpu_clock_probe

@@ -55,7 +55,7 @@ class RunSummary:
     @classmethod
     def of(cls, doc: CalibrationDocument, run: str, git_ref: str | None = None) -> RunSummary:
         val = doc.validation
-        return cls(machine=doc.machine_slug, run=run, device=doc.device, chip=doc.chip.name,
+        return cls(machine=doc.machine_slug, run=run, device=str(doc.device), chip=doc.chip.name,
                    hardware=hardware_text(doc), torch=doc.fingerprint.torch_version.split("+")[0],
                    created_utc=doc.created_utc, command=doc.command, quick=doc.quick, cases=val.n,
                    median_abs_error=val.median_abs_error, p90_abs_error=val.p90_abs_error,
@@ -69,7 +69,7 @@ class RunSummary:
 def hardware_text(doc: CalibrationDocument) -> str:
     """'AMD EPYC, 2 cores, AVX-512' or 'NVIDIA H100 80GB HBM3': what the run measured."""
     fp = doc.fingerprint
-    if doc.device.startswith("cuda") and fp.gpu_name:
+    if doc.device.is_cuda and fp.gpu_name:
         return fp.gpu_name
     features = set(fp.cpu_features)
     isa = ("AMX" if any(f.startswith("amx") for f in features) else "AVX-512" if "avx512f" in features
