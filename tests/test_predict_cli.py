@@ -79,6 +79,12 @@ def test_fp8_on_v100_is_an_unsupported_row(cli, hand_mlp):
     assert by_precision["fp16"]["status"] == "ok" and by_precision["fp16"]["latency_s"] > 0
     rc, out, _ = cli(predict_main, ["--model", "mlp1024", "--hardware", "v100-sxm2", "--precision", "fp8"])
     assert rc == 0 and "unsupported" in out and "v100-sxm2 has no engine for fp8" in out
+    # --explain of an unsupported pair says why and explains nothing (it once ended in a traceback)
+    rc, out, err = cli(predict_main, ["--model", "mlp1024", "--hardware", "v100-sxm2", "--precision", "fp8",
+                                      "--explain"])
+    assert rc == 0 and "Traceback" not in err
+    assert out.rstrip().splitlines()[-2:] == ["mlp1024 on v100-sxm2, batch 1, fp8",
+                                              "  unsupported: v100-sxm2 has no engine for fp8; it runs fp64, fp32, fp16"]
 
 
 REQUIRED = ("latency_s", "throughput_per_s", "energy_j", "avg_power_w", "peak_memory_bytes",

@@ -25,7 +25,6 @@ from chipcal.cli.common import (
     positive_int_list,
     print_json,
     run,
-    summary_record,
 )
 from chipcal.model.precision import PRECISIONS
 
@@ -199,6 +198,8 @@ def _body(args: argparse.Namespace) -> int:
 def _summarize(doc, path: Path, as_json: bool) -> None:
     """The written run on stdout: the summary record (--json), or its peaks, bandwidth,
     validation, drift since the previous run and flags."""
+    from chipcal.report.runs import summary_record
+
     val = doc.validation
     if as_json:
         print_json([summary_record(doc, path)])

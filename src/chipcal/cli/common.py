@@ -27,15 +27,6 @@ MAX_NUMBER = 1e15
 MAX_BATCH = 1 << 20
 
 
-HYPOTHETICAL_MARK = "*"
-HYPOTHETICAL_NOTE = f"{HYPOTHETICAL_MARK} = hypothetical: a design study, not a product"
-
-
-def marked(name: str, hypothetical: bool) -> str:
-    """A chip's name as a table shows it: HYPOTHETICAL_MARK after a hypothetical design's."""
-    return name + HYPOTHETICAL_MARK if hypothetical else name
-
-
 class UsageError(ChipcalError):
     """A user mistake: printed as one line, exit status 2."""
 
@@ -188,18 +179,6 @@ def load_registry_warn():
     return registry
 
 
-def resolve_chips(names: Sequence[str] | None, registry) -> list:
-    """Registry chips by name ('all' or None: every chip), as a UsageError if one is unknown."""
-    from chipcal.model.registry import UnknownChipError
-
-    if not names or list(names) == ["all"]:
-        return [registry.chips[n] for n in registry.names]
-    try:
-        return [registry.get(n) for n in names]
-    except (UnknownChipError, KeyError) as exc:
-        raise UsageError(str(exc).strip("'\"")) from None
-
-
 def csv_list(text: str) -> list[str]:
     """argparse type: 'a,b' -> ['a', 'b'] (validated later against a registry)."""
     items = [t.strip().lower() for t in text.split(",") if t.strip()]
@@ -292,23 +271,3 @@ def save_figure(fig, path: str) -> None:
     """Write a matplotlib figure (format from the suffix) and say where."""
     fig.savefig(path, dpi=120, bbox_inches="tight")
     sys.stderr.write(f"wrote {path}\n")
-
-
-def summary_record(doc, path: Path) -> dict:
-    """One flat record per calibration run (a calibrate.document.CalibrationDocument)."""
-    row = {"machine": doc.machine_slug, "device": str(doc.device), "chip": doc.chip.name,
-           "created_utc": doc.created_utc, "quick": doc.quick}
-    for p in doc.peaks:
-        row |= {f"peak_flop_per_s_{p.precision}": p.measured_flop_per_s,
-                f"fraction_of_physics_{p.precision}": p.fraction_of_physics,
-                f"fraction_of_spec_{p.precision}": p.fraction_of_spec}
-    val = doc.validation
-    row.update({"bandwidth_bytes_per_s": doc.bandwidth.measured_bytes_per_s, "models_validated": val.n,
-                "median_abs_error": val.median_abs_error, "p90_abs_error": val.p90_abs_error,
-                "max_abs_error": val.max_abs_error, "noise_between_rounds": val.noise_rel,
-                "rerun_median_abs_change": doc.rerun.median_abs_change if doc.rerun else None,
-                "power_source": doc.power.source if doc.power.available else None,
-                "refit_of": doc.refit.source_run if doc.refit else None,
-                "flags": ", ".join(dict.fromkeys(f.code for f in doc.flags)) or None,
-                "path": str(path)})
-    return row

@@ -16,31 +16,24 @@ import argparse
 from collections.abc import Sequence
 
 from chipcal.cli.common import (
-    HYPOTHETICAL_NOTE,
     Parser,
     csv_list,
     load_registry_warn,
-    marked,
     output_file,
     plot_path,
     print_json,
     print_table,
-    resolve_chips,
     run,
     save_figure,
 )
 from chipcal.model import power
-from chipcal.model.estimate.prediction import chip_label
 from chipcal.model.precision import PRECISIONS
-from chipcal.model.tdp import (
-    VERDICT_MEASURED_EXCEEDS,
-    VERDICT_MEASURED_OK,
-    VERDICT_UNCERTAIN,
-    VERDICT_UNSUSTAINABLE,
-    ChipTdpComparison,
-    compare_chip,
-)
+from chipcal.model.selection import resolve_chips
+from chipcal.model.tdp import VERDICT_MEASURED_EXCEEDS, VERDICT_MEASURED_OK, VERDICT_UNSUSTAINABLE
+from chipcal.model.tdp_records import comparison_records
+from chipcal.report.labels import HYPOTHETICAL_NOTE, marked
 from chipcal.report.render import wrap
+from chipcal.report.tdp_plots import tdp_vs_spec_figure
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -59,60 +52,6 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         "(the shipped file is src/chipcal/model/fitted_constants.toml)")
     p.add_argument("--json", action="store_true", help="print an array of flat records")
     return p
-
-
-def record(c: ChipTdpComparison) -> dict:
-    chip = c.chip
-    parts = c.components_at_spec_w
-    return {
-        "hardware": chip_label(chip), "process_nm": chip.process_nm, "precision": c.precision,
-        "spec_tdp_w": chip.tdp_w, "peak_engine": c.peak_engine,
-        "engines": "; ".join(f"{e.engine}({e.precision})={e.dynamic_w:.1f}W" for e in c.engines),
-        "spec_peak_flop_per_s": c.spec_peak_flop_per_s, "spec_clock_hz": c.gemm.spec_clock_hz,
-        "boost_clock_hz": c.gemm.boost_clock_hz,
-        "power_at_spec_w": c.power_at_spec_w, "power_at_spec_low_w": c.power_at_spec_low_w,
-        "power_at_spec_high_w": c.power_at_spec_high_w,
-        **{k[:-2] + "_at_spec_w": v for k, v in parts.items()},
-        "pj_per_mac": c.peak_engine_tdp.pj_per_mac, "pj_per_flop_at_spec": c.gemm.pj_per_flop_at_spec,
-        "compute_w": c.compute_w, "memory_w": c.memory_w, "static_w": c.static_w,
-        "estimated_tdp_w": c.estimated_tdp_w, "combined_tdp_w": c.combined_tdp_w, "ratio": c.ratio,
-        "max_sustainable_pj_per_mac": c.max_sustainable_pj_per_mac, "margin": c.margin,
-        "sustained_clock_hz": c.sustained_clock_hz,
-        "sustainable_peak_flop_per_s": c.sustainable_peak_flop_per_s,
-        "sustainable_fraction": c.sustainable_fraction,
-        "sustainable_fraction_low": c.low.sustainable_fraction,
-        "sustainable_fraction_high": c.high.sustainable_fraction,
-        "clock_fraction": c.clock_fraction, "gemm_efficiency": c.gemm.efficiency,
-        "verdict": c.verdict, "verdict_basis": c.verdict_basis, "model_verdict": c.model_verdict,
-        "measured_peak_flop_per_s": c.measured_peak_flop_per_s, "measured_fraction": c.measured_fraction,
-        "measured_kind": None if c.measured is None else c.measured.kind,
-        "measured_clock_hz": None if c.measured is None else c.measured.sm_clock_hz,
-        "measured_power_w": None if c.measured is None else c.measured.board_power_w,
-        "measured_source": c.measured_source,
-        "burst_peak_flop_per_s": None if c.burst is None else c.burst.flop_per_s,
-        "burst_fraction": c.burst_fraction, "burst_source": None if c.burst is None else c.burst.source,
-        "hypothetical": chip.hypothetical,
-    }
-
-
-COMPONENTS = ("arithmetic", "issue", "register_file", "l1", "l2", "network", "clock_control", "dram", "static")
-NUMERIC_FIELDS = ("spec_peak_flop_per_s", "spec_clock_hz", "boost_clock_hz", "power_at_spec_w",
-                  "power_at_spec_low_w", "power_at_spec_high_w", "pj_per_mac", "pj_per_flop_at_spec",
-                  "compute_w", "memory_w", "static_w", "estimated_tdp_w", "combined_tdp_w", "ratio",
-                  "max_sustainable_pj_per_mac", "margin", "sustained_clock_hz", "sustainable_peak_flop_per_s",
-                  "sustainable_fraction", "sustainable_fraction_low", "sustainable_fraction_high",
-                  "clock_fraction", "gemm_efficiency", "verdict_basis", "model_verdict",
-                  "measured_peak_flop_per_s", "measured_fraction", "measured_kind", "measured_clock_hz",
-                  "measured_power_w", "measured_source", "burst_peak_flop_per_s", "burst_fraction", "burst_source",
-                  "engines", "peak_engine",
-                  *(f"{c}_at_spec_w" for c in COMPONENTS))
-
-
-def unsupported_record(chip, precision: str) -> dict:
-    row = {"hardware": chip_label(chip), "process_nm": chip.process_nm, "precision": precision, "spec_tdp_w": chip.tdp_w}
-    row.update(dict.fromkeys(NUMERIC_FIELDS))
-    row.update({"verdict": f"unsupported: runs {', '.join(chip.precisions)}", "hypothetical": chip.hypothetical})
-    return row
 
 
 def _tera(x):
@@ -134,33 +73,6 @@ def _display(r: dict) -> dict:
             "P_spec_W": r["power_at_spec_w"], "band_W": band, "TDP_W": r["spec_tdp_w"],
             "sust": r["sustainable_fraction"], "meas": r["measured_fraction"], "burst": r["burst_fraction"],
             "verdict": VERDICT_SHORT.get(r["verdict"], r["verdict"].split(":")[0])}
-
-
-def _plot(path: str, records: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [r for r in records if r["power_at_spec_w"] is not None]
-    fig, ax = plt.subplots(figsize=(8, 6))
-    for r in rows:
-        colour = {VERDICT_UNSUSTAINABLE: "tab:red", VERDICT_UNCERTAIN: "tab:orange"}.get(r["verdict"], "tab:green")
-        y = r["power_at_spec_w"]
-        ax.errorbar(r["spec_tdp_w"], y, yerr=[[y - r["power_at_spec_low_w"]], [r["power_at_spec_high_w"] - y]],
-                    color=colour, fmt="x" if r["hypothetical"] else "o", elinewidth=0.6, capsize=2)
-        ax.annotate(r["hardware"], (r["spec_tdp_w"], y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    lo = min(min(r["spec_tdp_w"], r["power_at_spec_low_w"]) for r in rows) / 1.5
-    hi = max(max(r["spec_tdp_w"], r["power_at_spec_high_w"]) for r in rows) * 1.5
-    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="estimate = spec")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("spec TDP (W)")
-    ax.set_ylabel("all-in GEMM power at the spec clock (W), with band")
-    ax.set_title("Power at spec peak vs TDP (red: exceeds even optimistic; orange: uncertain; x: hypothetical)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    save_figure(fig, path)
 
 
 def _evidence(registry, as_json: bool) -> int:
@@ -208,12 +120,7 @@ def _body(args: argparse.Namespace) -> int:
     if args.refit:
         return _refit(registry, args.refit)
     constants = power.SOURCED if args.sourced else power.NOMINAL
-    records = []
-    for chip in chips:
-        if args.precision and not chip.supports(args.precision):
-            records.append(unsupported_record(chip, args.precision))
-        else:
-            records.append(record(compare_chip(chip, args.precision, constants)))
+    records = comparison_records(chips, args.precision, constants)
     if args.json:
         print_json(records)
     else:
@@ -227,7 +134,7 @@ def _body(args: argparse.Namespace) -> int:
                    "measurement"
                    + (f"; {HYPOTHETICAL_NOTE}" if any(r["hypothetical"] for r in records) else "")))
     if args.plot:
-        _plot(args.plot, records)
+        save_figure(tdp_vs_spec_figure(records), args.plot)
     return 0
 
 

@@ -14,6 +14,7 @@ from chipcal.cli.common import (
     Parser,
     UsageError,
     at_most,
+    choice_error,
     plot_path,
     positive_float,
     positive_int,
@@ -24,7 +25,9 @@ from chipcal.cli.common import (
 )
 from chipcal.model import technology
 from chipcal.model.precision import PRECISIONS
-from chipcal.model.tdp import TdpEstimate, estimate_tdp, sweep
+from chipcal.model.tdp import TdpEstimate, sweep
+from chipcal.model.tdp_records import estimate_record
+from chipcal.report.tdp_plots import tdp_vs_alus_figure
 
 GHZ = 1e9
 GB = 1e9
@@ -53,19 +56,6 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def record(e: TdpEstimate) -> dict:
-    return {
-        "process_nm": e.process_nm, "circuit": e.circuit, "precision": e.precision, "alus": e.alus,
-        "frequency_hz": e.frequency_hz, "pj_per_mac": e.pj_per_mac, "compute_w": e.compute_w,
-        "delivery_w": e.delivery_w, "memory_w": e.memory_w, "static_w": e.static_w, "tdp_w": e.tdp_w,
-        "tdp_low_w": e.tdp_low_w, "tdp_high_w": e.tdp_high_w,
-        **{f"{k}_pj_per_mac": getattr(e.mac, f"{k}_j") / technology.PJ
-           for k in ("arithmetic", "issue", "register_file", "l1", "l2", "network", "clock_control")},
-        "peak_ops_per_s": e.peak_ops_per_s, "ops_per_w": e.ops_per_w,
-        "extrapolated_node": e.extrapolated_node,
-    }
-
-
 def _display(e: TdpEstimate) -> dict:
     return {
         "node_nm": e.process_nm, "circuit": e.circuit, "precision": e.precision, "alus": e.alus,
@@ -77,32 +67,10 @@ def _display(e: TdpEstimate) -> dict:
     }
 
 
-def _plot(path: str, swept: str, values: list, base: dict) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    alus = np.logspace(2, 6, 25).astype(int)
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for v in values:
-        tdp = [estimate_tdp(**{**base, swept: v, "alus": int(a)}).tdp_w for a in alus]
-        ax.loglog(alus, tdp, label=f"{swept}={v}")
-    ax.set_xlabel("MAC units (ALUs)")
-    ax.set_ylabel("estimated TDP (W)")
-    ax.set_title(f"Physics TDP at {base['frequency_hz'] / GHZ:g} GHz")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    save_figure(fig, path)
-
-
 def _body(args: argparse.Namespace) -> int:
     if args.circuit not in technology.CIRCUITS:
-        from chipcal.cli.common import choice_error
         raise choice_error("circuit", args.circuit, technology.CIRCUITS)
     if args.precision not in PRECISIONS:
-        from chipcal.cli.common import choice_error
         raise choice_error("precision", args.precision, PRECISIONS)
     try:
         technology.check_process(args.process)
@@ -111,7 +79,6 @@ def _body(args: argparse.Namespace) -> int:
     if (args.memory_bandwidth is None) != (args.memory_type is None):
         raise UsageError("--memory-bandwidth and --memory-type go together")
     if args.memory_type is not None and args.memory_type not in technology.MEMORY_TYPES:
-        from chipcal.cli.common import choice_error
         raise choice_error("memory type", args.memory_type, technology.MEMORY_TYPES)
 
     base = dict(alus=args.alus, frequency_hz=args.frequency * GHZ, process_nm=args.process,
@@ -129,14 +96,14 @@ def _body(args: argparse.Namespace) -> int:
     estimates = sweep(swept, values, **base)
 
     if args.json:
-        print_json(record(e) for e in estimates)
+        print_json(estimate_record(e) for e in estimates)
     else:
         print_table([_display(e) for e in estimates],
                     {"GHz": ".3g", "pJ/MAC": ".3f", "compute_W": ".1f", "memory_W": ".1f",
                      "static_W": ".1f", "TDP_W": ".1f", "TOPS": ".2f", "TOPS/W": ".2f", "node_nm": "g"})
     if args.plot:
-        _plot(args.plot, swept if swept != "alus" else "process_nm",
-              values if swept != "alus" else [args.process], base)
+        save_figure(tdp_vs_alus_figure(swept if swept != "alus" else "process_nm",
+                                       values if swept != "alus" else [args.process], base), args.plot)
     return 0
 
 

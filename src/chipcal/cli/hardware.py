@@ -8,18 +8,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from chipcal.cli.common import (
-    HYPOTHETICAL_NOTE,
-    Parser,
-    load_registry_warn,
-    marked,
-    print_json,
-    print_table,
-    resolve_chips,
-    run,
-)
-from chipcal.model.chip import KINDS, Chip
-from chipcal.model.precision import PRECISIONS
+from chipcal.cli.common import Parser, load_registry_warn, print_json, print_table, run
+from chipcal.model.chip import KINDS
+from chipcal.model.chip_records import list_record, show_record
+from chipcal.model.selection import resolve_chips
+from chipcal.report.labels import HYPOTHETICAL_NOTE, marked
 from chipcal.report.render import wrap
 
 LISTED_PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "int8")      # the columns of `list`
@@ -35,46 +28,6 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     show.add_argument("name", help="registry name, optionally name@mode for a power mode")
     show.add_argument("--json", action="store_true", help="print an array of flat records")
     return p
-
-
-def list_record(chip: Chip) -> dict:
-    row = {"name": chip.name, "kind": chip.kind, "vendor": chip.vendor, "process_nm": chip.process_nm,
-           "tdp_w": chip.tdp_w, "memory_type": chip.memory.type,
-           "memory_bandwidth_bytes_per_s": chip.memory.bandwidth_bytes_per_s,
-           "memory_capacity_bytes": chip.memory.capacity_bytes}
-    for p in PRECISIONS:
-        if chip.supports(p):
-            row[f"peak_flop_per_s_{p}"] = chip.peak_flop_per_s(p)
-    row["hypothetical"] = chip.hypothetical
-    return row
-
-
-def show_record(chip: Chip) -> dict:
-    row = list_record(chip)
-    row = {"display_name": chip.display_name, **row, "power_mode": chip.active_mode,
-           "power_modes": ", ".join(f"{m.name}={m.tdp_w:g}W" for m in chip.power_modes) or None}
-    for p, v in chip.stated_peak_flop_per_s.items():
-        row[f"stated_peak_flop_per_s_{p}"] = v
-    for i, e in enumerate(chip.engines):
-        rates = ", ".join(f"{p}={r:g}" for p, r in e.macs_per_unit_per_clock.items())
-        row[f"engine_{i}"] = f"{e.name} [{e.circuit}] {e.units} units @ {e.clock_hz / 1e9:g} GHz; MAC/unit/clk: {rates}"
-    row["base_clock_hz"], row["boost_clock_hz"] = chip.base_clock_hz, chip.boost_clock_hz
-    row["clock_source"] = chip.clock_source or None
-    for i, m in enumerate(chip.measured):
-        extra = "".join(f", {label} {value:g}" for label, value in
-                        (("board W", m.board_power_w), ("SM GHz", m.sm_clock_hz and m.sm_clock_hz / 1e9)) if value)
-        row[f"measured_{i}"] = (f"{m.precision} {m.flop_per_s / 1e12:.4g} TFLOP/s sustained GEMM{extra}: "
-                                f"{m.title}, {m.url} ({m.date})")
-    row["microarch"] = ", ".join(f"{k}={v}" for k, v in chip.microarch.items() if k != "source")
-    row["sources"] = " | ".join(chip.sources)
-    row["power_source"] = chip.power_source
-    row["memory_source"] = chip.memory.source
-    row["stated_peak_source"] = chip.stated_peak_source or None
-    row["microarch_source"] = str(chip.microarch.get("source", ""))
-    for i, e in enumerate(chip.engines):
-        row[f"engine_{i}_source"] = e.source
-    row["notes"] = chip.notes or None
-    return row
 
 
 def _body(args: argparse.Namespace) -> int:

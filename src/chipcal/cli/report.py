@@ -14,17 +14,18 @@
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from chipcal.calibrate import store
-from chipcal.calibrate.document import CalibrationDocument
-from chipcal.cli.common import Parser, UsageError, print_json, print_table, run, summary_record
-from chipcal.model.mapping.params import CalibrationError
+from chipcal.cli.common import Parser, UsageError, print_json, print_table, run
 from chipcal.report.render import wrap
+from chipcal.report.runs import MissingPath, citing_texts, latest_runs, read_runs, summary_record
+
+if TYPE_CHECKING:       # the index's modules import numpy and scipy: imported where they are used
+    from chipcal.report.index import RunSummary
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -47,23 +48,6 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def collect(directory: Path, latest_only: bool) -> tuple[list[dict], list[str]]:
-    rows, bad = [], []
-    for run_dir in store.find_runs(directory):
-        try:
-            rows.append(summary_record(store.load(run_dir), run_dir))
-        except ValueError as exc:
-            bad.append(f"{run_dir}: {exc}")
-    if latest_only:
-        latest: dict[tuple[str, str], dict] = {}
-        for r in rows:
-            key = (r["machine"], r["device"])
-            if key not in latest or r["created_utc"] > latest[key]["created_utc"]:
-                latest[key] = r
-        rows = sorted(latest.values(), key=lambda r: (r["machine"], r["device"]))
-    return rows, bad
-
-
 def _peaks_text(r: dict) -> str:
     parts = []
     for key, value in r.items():
@@ -80,77 +64,34 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def _load(directory: str | Path) -> CalibrationDocument:
-    try:
-        return store.load(directory)
-    except CalibrationError as exc:
-        raise UsageError(str(exc)) from None
+def _warn_skipped(lines: Sequence[str]) -> None:
+    for line in lines:
+        sys.stderr.write(f"warning: skipped {line}\n")
 
 
-def _runs(directory: Path) -> list:
+def _run_summaries(directory: Path) -> list[RunSummary]:
     """RunSummary of every readable run under `directory` (the unreadable ones on stderr)."""
-    from chipcal.report.index import RunSummary
+    from chipcal.report.index_runs import run_summaries
 
-    out = []
-    for run_dir in store.find_runs(directory):
-        try:
-            out.append(RunSummary.of(store.load(run_dir), run_dir.name))
-        except CalibrationError as exc:
-            sys.stderr.write(f"warning: skipped {run_dir}: {exc}\n")
-    return out
-
-
-def _git(directory: Path, *args: str, stdin: str | None = None) -> str | None:
-    try:
-        done = subprocess.run(["git", "-C", str(directory), *args], input=stdin, capture_output=True, text=True,
-                              timeout=120)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
-def dropped_runs(directory: Path, present: set[str]) -> list:
-    """RunSummary of the runs git holds under `directory` that are no longer in the tree, each read
-    from the commit that added it. None found (not a git work tree, a shallow clone): []."""
-    from chipcal.report.index import RunSummary
-
-    prefix = _git(directory, "rev-parse", "--show-prefix")
-    # --no-renames: a commit that drops one run and adds the next shows the new document as a
-    # rename of the old one (the files are alike), which --diff-filter=A would not list
-    log = _git(directory, "log", "--format=%x00%H", "--no-renames", "--diff-filter=A", "--name-only", "--relative",
-               "--", ".")
-    if prefix is None or not log:
-        return []
-    added: dict[str, str] = {}                    # run directory -> the latest commit that added its document
-    for entry in log.split("\0")[1:]:
-        commit, *names = entry.strip().splitlines()
-        for name in names:
-            run_dir = name.removesuffix(f"/{store.CALIBRATION_FILE}")
-            if name.endswith(f"/{store.CALIBRATION_FILE}") and run_dir.count("/") == 1 and run_dir not in present:
-                added.setdefault(run_dir, commit)
-    out = []
-    for run_dir, commit in sorted(added.items()):
-        text = _git(directory, "show", f"{commit}:{prefix.strip()}{run_dir}/{store.CALIBRATION_FILE}")
-        try:
-            doc = CalibrationDocument.from_dict(json.loads(text or ""))
-        except (ValueError, CalibrationError) as exc:
-            sys.stderr.write(f"warning: skipped {run_dir} at {commit[:12]}: {str(exc)[:80]}\n")
-            continue
-        out.append(RunSummary.of(doc, run_dir.split("/")[1], git_ref=f"{commit[:12]}:{prefix.strip()}{run_dir}"))
-    return out
+    runs, skipped = run_summaries(directory)
+    _warn_skipped(skipped)
+    return runs
 
 
 def _write_index(directory: Path, target: str, history: bool) -> None:
     from chipcal.report.index import HISTORY_FILE, history_markdown, index_markdown
+    from chipcal.report.index_runs import dropped_runs
 
-    runs = _runs(directory)
+    runs = _run_summaries(directory)
     if not runs:
         raise UsageError(f"no calibration runs under {directory}")
     Path(target).write_text(index_markdown(runs))
     sys.stderr.write(f"wrote {target}\n")
     if not history:
         return
-    everything = runs + dropped_runs(directory, {r.directory for r in runs})
+    dropped, skipped = dropped_runs(directory, {r.directory for r in runs})
+    _warn_skipped(skipped)
+    everything = runs + dropped
     for machine in sorted({r.machine for r in runs}):
         path = directory / machine / HISTORY_FILE
         path.write_text(history_markdown(machine, everything))
@@ -166,21 +107,18 @@ def _write_html(directory: Path) -> None:
     from tqdm import tqdm
 
     for run_dir in tqdm(runs, desc="report.html", file=sys.stderr, leave=False):
-        (run_dir / "report.html").write_text(render_html(_load(run_dir)))
+        (run_dir / "report.html").write_text(render_html(store.load(run_dir)))
     sys.stderr.write(f"wrote report.html in {len(runs)} run directories under {directory}\n")
 
 
 def _uncited(directory: Path, paths: Sequence[str]) -> None:
     from chipcal.report.index import cited, uncited
 
-    texts = []
-    for name in paths:
-        path = Path(name)
-        if not path.exists():
-            raise UsageError(f"--uncited: {name} does not exist")
-        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-        texts += [f.read_text(errors="replace") for f in files if f.suffix in (".md", ".py", ".txt", ".toml")]
-    for r in uncited(_runs(directory), cited(texts)):
+    try:
+        texts = citing_texts(paths)
+    except MissingPath as exc:
+        raise UsageError(f"--uncited: {exc}") from None
+    for r in uncited(_run_summaries(directory), cited(texts)):
         print(directory / r.directory)
 
 
@@ -188,7 +126,7 @@ def _compare(args: argparse.Namespace) -> int:
     from chipcal.report import compare, render
 
     (a_dir, b_dir) = args.compare
-    result = compare.compare(_load(a_dir), _load(b_dir), a_dir, b_dir)
+    result = compare.compare(store.load(a_dir), store.load(b_dir), a_dir, b_dir)
     blocks = compare.blocks(result)
     if isinstance(args.html, str):
         Path(args.html).write_text(render.html_page(f"Compare {a_dir} and {b_dir}", blocks))
@@ -218,9 +156,9 @@ def _body(args: argparse.Namespace) -> int:
         if args.uncited:
             _uncited(directory, args.uncited)
         return 0
-    rows, bad = collect(directory, latest_only=not args.all)
-    for line in bad:
-        sys.stderr.write(f"warning: skipped {line}\n")
+    runs, bad = read_runs(directory)
+    _warn_skipped(bad)
+    rows = [summary_record(r.document, r.path) for r in (runs if args.all else latest_runs(runs))]
     if args.json:
         print_json(rows)
         return 0

@@ -27,7 +27,6 @@ from tqdm import tqdm
 from chipcal.cli.common import (
     MAX_BATCH,
     Parser,
-    UsageError,
     at_most,
     csv_choices,
     positive_int,
@@ -35,7 +34,9 @@ from chipcal.cli.common import (
     print_table,
     run,
 )
+from chipcal.model.workload.by_name import characterize_named
 from chipcal.model.workload.llm_config import PHASES
+from chipcal.model.workload.records import op_record, shapes_text, subgraph_record, totals_record
 
 
 def _models(text: str) -> list[str]:
@@ -79,56 +80,6 @@ def build_parser(prog: str | None = None) -> Parser:
     return parser
 
 
-def _shapes(specs) -> str:
-    return ";".join("x".join(map(str, s.shape)) for s in specs)
-
-
-def _gemm(gemm) -> dict:
-    return {f"gemm_{k}": (getattr(gemm, k) if gemm else None) for k in ("m", "n", "k", "count")}
-
-
-def _parallelism(p) -> dict:
-    return {"par_batch": p.batch, "par_channels": p.channels, "par_spatial": p.spatial,
-            "output_elements": p.output_elements, "depthwise": p.depthwise, "grouped": p.grouped,
-            "groups": p.groups, "vector_dim": p.vector_dim}
-
-
-def totals_record(w) -> dict:
-    return {
-        "model": w.model, "batch": w.batch, "input_shape": "x".join(map(str, w.input_shape)), "dtype": w.dtype,
-        "capture": w.capture, "execution": w.execution, "macs": w.macs, "flop": w.flop, "params": w.params,
-        "bytes_read": w.bytes_read, "bytes_written": w.bytes_written,
-        "arithmetic_intensity": w.arithmetic_intensity, "fused_bytes_read": w.fused_bytes_read,
-        "fused_bytes_written": w.fused_bytes_written, "bytes_saved_by_fusion": w.bytes_saved_by_fusion,
-        "ops": len(w.ops), "subgraphs": len(w.subgraphs), "stages": len(w.stages),
-        "max_parallel_subgraphs": w.max_parallel_subgraphs, "critical_path_subgraphs": len(w.critical_path),
-        "critical_path_flop": w.critical_path_flop, "unclassified_ops": len(w.unclassified_ops),
-        "unclassified_op_names": ",".join(w.unclassified_ops),
-    }
-
-
-def op_record(w, op) -> dict:
-    return {
-        "model": w.model, "batch": w.batch, "index": op.index, "name": op.name, "target": op.target,
-        "kind": op.kind, "op_class": op.op_class, "macs": op.macs, "flop": op.flop,
-        "bytes_read": op.bytes_read, "bytes_written": op.bytes_written,
-        "arithmetic_intensity": op.arithmetic_intensity, "input_shapes": _shapes(op.inputs),
-        "weight_shapes": _shapes(op.weights), "output_shapes": _shapes(op.outputs),
-        **_gemm(op.gemm), **_parallelism(op.parallelism), "classified": op.classified,
-    }
-
-
-def subgraph_record(w, s) -> dict:
-    return {
-        "model": w.model, "batch": w.batch, "index": s.index, "name": s.name, "pattern": s.pattern,
-        "op_class": s.op_class, "ops": len(s.op_indices), "op_indices": ",".join(map(str, s.op_indices)),
-        "macs": s.macs, "flop": s.flop, "input_bytes": s.input_bytes, "weight_bytes": s.weight_bytes,
-        "output_bytes": s.output_bytes, "bytes_saved_by_fusion": s.bytes_saved_by_fusion,
-        "arithmetic_intensity": s.arithmetic_intensity, "depends_on": ",".join(map(str, s.depends_on)),
-        "stage": s.stage, "threads": s.threads, **_gemm(s.gemm), **_parallelism(s.parallelism),
-    }
-
-
 def _totals_table(workloads) -> None:
     frame = pd.DataFrame([{
         "model": w.model, "batch": w.batch, "input": "x".join(map(str, w.input_shape[1:])), "capture": w.capture,
@@ -146,7 +97,7 @@ def _ops_table(w) -> None:
     frame = pd.DataFrame([{
         "#": op.index, "name": op.name, "kind": op.kind, "class": op.op_class, "MACs": op.macs, "FLOP": op.flop,
         "read_B": op.bytes_read, "written_B": op.bytes_written, "FLOP/B": op.arithmetic_intensity,
-        "output": _shapes(op.outputs), "ok": "" if op.classified else "UNCLASSIFIED",
+        "output": shapes_text(op.outputs), "ok": "" if op.classified else "UNCLASSIFIED",
     } for op in w.ops])
     print_table(frame, {"MACs": ",", "FLOP": ",", "read_B": ",", "written_B": ",", "FLOP/B": ".1f"})
 
@@ -162,40 +113,9 @@ def _subgraphs_table(w) -> None:
                 | {"FLOP/B": ".1f"})
 
 
-def _characterize(name: str, args: argparse.Namespace):
-    """The workload of one model name (LLM step, user model or torchvision model)."""
-    from chipcal.model.workload.llm_config import is_llm
-    from chipcal.model.workload.user_model import is_user_model
-
-    if is_llm(name):
-        from chipcal.model.workload.llm import characterize_step
-        from chipcal.model.workload.llm_config import counting_key, load_llm_config
-
-        key = counting_key(load_llm_config(name), args.phase, args.batch, args.context, args.new_tokens)
-        return characterize_step(key).workload
-    if is_user_model(name):
-        from chipcal.model.workload.user_model import characterize_user_model
-
-        return characterize_user_model(name, args.batch)
-    return _characterize_torchvision(name, args.batch, args.input_size)
-
-
-def _characterize_torchvision(name: str, batch: int, input_size):
-    from chipcal.model.workload import CaptureError, characterize_model
-
-    try:
-        return characterize_model(name, batch=batch, input_size=input_size)
-    except CaptureError as exc:
-        if input_size is None:
-            raise
-        shape = "x".join(map(str, (batch, *input_size)))
-        # the dispatch path runs the model's own Python, so its message names the actual sizes
-        reason = next((r for r in exc.reasons if r.startswith("dispatch/meta: ")), exc.reasons[-1])
-        raise UsageError(f"{name} cannot run on a {shape} input: {reason.split(': ', 1)[1]}") from None
-
-
 def _main(args: argparse.Namespace) -> int:
-    workloads = [_characterize(name, args)
+    workloads = [characterize_named(name, args.batch, args.input_size, phase=args.phase, context=args.context,
+                                    new_tokens=args.new_tokens)
                  for name in tqdm(args.model, desc="characterizing", unit="model", file=sys.stderr,
                                   disable=len(args.model) < 2, leave=False)]
     if args.json:

@@ -3,7 +3,7 @@
 Both are generated from the runs' documents, never written by hand: the index has one short row per
 machine and device for its latest main job (`chipcal calibrate` without --quick) and one for its
 latest --quick run; the history lists every run of the machine, newest first, including runs
-dropped from the tree, which git keeps (cli.report reads them back from the commit that added them).
+dropped from the tree, which git keeps (report.index_runs reads them back from the commit that added them).
 
 Which runs stay in the tree: those the index shows, and those a reference page, a test or the
 README cites by their directory name (`cited`); `uncited` names the rest.

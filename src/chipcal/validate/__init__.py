@@ -1,1 +1,2 @@
-"""Predictions checked against published measurements (the validation corpus); MLPerf lands here."""
+"""Predictions checked against published measurements: the validation corpus (corpus.py, its
+splits, tables and plot); MLPerf lands here."""

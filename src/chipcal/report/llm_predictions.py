@@ -1,0 +1,78 @@
+"""`chipcal predict`'s LLM table for the terminal: one row per (model, chip, phase, batch,
+precision), the legend, then a note per prediction (share of the bandwidth bound, host bound,
+weight format, memory that does not fit on one device).
+
+Rows come back as records of text cells (the CLI aligns them); the figures are the model's
+(estimate/llm.py, docs/llm.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from chipcal.model.estimate.llm import DEVICES_NOTE, WEIGHT_ONLY, LlmPrediction
+
+GB = 1e9
+LLM_LEGEND = ("tok/s: decode tokens per second summed over the batch (prefill: prompt tokens per second); "
+              "TTFT: time to first token; TPOT: time per output token; bw_bound: what moving the weights and "
+              "KV cache at the spec DRAM bandwidth allows; host_bound: what the host issuing every op allows "
+              "(- : a captured graph, no per-op host cost); mem: weights + KV cache + activations, ! = exceeds "
+              "one device's memory; dev: devices whose memory holds it (a memory bound, not a parallel-speed claim)")
+
+
+def _rate(value: float) -> str:
+    return "-" if not math.isfinite(value) else f"{value:,.4g}"
+
+
+def llm_rows(preds: Sequence[LlmPrediction]) -> list[dict]:
+    """One row per prediction; an unsupported one has its first columns and 'unsupported' only."""
+    rows = []
+    for p in preds:
+        row = {"model": p.model, "chip": p.chip, "phase": p.phase, "b": p.batch,
+               "ctx+new": f"{p.context}+{p.new_tokens}", "prec": p.precision, "rt": p.runtime}
+        if not p.supported:
+            rows.append(row | {"tok/s": "unsupported"})
+            continue
+        rows.append(row | {
+            "tok/s": _rate(p.tokens_per_s), "TTFT_ms": f"{p.time_to_first_token_s * 1e3:.4g}",
+            "TPOT_ms": "-" if p.phase == "prefill" else f"{p.time_per_output_token_s * 1e3:.4g}",
+            "bw_bound": _rate(p.bandwidth_bound_tokens_per_s), "host_bound": _rate(p.host_bound_tokens_per_s),
+            "bound": p.bottleneck, "mem_GB": f"{p.memory_bytes / GB:.4g}" + ("" if p.fits_in_memory else "!"),
+            "dev": p.devices_needed,
+        })
+    return rows
+
+
+def _fit_note(p: LlmPrediction) -> str:
+    return (f"does not fit: {p.model} at batch {p.batch} {p.precision} needs "
+            f"{p.memory_bytes / GB:.4g} GB (weights {p.weight_bytes / GB:.4g} + KV cache "
+            f"{p.kv_cache_bytes / GB:.3g} + activations {p.activation_peak_bytes / GB:.3g}) > "
+            f"{p.memory_capacity_bytes / GB:.4g} GB on one {p.chip}: needs {p.devices_needed} devices "
+            f"({DEVICES_NOTE}); the figures above are one device's")
+
+
+def _bound_note(p: LlmPrediction) -> str:
+    share = p.tokens_per_s / p.bandwidth_bound_tokens_per_s
+    host = ("no per-op host cost (captured graph)" if not math.isfinite(p.host_bound_tokens_per_s) else
+            f"host bound {_rate(p.host_bound_tokens_per_s)} tok/s ({p.host_ops_per_step} host-issued ops "
+            f"per step, {p.host_per_op_s * 1e6:.3g} us each on average)")
+    return (f"{p.model} on {p.chip}, {p.phase} at batch {p.batch}, {p.precision}, {p.runtime}: "
+            f"{_rate(p.tokens_per_s)} tok/s = {share:.0%} of the bandwidth bound "
+            f"{_rate(p.bandwidth_bound_tokens_per_s)} tok/s; {host}; bottleneck {p.bottleneck}; "
+            f"weights {p.weight_bytes / GB:.4g} GB, KV cache {p.kv_cache_bytes / GB:.3g} GB")
+
+
+def llm_notes(preds: Sequence[LlmPrediction]) -> list[str]:
+    """The notes under the table, each once, in the order of the predictions."""
+    notes = []
+    for p in preds:
+        if not p.supported:
+            notes.append(f"unsupported: {p.chip} {p.precision}: {p.reason}")
+            continue
+        if p.precision in WEIGHT_ONLY:
+            notes.append(f"{p.precision}: {WEIGHT_ONLY[p.precision].label()}")
+        if not p.fits_in_memory:
+            notes.append(_fit_note(p))
+        notes.append(_bound_note(p))
+    return list(dict.fromkeys(notes))
