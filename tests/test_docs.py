@@ -54,7 +54,7 @@ def anchors(path: Path) -> set[str]:
 
 
 def markdown_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    return [ROOT / "README.md", ROOT / "ARCHITECTURE.md", *sorted(DOCS.rglob("*.md"))]
 
 
 def broken_links(path: Path) -> list[str]:
