@@ -91,6 +91,15 @@ def test_h100_sxm5_bf16_hand_worked(registry):
     assert chip.peak_flop_per_s("fp64") == pytest.approx(528 * 32 * 2 * 1.98e9, rel=1e-9)
 
 
+def test_interconnect_per_direction_is_half_the_vendors_both_ways_figure(registry):
+    # NVIDIA H100 datasheet: NVLink 900 GB/s (both directions), HGX H100: 8 GPUs through NVSwitch;
+    # T4 datasheet: PCIe Gen3 x16, 32 GB/s (both directions), no NVLink
+    h100, t4 = registry.get("h100-sxm5").interconnect, registry.get("t4").interconnect
+    assert (h100.kind, h100.per_direction_bytes_per_s, h100.domain_devices) == ("nvlink", 900e9 / 2, 8)
+    assert (t4.kind, t4.per_direction_bytes_per_s, t4.domain_devices) == ("pcie", 32e9 / 2, None)
+    assert registry.get("xeon-platinum-8480-plus").interconnect is None     # optional: a CPU has none
+
+
 def test_agx_orin_int8_hand_worked(registry):
     # 64 third-gen tensor cores x 512 INT8 MAC/clk x 2 ops x 1.3005 GHz = 85.23e12 ops/s dense,
     # i.e. 170.5e12 sparse (NVIDIA: 170 sparse TOPS). 5.3e12 is the FP32 CUDA-core rate
@@ -297,6 +306,13 @@ MALFORMED = [
     ("base_above_boost.toml", lambda t: t.replace("base_hz = 585e6", "base_hz = 2585e6"), "clocks.base_hz"),
     ("short_mma_shape.toml", lambda t: t.replace("mma_shape = [16, 8, 8]", "mma_shape = [16, 8]"),
      "engines[1].mma_shape"),
+    ("unknown_interconnect.toml", lambda t: t.replace('kind = "pcie"', 'kind = "carrier_pigeon"'), "interconnect.kind"),
+    ("interconnect_domain_zero.toml",
+     lambda t: t.replace("per_direction_bytes_per_s = 16e9", "per_direction_bytes_per_s = 16e9\ndomain_devices = 0"),
+     "interconnect.domain_devices"),
+    ("interconnect_without_source.toml",
+     lambda t: t[:t.index("[interconnect]")] + t[t.index("[interconnect]"):].replace("\nsource = ", "\nsourcex = ", 1),
+     "interconnect.source"),
 ]
 
 

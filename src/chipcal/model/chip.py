@@ -20,6 +20,8 @@ from chipcal.model.memo import recent
 from chipcal.model.precision import FLOP_PER_MAC, PRECISIONS
 
 KINDS = ("cpu", "gpu", "tpu", "kpu")
+# the device-to-device link of a scale-up system (what a tensor-parallel all-reduce crosses)
+INTERCONNECT_KINDS = ("nvlink", "infinity_fabric", "ici", "pcie", "ethernet")
 
 # Microarchitecture fields each kind must declare (the mappers use them).
 REQUIRED_MICROARCH: dict[str, tuple[str, ...]] = {
@@ -61,6 +63,24 @@ class Memory:
     type: str
     bandwidth_bytes_per_s: float
     capacity_bytes: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    """How one device talks to its peers in a scale-up system.
+
+    `per_direction_bytes_per_s`: what one device can send to its peers at once, all its links
+    together, in one direction. Vendors quote the sum of both directions ("NVLink 900 GB/s" on the
+    H100 SXM5 is 18 links x 25 GB/s x 2 directions): the source gives the quoted figure and the
+    division. A ring all-reduce of S bytes over n devices moves 2 (n-1)/n S per device each way.
+    `domain_devices`: how many devices that bandwidth reaches all-to-all (8 on an HGX board
+    through NVSwitch, 72 in an NVL72 rack, 2 over an NVLink bridge); None where it is not stated.
+    """
+
+    kind: str                        # one of INTERCONNECT_KINDS
+    per_direction_bytes_per_s: float
+    domain_devices: int | None
     source: str
 
 
@@ -144,6 +164,7 @@ class Chip:
     # the chip's power governor holds its average power to tdp_w by lowering the engine clocks
     # (every datasheet part); False where tdp_w is an assumed share (a VM's slice of a CPU)
     tdp_limits_clock: bool = True
+    interconnect: Interconnect | None = None     # None: a chip without a scale-up link (a CPU, an edge part)
 
     def sustained_for(self, precision: str) -> Measured | None:
         """The sustained measurement on random data at `precision` (None if there is none)."""

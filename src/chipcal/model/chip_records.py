@@ -37,6 +37,10 @@ def _figures(chip: Chip) -> dict:
         row[f"measured_{i}"] = (f"{m.precision} {m.flop_per_s / 1e12:.4g} TFLOP/s sustained GEMM{extra}: "
                                 f"{m.title}, {m.url} ({m.date})")
     row["microarch"] = ", ".join(f"{k}={v}" for k, v in chip.microarch.items() if k != "source")
+    link = chip.interconnect
+    row["interconnect"] = link and link.kind
+    row["interconnect_per_direction_bytes_per_s"] = link and link.per_direction_bytes_per_s
+    row["interconnect_domain_devices"] = link and link.domain_devices
     return row
 
 
@@ -47,6 +51,7 @@ def _sources(chip: Chip) -> dict:
            "microarch_source": str(chip.microarch.get("source", ""))}
     for i, e in enumerate(chip.engines):
         row[f"engine_{i}_source"] = e.source
+    row["interconnect_source"] = chip.interconnect and chip.interconnect.source
     row["notes"] = chip.notes or None
     return row
 

@@ -12,12 +12,14 @@ from importlib import resources
 from pathlib import Path
 
 from chipcal.model.chip import (
+    INTERCONNECT_KINDS,
     KINDS,
     MEASURED_DATA,
     MEASURED_KINDS,
     REQUIRED_MICROARCH,
     Chip,
     Engine,
+    Interconnect,
     Measured,
     Memory,
     PowerMode,
@@ -172,6 +174,27 @@ def memory_from_dict(data: dict, file: str) -> Memory:
     )
 
 
+def interconnect_from_dict(data: dict, file: str) -> Interconnect | None:
+    """The optional [interconnect] table: kind (one of INTERCONNECT_KINDS), the bandwidth one
+    device sends per direction (positive), the devices it reaches all-to-all (a positive integer,
+    optional), source."""
+    link = data.get("interconnect")
+    if link is None:
+        return None
+    if not isinstance(link, dict):
+        raise RegistryError(file, "interconnect", "must be a table")
+    domain = link.get("domain_devices")
+    if domain is not None and (isinstance(domain, bool) or not isinstance(domain, int) or domain < 1):
+        raise RegistryError(file, "interconnect.domain_devices", f"must be a positive integer, got {domain!r}")
+    return Interconnect(
+        kind=_one_of(file, "interconnect.kind", _text(file, "interconnect.", link, "kind"), INTERCONNECT_KINDS),
+        per_direction_bytes_per_s=_positive(file, "interconnect.per_direction_bytes_per_s",
+                                            link.get("per_direction_bytes_per_s")),
+        domain_devices=domain,
+        source=_source(file, "interconnect.", link),
+    )
+
+
 def _mac_rates(engine: dict, file: str, where: str) -> dict:
     """An engine's non-empty `macs_per_unit_per_clock` table: precision -> positive MAC rate."""
     rates = engine.get("macs_per_unit_per_clock")
@@ -320,6 +343,7 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
         notes=_text(file, "", data, "notes", required=False),
         **clocks_from_dict(data, file),
         measured=measured_from_dict(data, file),
+        interconnect=interconnect_from_dict(data, file),
     )
 
 
