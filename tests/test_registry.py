@@ -23,6 +23,10 @@ REAL_CHIPS = {
     "v100-sxm2", "t4", "l4", "rtx-4090", "jetson-agx-orin-64gb", "jetson-orin-nano-8gb",
     "tpu-v4", "tpu-v5e", "coral-edge-tpu",
     "xeon-platinum-8480-plus", "core-i7-12700k", "epyc-9654", "jetson-agx-orin-64gb-cpu",
+    # MLPerf Inference v4.1's closed-division devices and their successors (issue 52)
+    "mi300x", "mi325x", "mi355x", "h100-nvl", "h200-nvl", "gh200-96gb", "gh200-144gb", "gb200",
+    "l40s", "l40", "rtx-6000-ada", "a100-sxm4-40gb", "tpu-v6e", "tpu-v5p",
+    "xeon-platinum-8592-plus", "xeon-6980p",
 }
 HYPOTHETICAL_CHIPS = {"kpu-t64", "kpu-t256", "kpu-t768", "tpu-edge-pro"}
 
