@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING
 
 from chipcal.cli.common import (
     Parser,
+    RowWriter,
+    UsageError,
     load_registry_warn,
+    output_file,
     plot_path,
     print_json,
     print_table,
@@ -42,6 +45,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--markdown", metavar="FILE", help="write the summary tables of both splits (docs/validation.md)")
     p.add_argument("--fit", action="store_true", help="refit the defaults on the fit split and print them")
     p.add_argument("--no-cache", action="store_true", help="characterize again instead of using the cache")
+    p.add_argument("--mlperf", nargs="?", const="", metavar="PATH",
+                   help="MLPerf Inference rows instead of the corpus: a round's results tree (a checkout of "
+                        "mlcommons/inference_results_vX.Y) or a CSV of its rows; alone, the packaged v4.1 rows "
+                        "(docs/validation-corpus.md)")
+    p.add_argument("--csv", metavar="FILE", type=output_file, help="with --mlperf: write every row, predicted or "
+                                                                    "excluded, as CSV")
     return p
 
 
@@ -73,7 +82,44 @@ def _print_summary(split: str, summary: Summary, fit: FitResult | None) -> None:
         print(f"  {fit.n} rows, R² (log latency) {fit.r2:.3f}")
 
 
+def _mlperf(args: argparse.Namespace) -> int:
+    """--mlperf: every row predicted or excluded with its reason; the table, the |error| figures
+    and the exclusions counted by reason."""
+    from collections import Counter
+    from pathlib import Path
+
+    from chipcal.validate import mlperf, mlperf_check
+
+    if args.fit or args.markdown or args.plot or args.corpus or args.split != "test":
+        raise UsageError("--mlperf takes --json and --csv only")
+    rows = mlperf.load_rows(Path(args.mlperf) if args.mlperf else None)
+    source = WorkloadSource(use_cache=not args.no_cache, notify=lambda line: sys.stderr.write(line + "\n"))
+    checked, excluded = mlperf_check.check(rows, load_registry_warn(), source.get)
+    records = [r.record() for r in (*checked, *excluded)]
+    if args.csv:
+        writer = RowWriter(args.csv, tuple(records[0]) if records else ())
+        for record in records:
+            writer.write(record)
+        sys.stderr.write(f"wrote {args.csv}\n")
+    if args.json:
+        print_json(records)
+        return 0
+    print_table([{k: r[k] for k in ("system", "chip", "benchmark", "scenario", "batch", "measured", "predicted",
+                                    "error", "bottleneck")} for r in records if r["status"] == "predicted"],
+                {"measured": ".4g", "predicted": ".4g", "error": "+.1%"})
+    n, median, p90 = mlperf_check.error_figures(checked)
+    print(f"\n{n} of {len(rows)} rows predicted, per accelerator (latency: one sample); error = predicted / "
+          f"measured - 1" + (f": median |error| {median:.1%}, p90 {p90:.1%}" if n else ""))
+    for reason, count in Counter(e.reason for e in excluded).most_common():
+        print(f"  excluded {count}: {reason}")
+    return 0
+
+
 def _body(args: argparse.Namespace) -> int:
+    if args.mlperf is not None:
+        return _mlperf(args)
+    if args.csv:
+        raise UsageError("--csv: with --mlperf only")
     from chipcal.validate.corpus import load_corpus
     from chipcal.validate.plot import predicted_vs_published_figure
     from chipcal.validate.splits import compare_splits

@@ -1,0 +1,298 @@
+"""MLPerf Inference results read as MLCommons publishes them: a round's results tree.
+
+A round's repository (github.com/mlcommons/inference_results_v4.1, and older rounds alike) holds,
+per submitter, `closed/<submitter>/systems/<system>.json` (the system: accelerator model and count,
+host CPU, software) and, per benchmark and scenario, the LoadGen summary of the performance run,
+`closed/<submitter>/results/<system>/<benchmark>/<scenario>/performance/run_1/mlperf_log_summary.txt`.
+A power submission (a MaxQ system) adds the power analyzer's samples beside it (`spl.txt`) and
+LoadGen marks the measured window in `mlperf_log_detail.txt` (`power_begin`, `power_end`).
+
+One row per (system, benchmark, scenario) performance run of the closed division, with its
+metric as LoadGen reports it (MLPerf Inference rules, "Scenarios" and "Metrics"):
+- Offline: samples/s ("Samples per second"); an LLM's tokens/s ("Tokens per second");
+- Server: completed samples/s ("Completed samples per second"); an LLM's "Completed tokens per
+  second";
+- SingleStream: the 90th-percentile latency of one query ("90th percentile latency (ns)");
+- MultiStream: the 99th-percentile latency of a query of 8 samples ("99th percentile latency (ns)").
+A MaxQ row adds the system's average power over LoadGen's window: the mean of the analyzer's
+"Watts" readings between power_begin and power_end, as MLPerf's submission checker computes it.
+
+Rows are kept in a compact CSV (validate/data/mlperf_inference.csv, `write_csv` / `read_csv`)
+with the round, the repository's commit and the path each row came from, so that tests and
+predictions need no network. Rounds v5.0 and later are kept for an independent check: this module
+reads any round, the repository's CSV holds v4.1 only.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import json
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from chipcal.model.errors import ChipcalError
+
+SUMMARY = "mlperf_log_summary.txt"
+PACKAGED = Path(__file__).parent / "data" / "mlperf_inference.csv"     # the v4.1 rows (docs/validation-corpus.md)
+# LoadGen's summary line of each scenario's metric: (label, unit, scale to SI)
+METRIC_LINES = {
+    "Offline": (("Tokens per second", "tokens_per_s", 1.0), ("Samples per second", "samples_per_s", 1.0)),
+    "Server": (("Completed tokens per second", "tokens_per_s", 1.0),
+               ("Completed samples per second", "samples_per_s", 1.0),
+               ("Scheduled samples per second", "samples_per_s", 1.0)),
+    "SingleStream": (("90th percentile latency (ns)", "latency_s", 1e-9),),
+    "MultiStream": (("99th percentile latency (ns)", "latency_s", 1e-9),),
+}
+SCENARIOS = {s.lower(): s for s in METRIC_LINES}
+
+# The registry chip of each accelerator_model_name of v4.1's closed division (a CPU-only system:
+# its host_processor_model_name), compared lower-case. "-CTS": NVIDIA's custom thermal solution
+# of the same H200 SXM part; "Preview" and "Slim": two speedAI240 boards of the same chip.
+ACCELERATOR_CHIPS = {name.lower(): chip for name, chip in {
+    "NVIDIA H100-SXM-80GB": "h100-sxm5",
+    "NVIDIA H100-PCIe-80GB": "h100-pcie",
+    "NVIDIA H100-NVL-94GB": "h100-nvl",
+    "NVIDIA H200-SXM-141GB": "h200-sxm",
+    "NVIDIA H200-SXM-141GB-CTS": "h200-sxm",
+    "NVIDIA GH200 Grace Hopper Superchip 96GB": "gh200-96gb",
+    "NVIDIA GH200 Grace Hopper Superchip 144GB": "gh200-144gb",
+    "NVIDIA B200-SXM-180GB": "b200",
+    "NVIDIA L40S": "l40s",
+    "NVIDIA L4": "l4",
+    "NVIDIA A100-SXM-80GB": "a100-sxm4-80gb",
+    "NVIDIA Jetson AGX Orin 64G": "jetson-agx-orin-64gb",
+    "AMD Instinct MI300X-NPS1-SPX-192GB-750W": "mi300x",
+    "AMD MI300X-NPS1-SPX-192GB-750W": "mi300x",
+    "TPU v5e": "tpu-v5e",
+    "TPU v6": "tpu-v6e",
+    "UntetherAI speedAI240 Slim": "speedai240",
+    "UntetherAI speedAI240 Preview": "speedai240",
+    "INTEL(R) XEON(R) PLATINUM 8592+": "xeon-platinum-8592-plus",
+    "INTEL(R) XEON(R) 6980P": "xeon-6980p",
+}.items()}
+# mapped chips the registry does not hold, and why
+NOT_IN_REGISTRY = {
+    "speedai240": ("UntetherAI speedAI240: its public figures (Hot Chips 2022 reports: 2 PFLOPS fp8, 1 PFLOPS bf16) "
+                   "do not say whether they are dense, and give no int8 peak, memory bandwidth or TDP"),
+}
+
+
+class MlperfError(ChipcalError, ValueError):
+    """A results tree or file that is not what MLPerf publishes; the message names the path."""
+
+
+@dataclass(frozen=True)
+class MlperfRow:
+    """One performance run of a closed-division system, as submitted (not normalized).
+
+    `accelerators`: accelerators per node times nodes (0 for a CPU-only system, whose work is
+    shared by `host_processors` sockets). `value` is in `unit` (samples_per_s, tokens_per_s or
+    latency_s). `avg_power_w`: the system's average power over the run (MaxQ), else None."""
+
+    round: str
+    commit: str
+    path: str                     # the summary's path in the round's repository
+    submitter: str
+    system: str
+    accelerator: str              # accelerator_model_name as submitted ("N/A" for CPU-only systems)
+    accelerators: int
+    host_processor: str
+    host_processors: int
+    framework: str
+    benchmark: str
+    scenario: str
+    unit: str
+    value: float
+    valid: bool
+    avg_power_w: float | None
+
+
+# --- the LoadGen summary and the power window ------------------------------------------------------
+
+def parse_summary(text: str, where: str) -> tuple[str, str, float, bool]:
+    """(scenario, unit, value in SI, valid) of a LoadGen summary; MlperfError without a metric."""
+    head = dict(_fields(text))
+    scenario = SCENARIOS.get(head.get("Scenario", "").strip().lower())
+    if scenario is None:
+        raise MlperfError(f"{where}: no known scenario (got {head.get('Scenario')!r})")
+    for label, unit, scale in METRIC_LINES[scenario]:
+        if label in head:
+            return scenario, unit, float(head[label]) * scale, head.get("Result is", "").strip() == "VALID"
+    raise MlperfError(f"{where}: no {scenario} metric line ({', '.join(m[0] for m in METRIC_LINES[scenario])})")
+
+
+def _fields(text: str) -> Iterator[tuple[str, str]]:
+    """`label : value` lines of the summary's first section (before "Additional Stats")."""
+    for line in text.split("Additional Stats")[0].splitlines():
+        if ":" in line and not line.startswith((" ", "*")):
+            label, value = line.split(":", 1)
+            yield label.strip(), value.strip()
+
+
+def power_window(detail: str) -> tuple[_dt.datetime, _dt.datetime] | None:
+    """LoadGen's power_begin and power_end marks (analyzer clock, MM-DD-YYYY HH:MM:SS.fff)."""
+    marks = dict(re.findall(r'"key": "(power_begin|power_end)", "value": "([^"]+)"', detail))
+    if len(marks) != 2:
+        return None
+    return _stamp(marks["power_begin"]), _stamp(marks["power_end"])
+
+
+def _stamp(text: str) -> _dt.datetime:
+    return _dt.datetime.strptime(text.strip(), "%m-%d-%Y %H:%M:%S.%f")
+
+
+def average_power_w(spl: str, window: tuple[_dt.datetime, _dt.datetime]) -> float | None:
+    """Mean of the analyzer's total Watts readings inside the window (None if none falls in it)."""
+    begin, end = window
+    watts = []
+    for line in spl.splitlines():
+        parts = line.split(",")
+        if len(parts) > 3 and parts[0] == "Time" and parts[2] == "Watts" and begin <= _stamp(parts[1]) <= end:
+            watts.append(float(parts[3]))
+    return sum(watts) / len(watts) if watts else None
+
+
+# --- a results tree --------------------------------------------------------------------------------
+
+def _count(value: object) -> int:
+    """A count field of a system description: "8", 8, "N/A" or "" (0)."""
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return 0
+
+
+def read_system(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise MlperfError(f"{path}: not a readable system description ({exc})") from None
+
+
+def rows_from_tree(root: Path, round_name: str, commit: str) -> list[MlperfRow]:
+    """Every closed-division performance run under `root` (a round's repository checked out),
+    in path order."""
+    root = Path(root)
+    if not (root / "closed").is_dir():
+        raise MlperfError(f"{root}: not an MLPerf Inference results tree (no closed/ folder)")
+    return [_row(root, summary, round_name, commit)
+            for summary in sorted(root.glob(f"closed/*/results/*/*/*/performance/run_1/{SUMMARY}"))]
+
+
+def _row(root: Path, summary: Path, round_name: str, commit: str) -> MlperfRow:
+    rel = summary.relative_to(root)
+    _, submitter, _, system, benchmark, _, *_ = rel.parts
+    desc = read_system(root / "closed" / submitter / "systems" / f"{system}.json")
+    scenario, unit, value, valid = parse_summary(summary.read_text(), str(rel))
+    return MlperfRow(
+        round=round_name, commit=commit, path=str(rel), submitter=submitter, system=system,
+        accelerator=str(desc.get("accelerator_model_name", "")).strip(),
+        accelerators=_count(desc.get("accelerators_per_node")) * max(_count(desc.get("number_of_nodes")), 1),
+        host_processor=str(desc.get("host_processor_model_name", "")).strip(),
+        host_processors=_count(desc.get("host_processors_per_node")),
+        framework=str(desc.get("framework", "")).strip(), benchmark=benchmark, scenario=scenario, unit=unit,
+        value=value, valid=valid, avg_power_w=_power(summary.parent))
+
+
+def _power(run: Path) -> float | None:
+    """The run's average system power, where the analyzer's samples and LoadGen's window are there."""
+    spl, detail = run / "spl.txt", run / "mlperf_log_detail.txt"
+    if not (spl.is_file() and detail.is_file()):
+        return None
+    window = power_window(detail.read_text())
+    return average_power_w(spl.read_text(), window) if window else None
+
+
+def load_rows(path: Path | None = None) -> list[MlperfRow]:
+    """Rows from a results tree (a folder with closed/) or a CSV `write_csv` wrote; None: the
+    packaged v4.1 rows. A tree's round is read from its folder name (inference_results_vX.Y), its
+    commit from git where the folder is a checkout. Unknown devices are refused in one line."""
+    if path is None:
+        path = PACKAGED
+    path = Path(path)
+    if path.is_dir():
+        rows = rows_from_tree(path, _round_of(path), _commit_of(path))
+    elif path.is_file():
+        rows = read_csv(path)
+    else:
+        raise MlperfError(f"{path}: no such results tree or CSV")
+    if unknown := unknown_devices(rows):
+        raise MlperfError(f"{path}: accelerators without a registry chip: {'; '.join(unknown)} "
+                          "(validate.mlperf.ACCELERATOR_CHIPS maps them)")
+    return rows
+
+
+def _round_of(path: Path) -> str:
+    match = re.search(r"inference_results_(v\d+\.\d+)", str(path.resolve()))
+    return match.group(1) if match else "unknown"
+
+
+def _commit_of(path: Path) -> str:
+    """The checkout's commit (git rev-parse HEAD), "" where the folder is not a git checkout."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+# --- the CSV ---------------------------------------------------------------------------------------
+
+COLUMNS = tuple(f.name for f in fields(MlperfRow))
+
+
+def write_csv(rows: Iterable[MlperfRow], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        out = csv.DictWriter(f, COLUMNS, lineterminator="\n")
+        out.writeheader()
+        for row in rows:
+            out.writerow({k: ("" if v is None else v) for k, v in asdict(row).items()})
+
+
+def read_csv(path: Path) -> list[MlperfRow]:
+    """The rows of a CSV `write_csv` wrote; MlperfError naming the line of a damaged one."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if tuple(reader.fieldnames or ()) != COLUMNS:
+            raise MlperfError(f"{path}: columns {reader.fieldnames} are not {list(COLUMNS)}")
+        return [_typed(r, f"{path}:{i + 2}") for i, r in enumerate(reader)]
+
+
+def _typed(r: dict, where: str) -> MlperfRow:
+    try:
+        return MlperfRow(**{**r, "accelerators": int(r["accelerators"]), "host_processors": int(r["host_processors"]),
+                            "value": float(r["value"]), "valid": r["valid"] == "True",
+                            "avg_power_w": float(r["avg_power_w"]) if r["avg_power_w"] else None})
+    except (TypeError, ValueError) as exc:
+        raise MlperfError(f"{where}: {exc}") from None
+
+
+def per_accelerator(row: MlperfRow) -> float:
+    """The row's throughput per accelerator (per socket for a CPU-only system); a latency as is."""
+    if row.unit == "latency_s":
+        return row.value
+    share = row.accelerators or row.host_processors
+    if share < 1:
+        raise MlperfError(f"{row.path}: no accelerator or processor count to normalize by")
+    return row.value / share
+
+
+def device_name(row: MlperfRow) -> str:
+    """What the row's work runs on: the accelerator, or for a CPU-only system the processor."""
+    return row.host_processor if row.accelerators == 0 else row.accelerator
+
+
+def chip_of(row: MlperfRow, known: dict[str, str] = ACCELERATOR_CHIPS) -> str | None:
+    """The registry chip name of the row's device (`ACCELERATOR_CHIPS`), None when unknown."""
+    return known.get(device_name(row).lower())
+
+
+def unknown_devices(rows: Sequence[MlperfRow], known: dict[str, str] = ACCELERATOR_CHIPS) -> list[str]:
+    """The device names of `rows` that `known` does not map to a chip, sorted."""
+    return sorted({device_name(r) for r in rows if chip_of(r, known) is None})

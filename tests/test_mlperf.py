@@ -1,0 +1,186 @@
+"""validate.mlperf: MLPerf Inference results read as published, and the v4.1 rows kept in the repo.
+
+The fixture tree below is built from lines of real v4.1 logs (NVIDIA's H200-SXM-141GBx8_TRT_MaxQ
+resnet50 Offline summary, AMD's 8xMI300X llama2-70b-99 Offline, ConnectTechInc's Orin gptj-99
+SingleStream); the expected values are those lines read by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chipcal.model.registry import load_registry
+from chipcal.validate import mlperf
+from chipcal.validate.mlperf import MlperfError, MlperfRow
+
+CSV = Path(mlperf.__file__).parent / "data" / "mlperf_inference.csv"
+V41_COMMIT = "198fc46799b3328b36ee4bcbdebfa2db5a8e6183"
+
+OFFLINE = """================================================
+MLPerf Results Summary
+================================================
+SUT name : LWIS_Server
+Scenario : Offline
+Mode     : PerformanceOnly
+Samples per second: 556234
+Result is : VALID
+  Min duration satisfied : Yes
+
+================================================
+Additional Stats
+================================================
+Min latency (ns)                : 3360164040
+"""
+LLM_OFFLINE = OFFLINE.replace("Samples per second: 556234", "Samples per second: 80.15\nTokens per second: 23514.8")
+SINGLE = OFFLINE.replace("Scenario : Offline", "Scenario : SingleStream").replace(
+    "Samples per second: 556234", "90th percentile latency (ns) : 4079418411")
+DETAIL = ('{"key": "power_begin", "value": "07-11-2024 23:36:17.787"}\n'
+          '{"key": "power_end", "value": "07-11-2024 23:36:20.500"}\n')
+# four readings a second apart; the window holds the 2nd and 3rd: (2400 + 2500) / 2 = 2450 W
+SPL = "".join(f"Time,07-11-2024 23:36:{s}.963,Watts,{w:.6f},Volts,239.18,Amps,3.43,PF,0.96\n"
+              for s, w in ((16, 9999.0), (18, 2400.0), (19, 2500.0), (21, 9999.0)))
+
+
+def _system(root: Path, submitter: str, system: str, **fields) -> None:
+    path = root / "closed" / submitter / "systems" / f"{system}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(fields))
+
+
+def _run(root: Path, submitter: str, system: str, benchmark: str, scenario: str, summary: str, **files) -> None:
+    run = root / "closed" / submitter / "results" / system / benchmark / scenario / "performance" / "run_1"
+    run.mkdir(parents=True)
+    (run / "mlperf_log_summary.txt").write_text(summary)
+    for name, text in files.items():
+        (run / name).write_text(text)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    _system(tmp_path, "NVIDIA", "H200x8_MaxQ", accelerator_model_name="NVIDIA H200-SXM-141GB",
+            accelerators_per_node=8, number_of_nodes=1, host_processor_model_name="Intel(R) Xeon(R) Platinum 8480C",
+            host_processors_per_node=2, framework="TensorRT 10.2")
+    _run(tmp_path, "NVIDIA", "H200x8_MaxQ", "resnet50", "Offline", OFFLINE,
+         **{"mlperf_log_detail.txt": DETAIL, "spl.txt": SPL})
+    _system(tmp_path, "AMD", "8xMI300X", accelerator_model_name="AMD Instinct MI300X-NPS1-SPX-192GB-750W",
+            accelerators_per_node=8, number_of_nodes=1, host_processor_model_name="2xAMD EPYC 9374F",
+            host_processors_per_node=2, framework="vLLM 0.4.3+rocm614")
+    _run(tmp_path, "AMD", "8xMI300X", "llama2-70b-99", "Offline", LLM_OFFLINE)
+    _system(tmp_path, "Intel", "1-node-2S-EMR", accelerator_model_name="N/A", accelerators_per_node="N/A",
+            number_of_nodes=1, host_processor_model_name="INTEL(R) XEON(R) PLATINUM 8592+", host_processors_per_node=2,
+            framework="PyTorch")
+    _run(tmp_path, "Intel", "1-node-2S-EMR", "gptj-99", "SingleStream", SINGLE)
+    return tmp_path
+
+
+def test_a_results_tree_reads_as_published(tree):
+    rows = {r.system: r for r in mlperf.rows_from_tree(tree, "v4.1", "abc")}
+    h200, mi300x, xeon = rows["H200x8_MaxQ"], rows["8xMI300X"], rows["1-node-2S-EMR"]
+    assert (h200.benchmark, h200.scenario, h200.unit, h200.value, h200.valid) == (
+        "resnet50", "Offline", "samples_per_s", 556234.0, True)
+    assert h200.avg_power_w == pytest.approx(2450.0)          # the two readings inside LoadGen's window
+    assert h200.path == "closed/NVIDIA/results/H200x8_MaxQ/resnet50/Offline/performance/run_1/mlperf_log_summary.txt"
+    assert (mi300x.unit, mi300x.value, mi300x.avg_power_w) == ("tokens_per_s", 23514.8, None)   # tokens, not samples
+    assert (xeon.unit, xeon.value, xeon.accelerators) == ("latency_s", pytest.approx(4.079418411), 0)
+
+
+def test_per_accelerator_normalizes_by_accelerators_else_sockets(tree):
+    rows = {r.system: r for r in mlperf.rows_from_tree(tree, "v4.1", "abc")}
+    assert mlperf.per_accelerator(rows["H200x8_MaxQ"]) == 556234 / 8
+    assert mlperf.per_accelerator(rows["8xMI300X"]) == 23514.8 / 8
+    assert mlperf.per_accelerator(rows["1-node-2S-EMR"]) == pytest.approx(4.079418411)    # a latency stays
+
+
+def test_the_csv_round_trips(tree, tmp_path):
+    rows = mlperf.rows_from_tree(tree, "v4.1", "abc")
+    mlperf.write_csv(rows, tmp_path / "rows.csv")
+    assert mlperf.read_csv(tmp_path / "rows.csv") == rows
+
+
+@pytest.mark.parametrize("text,says", [
+    (OFFLINE.replace("Scenario : Offline", "Scenario : Sideways"), "no known scenario"),
+    (OFFLINE.replace("Samples per second: 556234", "Frames: 3"), "no Offline metric line"),
+])
+def test_a_summary_without_its_metric_is_refused(text, says):
+    with pytest.raises(MlperfError, match=says):
+        mlperf.parse_summary(text, "x/mlperf_log_summary.txt")
+
+
+def test_a_folder_that_is_not_a_results_tree_is_refused(tmp_path):
+    with pytest.raises(MlperfError, match="no closed/ folder"):
+        mlperf.rows_from_tree(tmp_path, "v4.1", "abc")
+
+
+# --- the v4.1 rows kept in the repository ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def v41() -> list[MlperfRow]:
+    return mlperf.read_csv(CSV)
+
+
+def test_the_v41_csv_holds_the_closed_divisions_performance_runs(v41):
+    assert len(v41) == 873                       # closed/*/results/*/*/*/performance/run_1 at the commit
+    assert {(r.round, r.commit) for r in v41} == {("v4.1", V41_COMMIT)}
+    assert all(r.path.startswith("closed/") and r.path.endswith("/performance/run_1/mlperf_log_summary.txt")
+               for r in v41)
+    assert {r.scenario for r in v41} == {"Offline", "Server", "SingleStream", "MultiStream"}
+    # two rows read by hand from the published logs
+    by_path = {r.path: r for r in v41}
+    h200 = by_path["closed/NVIDIA/results/H200-SXM-141GBx8_TRT_MaxQ/resnet50/Offline/performance/run_1/"
+                   "mlperf_log_summary.txt"]
+    assert (h200.value, h200.accelerators) == (556234.0, 8) and h200.avg_power_w is not None
+    amd = by_path["closed/AMD/results/8xMI300X_2xEPYC-9374F/llama2-70b-99/Offline/performance/run_1/"
+                  "mlperf_log_summary.txt"]
+    assert (amd.unit, amd.value) == ("tokens_per_s", 23514.8)
+
+
+def test_every_v41_device_is_a_registry_chip_or_says_why_not(v41):
+    assert mlperf.unknown_devices(v41) == []
+    registry = load_registry()
+    assert sorted({mlperf.chip_of(r) for r in v41} - set(registry.names)) == sorted(mlperf.NOT_IN_REGISTRY)
+    assert not set(mlperf.NOT_IN_REGISTRY) & set(registry.names)
+
+
+# --- predicted against measured ------------------------------------------------------------------------
+
+def test_cli_predicts_or_excludes_every_row_of_a_tree(tree, cli):
+    from chipcal.cli import validate as validate_cli
+
+    _system(tree, "NVIDIA", "H100x8", accelerator_model_name="NVIDIA H100-SXM-80GB", accelerators_per_node=8,
+            number_of_nodes=1, host_processor_model_name="Intel(R) Xeon(R) Platinum 8480C", host_processors_per_node=2)
+    _run(tree, "NVIDIA", "H100x8", "resnet50", "Offline", OFFLINE.replace("556234", "709920"))
+    rc, out, _ = cli(validate_cli.main, ["--mlperf", str(tree), "--json"])
+    assert rc == 0
+    records = {r["system"]: r for r in json.loads(out)}
+    h100 = records["H100x8"]
+    assert (h100["status"], h100["chip"], h100["measured"]) == ("predicted", "h100-sxm5", 709920 / 8)
+    assert h100["error"] == pytest.approx(h100["predicted"] / h100["measured"] - 1)
+    assert records["H200x8_MaxQ"]["reason"].startswith("a power submission (MaxQ)")
+    assert "LLM serving" in records["8xMI300X"]["reason"]
+    assert records["1-node-2S-EMR"]["status"] == "excluded"
+
+
+def test_cli_refuses_an_unknown_accelerator_and_corpus_options_in_one_line(tree, cli):
+    from chipcal.cli import validate as validate_cli
+
+    _system(tree, "Acme", "x", accelerator_model_name="Acme Warp-9", accelerators_per_node=1, number_of_nodes=1)
+    _run(tree, "Acme", "x", "resnet50", "Offline", OFFLINE)
+    rc, _, err = cli(validate_cli.main, ["--mlperf", str(tree)])
+    assert rc == 2 and "Acme Warp-9" in err and err.count("\n") == 1
+    rc, _, err = cli(validate_cli.main, ["--mlperf", "--fit"])
+    assert rc == 2 and "--mlperf takes --json and --csv only" in err
+
+
+def test_v41_predicted_rows_hold_the_issues_target(v41):
+    """The physics with the family defaults (nothing fitted on these rows) against MLPerf v4.1's
+    measurements: median |error| <= 15 %, p90 <= 35 % (issue 52's target) on the rows predicted."""
+    from chipcal.measure.workloads import WorkloadSource
+    from chipcal.validate import mlperf_check
+
+    checked, excluded = mlperf_check.check(v41, load_registry(), WorkloadSource().get)
+    assert len(checked) + len(excluded) == len(v41) and all(e.reason for e in excluded)
+    n, median, p90 = mlperf_check.error_figures(checked)
+    assert n >= 20 and {c.row.scenario for c in checked} == {"Offline", "SingleStream"}
+    assert median <= 0.15 and p90 <= 0.35
