@@ -98,9 +98,16 @@ def test_a_kind_must_be_known():
         hold(lambda n: None, lambda: SensorReading(1.0, None), kind="sustained", label="x")
 
 
+@pytest.mark.timing
 def test_the_power_phase_holds_idle_the_triad_and_each_precision_with_torch(monkeypatch):
     """The phase's real kernels on this CPU, small and briefly, read by a fake 50 W energy counter
-    (no clock sensor on a CPU): one hold each, in order, with the FLOP and bytes of its kernel."""
+    (no clock sensor on a CPU): one hold each, in order, with the FLOP and bytes of its kernel.
+
+    The hold's power is the counter's energy over its settled part (>= 0.1 s here) divided by the
+    hold's own clock between the same two reads; the fake counter reads the clock a moment apart
+    from the hold, so a thread preempted between the two reads skews each end: 5 ms of it (a busy
+    2-core host beside another process; the CI of 2026-11-29 read 52.1 W) is 10 % of a 0.1 s
+    window. Timed alone (marker) and held to 10 %: a plumbing check, not a power measurement."""
     import time
 
     from chipcal.measure import power_phase
@@ -125,7 +132,7 @@ def test_the_power_phase_holds_idle_the_triad_and_each_precision_with_torch(monk
                                                       ("gemm", "bf16")] and list(holds) == seen
     for h in holds:
         assert 0.3 <= h.duration_s < 2.0 and h.sm_clock_hz is None and h.clock_events == ()
-        assert h.power_w == pytest.approx(50.0, rel=0.02) and h.calls > 1
+        assert h.power_w == pytest.approx(50.0, rel=0.10) and h.calls > 1
     # triad on 1 MiB fp32 arrays: 12 bytes and 2 FLOP per element; GEMM 2 n^3 FLOP, 3 n^2 elements moved
     assert (holds[1].bytes_per_call, holds[1].flop_per_call) == (3 * 2**20, 2 * 2**20 / 4)
     assert (holds[2].flop_per_call, holds[2].bytes_per_call) == (2 * 64**3, 3 * 64 * 64 * 4)
