@@ -151,8 +151,9 @@ def test_cli_predicts_or_excludes_every_row_of_a_tree(tree, cli):
     _system(tree, "NVIDIA", "H100x8", accelerator_model_name="NVIDIA H100-SXM-80GB", accelerators_per_node=8,
             number_of_nodes=1, host_processor_model_name="Intel(R) Xeon(R) Platinum 8480C", host_processors_per_node=2)
     _run(tree, "NVIDIA", "H100x8", "resnet50", "Offline", OFFLINE.replace("556234", "709920"))
-    rc, out, _ = cli(validate_cli.main, ["--mlperf", str(tree), "--json"])
-    assert rc == 0
+    plot = tree / "mlperf.png"
+    rc, out, _ = cli(validate_cli.main, ["--mlperf", str(tree), "--json", "--plot", str(plot)])
+    assert rc == 0 and plot.read_bytes().startswith(b"\x89PNG")
     records = {r["system"]: r for r in json.loads(out)}
     h100 = records["H100x8"]
     assert (h100["status"], h100["chip"], h100["measured"]) == ("predicted", "h100-sxm5", 709920 / 8)
@@ -170,7 +171,7 @@ def test_cli_refuses_an_unknown_accelerator_and_corpus_options_in_one_line(tree,
     rc, _, err = cli(validate_cli.main, ["--mlperf", str(tree)])
     assert rc == 2 and "Acme Warp-9" in err and err.count("\n") == 1
     rc, _, err = cli(validate_cli.main, ["--mlperf", "--fit"])
-    assert rc == 2 and "--mlperf takes --json and --csv only" in err
+    assert rc == 2 and "--mlperf takes --json, --csv and --plot only" in err
 
 
 def test_v41_predicted_rows_hold_the_issues_target(v41):

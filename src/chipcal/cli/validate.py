@@ -90,12 +90,17 @@ def _mlperf(args: argparse.Namespace) -> int:
 
     from chipcal.validate import mlperf, mlperf_check
 
-    if args.fit or args.markdown or args.plot or args.corpus or args.split != "test":
-        raise UsageError("--mlperf takes --json and --csv only")
+    if args.fit or args.markdown or args.corpus or args.split != "test":
+        raise UsageError("--mlperf takes --json, --csv and --plot only")
     rows = mlperf.load_rows(Path(args.mlperf) if args.mlperf else None)
     source = WorkloadSource(use_cache=not args.no_cache, notify=lambda line: sys.stderr.write(line + "\n"))
-    checked, excluded = mlperf_check.check(rows, load_registry_warn(), source.get)
+    registry = load_registry_warn()
+    checked, excluded = mlperf_check.check(rows, registry, source.get)
     records = [r.record() for r in (*checked, *excluded)]
+    if args.plot:
+        from chipcal.validate.mlperf_plot import offline_figure
+
+        save_figure(offline_figure(checked, registry), args.plot)
     if args.csv:
         writer = RowWriter(args.csv, tuple(records[0]) if records else ())
         for record in records:

@@ -1,0 +1,49 @@
+"""`chipcal validate --mlperf --plot`: each predicted MLPerf Offline row's per-accelerator
+throughput against the measured one, log-log, one colour per vendor.
+
+A bare matplotlib Figure (no pyplot state to close); the caller saves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from chipcal.model.registry import Registry
+from chipcal.validate.mlperf import MlperfError
+from chipcal.validate.mlperf_check import Checked
+
+
+def offline_figure(checked: Sequence[Checked], registry: Registry):
+    """Predicted vs measured samples/s per accelerator of the Offline rows, coloured by the chip's
+    vendor (from `registry`), one marker per chip; ±20 % and ±50 % bands. MlperfError when no
+    Offline row was predicted."""
+    from matplotlib.figure import Figure
+
+    shown = [c for c in checked if c.row.scenario == "Offline"]
+    if not shown:
+        raise MlperfError("nothing to plot: no Offline row was predicted")
+    vendor = {c.chip: registry.get(c.chip).vendor for c in shown}
+    fig = Figure(figsize=(6.5, 5.5))
+    ax = fig.subplots()
+    lo = min(min(c.measured, c.predicted) for c in shown) / 2
+    hi = max(max(c.measured, c.predicted) for c in shown) * 2
+    ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="predicted = measured")
+    for f, style in ((0.2, ":"), (0.5, "--")):
+        for k in (1 + f, 1 - f):
+            ax.plot([lo, hi], [lo * k, hi * k], color="gray", lw=0.8, ls=style, label=f"±{f:.0%}" if k > 1 else None)
+    colours = {v: f"C{i}" for i, v in enumerate(sorted(set(vendor.values())))}
+    markers = "osD^v<>pPX*h"
+    for i, chip in enumerate(sorted({c.chip for c in shown})):
+        pts = [(c.measured, c.predicted) for c in shown if c.chip == chip]
+        ax.scatter(*zip(*pts, strict=True), s=26, alpha=0.8, color=colours[vendor[chip]],
+                   marker=markers[i % len(markers)], label=f"{chip} ({vendor[chip]})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured samples/s per accelerator (MLPerf Offline)")
+    ax.set_ylabel("predicted samples/s per accelerator")
+    ax.set_title("chipcal vs MLPerf Inference, Offline (nothing fitted)")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
