@@ -140,7 +140,7 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads) -> Checked | 
 def _saturation(network: str, chip, precision: str, workloads: Workloads) -> Prediction | None:
     """The prediction of highest throughput among the batches whose peak memory fits the device."""
     fits = [p for p in (predict(workloads(network, b, True), chip, precision) for b in OFFLINE_BATCHES)
-            if p.supported and p.peak_memory_bytes <= chip.memory.capacity_bytes]
+            if p.fits_in_memory]
     return max(fits, key=lambda p: p.throughput_per_s, default=None)
 
 
