@@ -93,7 +93,8 @@ def model_list(text: str) -> list[str]:
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = Parser(prog=prog or "chipcal predict", description=__doc__.splitlines()[0])
     p.add_argument("--model", type=model_list, required=True,
-                   help="comma-separated torchvision model names (e.g. resnet50,mobilenet_v2), LLMs (a preset: "
+                   help="comma-separated torchvision model names (e.g. resnet50,mobilenet_v2), MLPerf networks "
+                        "(retinanet_800), LLMs (a preset: "
                         f"{', '.join(PRESETS)}; or PATH/config.json; docs/llm.md) or your own model "
                         "(path/to/file.py:factory or package.module:factory; the file is executed)")
     p.add_argument("--hardware", type=csv_list, default=["all"],

@@ -42,12 +42,13 @@ from chipcal.model.workload.records import op_record, shapes_text, subgraph_reco
 def _models(text: str) -> list[str]:
     from chipcal.model.workload import classification_models
     from chipcal.model.workload.llm_config import is_llm
+    from chipcal.model.workload.mlperf_networks import NETWORKS
     from chipcal.model.workload.user_model import is_user_model
 
     names = [t.strip() for t in text.split(",") if t.strip()]
     plain = [n for n in names if not (is_llm(n) or is_user_model(n))]
     if plain or not names:
-        csv_choices("model", classification_models())(",".join(plain))
+        csv_choices("model", (*classification_models(), *NETWORKS))(",".join(plain))
     return names
 
 
@@ -63,7 +64,8 @@ def _input_size(text: str) -> tuple[int, ...]:
 def build_parser(prog: str | None = None) -> Parser:
     parser = Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, type=_models, metavar="NAME[,NAME...]",
-                        help="torchvision classification model names (torchvision.models.list_models)")
+                        help="torchvision classification model names (torchvision.models.list_models) or "
+                             "MLPerf networks (retinanet_800)")
     parser.add_argument("--batch", type=at_most(positive_int, MAX_BATCH), default=1, help="batch size (default 1)")
     parser.add_argument("--input-size", type=_input_size, default=None, metavar="S|H,W|C,H,W",
                         help="input image size (default: the model's evaluation crop, e.g. 299 for inception_v3)")

@@ -132,8 +132,8 @@ class WorkloadSource:
         return step
 
     def get(self, model: str, batch: int, fuse: bool = True):
-        """The Workload of torchvision model `model`, or of the user's `file.py:factory` (never
-        stored on disk: its code can change), at `batch`."""
+        """The Workload of torchvision model or MLPerf network `model`, or of the user's
+        `file.py:factory` (never stored on disk: its code can change), at `batch`."""
         if (model, batch, fuse) in self.memo:
             return self.memo[(model, batch, fuse)]
         from chipcal.model.workload.user_model import is_user_model
@@ -148,20 +148,32 @@ class WorkloadSource:
         header = {"model": model, "batch": batch, "fused": fuse}
         workload = self._load(path, header, "workload") if path else None
         if workload is None:
-            from chipcal.model.workload import (
-                UnknownModelError,
-                characterize_model,
-                classification_models,
-            )
-
-            if model not in classification_models():    # refused in one line, before the note
-                raise UnknownModelError(model, list(classification_models()))
-            self.notify(f"characterizing {model} at batch {batch} (torch, meta tensors)...")
-            workload = characterize_model(model, batch, fuse=fuse)
+            workload = self._characterize(model, batch, fuse)
             if path:
                 self._store(path, header, "workload", workload)
         self.memo[(model, batch, fuse)] = workload
         return workload
+
+    def _characterize(self, model: str, batch: int, fuse: bool):
+        """A torchvision classification model, or an MLPerf network (model.workload.mlperf_networks),
+        characterized now; an unknown name is refused in one line, before the note."""
+        from chipcal.model.workload import (
+            UnknownModelError,
+            characterize_model,
+            classification_models,
+        )
+        from chipcal.model.workload.mlperf_networks import (
+            NETWORKS,
+            characterize_network,
+            is_mlperf_network,
+        )
+
+        if not is_mlperf_network(model) and model not in classification_models():
+            raise UnknownModelError(model, [*classification_models(), *NETWORKS])
+        self.notify(f"characterizing {model} at batch {batch} (torch, meta tensors)...")
+        if is_mlperf_network(model):
+            return characterize_network(model, batch, fuse)
+        return characterize_model(model, batch, fuse=fuse)
 
     def _load(self, path: Path, header: dict, kind: str):
         """The cached record (`kind` "workload" or "llm_step"), or None (a miss, or any problem

@@ -34,10 +34,9 @@ from chipcal.validate.mlperf import (
 )
 
 # benchmark -> (chipcal's network, the precision the closed division submits it at)
-NETWORKS = {"resnet50": ("resnet50", "int8")}
+NETWORKS = {"resnet50": ("resnet50", "int8"), "retinanet": ("retinanet_800", "int8")}
 # why the other v4.1 benchmarks are not predicted yet
 NOT_CHARACTERIZED = {
-    "retinanet": "RetinaNet's detection head and NMS are not characterized (torchvision classification models only)",
     "bert-99": "BERT-Large is an encoder: chipcal builds decoder LLMs from configs only",
     "bert-99.9": "BERT-Large is an encoder: chipcal builds decoder LLMs from configs only",
     "3d-unet-99": "3D U-Net (KiTS19 volumes) is not among the characterized networks",

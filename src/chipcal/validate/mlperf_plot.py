@@ -1,5 +1,5 @@
 """`chipcal validate --mlperf --plot`: each predicted MLPerf Offline row's per-accelerator
-throughput against the measured one, log-log, one colour per vendor.
+throughput against the measured one, log-log, one colour per vendor, one marker per benchmark.
 
 A bare matplotlib Figure (no pyplot state to close); the caller saves it.
 """
@@ -15,7 +15,7 @@ from chipcal.validate.mlperf_check import Checked
 
 def offline_figure(checked: Sequence[Checked], registry: Registry):
     """Predicted vs measured samples/s per accelerator of the Offline rows, coloured by the chip's
-    vendor (from `registry`), one marker per chip; ±20 % and ±50 % bands. MlperfError when no
+    vendor (from `registry`), one marker per benchmark; ±20 % and ±50 % bands. MlperfError when no
     Offline row was predicted."""
     from matplotlib.figure import Figure
 
@@ -32,11 +32,13 @@ def offline_figure(checked: Sequence[Checked], registry: Registry):
         for k in (1 + f, 1 - f):
             ax.plot([lo, hi], [lo * k, hi * k], color="gray", lw=0.8, ls=style, label=f"±{f:.0%}" if k > 1 else None)
     colours = {v: f"C{i}" for i, v in enumerate(sorted(set(vendor.values())))}
-    markers = "osD^v<>pPX*h"
-    for i, chip in enumerate(sorted({c.chip for c in shown})):
-        pts = [(c.measured, c.predicted) for c in shown if c.chip == chip]
-        ax.scatter(*zip(*pts, strict=True), s=26, alpha=0.8, color=colours[vendor[chip]],
-                   marker=markers[i % len(markers)], label=f"{chip} ({vendor[chip]})")
+    markers = dict(zip(sorted({c.row.benchmark for c in shown}), "osD^v<>pPX*h", strict=False))
+    for v in sorted(colours):
+        for benchmark, marker in markers.items():
+            pts = [(c.measured, c.predicted) for c in shown if vendor[c.chip] == v and c.row.benchmark == benchmark]
+            if pts:
+                ax.scatter(*zip(*pts, strict=True), s=26, alpha=0.8, color=colours[v], marker=marker,
+                           label=f"{v}, {benchmark}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)

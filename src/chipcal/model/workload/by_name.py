@@ -1,6 +1,6 @@
 """The Workload of any name `chipcal workload --model` takes: an LLM (a preset or a config.json;
 one forward, docs/llm.md), your own model (file.py:factory or package.module:factory; the file is
-executed) or a torchvision classification model.
+executed), an MLPerf network (model.workload.mlperf_networks) or a torchvision classification model.
 
 An LLM is counted as `chipcal workload` counts every model: traced in float32, fused, with a
 dynamic KV cache (llm_config.counting_key). torch is imported only when a name needs tracing.
@@ -48,4 +48,8 @@ def characterize_named(name: str, batch: int, input_size: tuple[int, ...] | None
         from chipcal.model.workload.user_model import characterize_user_model
 
         return characterize_user_model(name, batch)
+    from chipcal.model.workload.mlperf_networks import characterize_network, is_mlperf_network
+
+    if is_mlperf_network(name) and input_size is None:
+        return characterize_network(name, batch)
     return characterize_torchvision(name, batch, input_size)
