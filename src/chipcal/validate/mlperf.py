@@ -31,12 +31,13 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
+from importlib import resources
 from pathlib import Path
 
 from chipcal.model.errors import ChipcalError
 
 SUMMARY = "mlperf_log_summary.txt"
-PACKAGED = Path(__file__).parent / "data" / "mlperf_inference.csv"     # the v4.1 rows (docs/validation-corpus.md)
+PACKAGED = Path(str(resources.files("chipcal.validate") / "data" / "mlperf_inference.csv"))   # v4.1 (docs/validation-corpus.md)
 # LoadGen's summary line of each scenario's metric: (label, unit, scale to SI)
 METRIC_LINES = {
     "Offline": (("Tokens per second", "tokens_per_s", 1.0), ("Samples per second", "samples_per_s", 1.0)),

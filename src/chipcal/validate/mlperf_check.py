@@ -106,14 +106,23 @@ def check(rows: Sequence[MlperfRow], registry: Registry, workloads: Workloads,
           on_row: Callable[[], None] = lambda: None) -> tuple[list[Checked], list[Excluded]]:
     """Every row predicted or excluded with its reason (module docstring), in the rows' order."""
     checked, excluded = [], []
+    known: dict[tuple[str, str, str], Prediction | None] = {}     # every row of a chip shares its saturation
+
+    def saturation(network: str, chip, precision: str) -> Prediction | None:
+        key = (network, chip.name, precision)
+        if key not in known:
+            known[key] = _saturation(network, chip, precision, workloads)
+        return known[key]
+
     for row in rows:
-        outcome = _one(row, registry, workloads)
+        outcome = _one(row, registry, workloads, saturation)
         (checked if isinstance(outcome, Checked) else excluded).append(outcome)
         on_row()
     return checked, excluded
 
 
-def _one(row: MlperfRow, registry: Registry, workloads: Workloads) -> Checked | Excluded:
+def _one(row: MlperfRow, registry: Registry, workloads: Workloads,
+         saturation: Callable[[str, object, str], Prediction | None]) -> Checked | Excluded:
     if row.benchmark not in NETWORKS:
         return Excluded(row, NOT_CHARACTERIZED.get(row.benchmark, f"benchmark {row.benchmark} is not characterized"))
     if row.scenario not in PREDICTED_SCENARIOS:
@@ -130,7 +139,7 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads) -> Checked | 
     if row.scenario == "SingleStream":
         p = predict(workloads(network, 1, True), chip, precision)
         return Checked(row, chip.name, 1, row.value, p.latency_s, p.bottleneck)
-    best = _saturation(network, chip, precision, workloads)
+    best = saturation(network, chip, precision)
     if best is None:
         return Excluded(row, f"{network} fits {chip.name}'s memory at no batch of {OFFLINE_BATCHES}")
     return Checked(row, chip.name, best.batch, per_accelerator(row), best.throughput_per_s, best.bottleneck)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from chipcal.model.registry import Registry
 from chipcal.validate.mlperf import MlperfError
 from chipcal.validate.mlperf_check import Checked
+from chipcal.validate.plot import log_log, reference_lines
 
 
 def offline_figure(checked: Sequence[Checked], registry: Registry):
@@ -27,10 +28,7 @@ def offline_figure(checked: Sequence[Checked], registry: Registry):
     ax = fig.subplots()
     lo = min(min(c.measured, c.predicted) for c in shown) / 2
     hi = max(max(c.measured, c.predicted) for c in shown) * 2
-    ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="predicted = measured")
-    for f, style in ((0.2, ":"), (0.5, "--")):
-        for k in (1 + f, 1 - f):
-            ax.plot([lo, hi], [lo * k, hi * k], color="gray", lw=0.8, ls=style, label=f"±{f:.0%}" if k > 1 else None)
+    reference_lines(ax, lo, hi, "predicted = measured")
     colours = {v: f"C{i}" for i, v in enumerate(sorted(set(vendor.values())))}
     markers = dict(zip(sorted({c.row.benchmark for c in shown}), "osD^v<>pPX*h", strict=False))
     for v in sorted(colours):
@@ -39,10 +37,7 @@ def offline_figure(checked: Sequence[Checked], registry: Registry):
             if pts:
                 ax.scatter(*zip(*pts, strict=True), s=26, alpha=0.8, color=colours[v], marker=marker,
                            label=f"{v}, {benchmark}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
+    log_log(ax, lo, hi)
     ax.set_xlabel("measured samples/s per accelerator (MLPerf Offline)")
     ax.set_ylabel("predicted samples/s per accelerator")
     ax.set_title("chipcal vs MLPerf Inference, Offline (nothing fitted)")
