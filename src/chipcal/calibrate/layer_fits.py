@@ -15,6 +15,7 @@ import numpy as np
 
 from chipcal.calibrate.fits import FitResult, fit_log_latency, fit_saturating_efficiency
 from chipcal.measure.device import Device
+from chipcal.model.estimate.prediction import class_parameters_read, predict
 from chipcal.model.memo import Recent
 
 RUNTIME = "eager"    # layers, chains and models are timed in PyTorch eager mode: one kernel per op
@@ -31,8 +32,6 @@ def as_timed(workload, chip, precision: str, params, fp32_mode: str = "pytorch")
     so the slower side sets the pace, estimate.host.run_queue), under the math mode it was timed in
     (`fp32_mode`: PyTorch's defaults unless the timing said otherwise). On a CPU host and kernels
     share the cores and the ops run in program order."""
-    from chipcal.model.estimate.prediction import predict
-
     return predict(workload, chip, precision, params=params, runtime=RUNTIME, fp32_mode=fp32_mode, repeated=True)
 
 
@@ -149,12 +148,14 @@ def fit_layer_params(observations: Sequence, chip, precision: str, base, overhea
                                    half_efficiency_flop=values["half_efficiency_flop"],
                                    host_call_s=values.get("host_call_s", base.host_call_s))
 
-    # a layer's prediction reads the class parameters of its own subgraphs' classes and of a cast
-    # kernel's (elementwise), and the shared ones: a finite-difference Jacobian column or a grid
-    # trial that moves another class leaves it as it was, so it is reused (same inputs, same value)
-    reads = [tuple(n for n in names if not n.startswith(("efficiency.", "overhead_s."))
-                   or n.split(".", 1)[1] in {sg.op_class for sg in o.workload.subgraphs} | {"elementwise"})
-             for o in observations]
+    # a layer's prediction reads the class parameters prediction.class_parameters_read names and the
+    # shared ones (host_call_s): a finite-difference Jacobian column or a grid trial that moves
+    # another leaves it as it was, so it is reused (same inputs, same value)
+    per_class = [n for n in names if n.startswith(("efficiency.", "overhead_s.")) or n == "half_efficiency_flop"]
+    reads = []
+    for o in observations:
+        read = class_parameters_read(o.workload, chip, precision)
+        reads.append(tuple(n for n in names if n not in per_class or n in read))
     fixed = (id(chip), precision, id(base))
     predicted = Recent(PREDICTED_KEPT) if predicted is None else predicted
 

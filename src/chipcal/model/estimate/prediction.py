@@ -51,16 +51,19 @@ from chipcal.model.estimate.memory import MemoryProfile, memory_profile
 from chipcal.model.estimate.numerics import TF32_CONV_CLASSES, Cast, OpNumerics, plan, switches
 from chipcal.model.estimate.roofline import (
     ChipContext,
+    MappedSubgraph,
     SubgraphEstimate,
     chip_context,
-    estimate_subgraph,
+    estimate_placed,
     kernel_fixed_costs,
+    place_subgraph,
 )
 from chipcal.model.estimate.schedule import StageEstimate, schedule
 from chipcal.model.estimate.throttle import power_limited_fraction
 from chipcal.model.mapping import onchip_capacity
 from chipcal.model.mapping.base import CONV_CLASSES, UnsupportedPrecision, is_mac_work
 from chipcal.model.mapping.params import HOST_RUNTIMES, CalibrationParams, FamilyParams, params_for
+from chipcal.model.memo import recent
 from chipcal.model.precision import BYTES_PER_ELEMENT
 
 NAN = float("nan")
@@ -215,14 +218,15 @@ def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
     return max(share, key=share.get) if share else "none"
 
 
-def layout_passes(subgraph, chip: Chip, numerics: OpNumerics, params: FamilyParams, setup: _Setup) -> float:
+def layout_passes(subgraph, chip: Chip, numerics: OpNumerics, family_passes: float, runtime: str,
+                  memory_format: str, framework: str) -> float:
     """Layout passes around `subgraph` (module docstring, Layout): a GPU's NCHW tensor-core
     convolution under an eager framework of the corpus's generation transposes its input and
     output (1); today's PyTorch none (its efficiency carries NCHW); a CPU's are its FamilyParams'
-    (oneDNN's reorders); else 0."""
+    (`family_passes`: oneDNN's reorders); else 0."""
     if chip.kind != "gpu":
-        return params.layout_passes
-    if (setup.runtime not in HOST_RUNTIMES or setup.memory_format != "nchw" or setup.framework == DEFAULT_FRAMEWORK
+        return family_passes
+    if (runtime not in HOST_RUNTIMES or memory_format != "nchw" or framework == DEFAULT_FRAMEWORK
             or subgraph.op_class not in TF32_CONV_CLASSES):
         return 0.0
     engine = chip.engine_for(numerics.precision)
@@ -235,6 +239,29 @@ def producer_layout_bytes(workload, subgraph, passes: Sequence[float]) -> float:
     `passes`: each subgraph's layout passes, by index."""
     return sum(passes[p] * workload.subgraphs[p].output_bytes for p in subgraph.depends_on
                if workload.subgraphs[p].op_class in CONV_CLASSES and passes[p])
+
+
+def class_parameters_read(workload, chip: Chip, precision: str, fp32_mode: str = "pytorch",
+                          autocast: bool = False) -> frozenset[str]:
+    """The per-class FamilyParams a prediction of `workload` reads, as a fit names them
+    ("efficiency.<class>", "overhead_s.<class>", "half_efficiency_flop"): a subgraph with
+    arithmetic reads its class's efficiency (roofline._compute_terms) and, when it is MAC work,
+    the size curve; every subgraph its class's fixed cost (roofline.kernel_fixed_costs); a cast
+    kernel the elementwise class's fixed cost (cast_kernel_s). A fit reuses a layer's prediction
+    while none of these moves (calibrate.layer_fits), so this follows `_predict_at_clock`'s reads;
+    the parameters every prediction reads (bandwidth, host costs) are not per class."""
+    trace_bpe = trace_bytes_per_element(workload)
+    read: set[str] = set()
+    for sg, n in zip(workload.subgraphs, plan(workload, chip, precision, trace_bpe, fp32_mode, autocast),
+                     strict=True):
+        read.add(f"overhead_s.{sg.op_class}")
+        if sg.flop > 0:
+            read.add(f"efficiency.{sg.op_class}")
+        if sg.flop > 0 and is_mac_work(sg):
+            read.add("half_efficiency_flop")
+        if n.casts or (autocast and weight_cast(sg, n, trace_bpe)):
+            read.add("overhead_s.elementwise")
+    return frozenset(read)
 
 
 def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = None,
@@ -309,19 +336,41 @@ class _Setup:
     trailing_ops: tuple[tuple[float, float], ...] = ()
 
 
-def _subgraph_estimates(workload, chip: Chip, numerics: Sequence[OpNumerics], params: FamilyParams,
-                        trace_bpe: float, resident: bool, setup: _Setup) -> tuple[SubgraphEstimate, ...]:
-    """Each subgraph's roofline estimate (roofline.estimate_subgraph) at the precision the
-    numerics plan gives it, with its own layout passes and the bytes of its convolution
-    producers' (module docstring, Layout). Raises UnsupportedPrecision when no engine runs a
-    subgraph's precision."""
+@dataclass(frozen=True)
+class _Placed:
+    """What a prediction works out before it reads a fitted FamilyParams (roofline.MappedSubgraph):
+    the numerics plan, the chip context, whether the weights stay on chip, each subgraph placed on
+    its engine, the memory profile."""
+
+    numerics: tuple[OpNumerics, ...]
+    trace_bpe: float
+    ctx: ChipContext
+    resident: bool
+    subgraphs: tuple[MappedSubgraph, ...]
+    memory: MemoryProfile
+
+
+@recent(maxsize=1024)       # each entry holds its workload (model.memo): fewer than the mappings
+def _placed(workload, chip: Chip, precision: str, fp32_mode: str, autocast: bool, family_passes: float,
+            runtime: str, memory_format: str, framework: str) -> _Placed:
+    """The subgraphs of `workload` placed at the precision the numerics plan gives each, with
+    their own layout passes and their convolution producers' bytes (module docstring, Layout).
+    Raises UnsupportedPrecision when no engine runs a subgraph's precision. A calibration fit
+    predicts the same workload thousands of times with only the fitted parameters changing: it
+    is placed once (model.memo)."""
+    trace_bpe = trace_bytes_per_element(workload)
+    scale = BYTES_PER_ELEMENT[precision] / trace_bpe
+    numerics = plan(workload, chip, precision, trace_bpe, fp32_mode, autocast)
+    resident = weights_stay_on_chip(workload, chip, scale)
     passes = [0.0] * len(workload.subgraphs)
     for sg, n in zip(workload.subgraphs, numerics, strict=True):
-        passes[sg.index] = layout_passes(sg, chip, n, params, setup)
+        passes[sg.index] = layout_passes(sg, chip, n, family_passes, runtime, memory_format, framework)
     contexts = {p: chip_context(chip, p) for p in {n.precision for n in numerics}}
-    return tuple(estimate_subgraph(sg, chip, n.precision, params, trace_bpe, resident, contexts[n.precision],
-                                   producer_layout_bytes(workload, sg, passes), n.scales, passes[sg.index])
-                 for sg, n in zip(workload.subgraphs, numerics, strict=True))
+    placed = tuple(place_subgraph(sg, chip, n.precision, trace_bpe, resident, contexts[n.precision],
+                                  producer_layout_bytes(workload, sg, passes), n.scales, passes[sg.index])
+                   for sg, n in zip(workload.subgraphs, numerics, strict=True))
+    return _Placed(numerics, trace_bpe, chip_context(chip, precision), resident, placed,
+                   memory_profile(workload, scale))
 
 
 @dataclass(frozen=True)
@@ -332,18 +381,18 @@ class _EagerRun:
     cast_bytes: float
 
 
-def _eager_run(workload, chip: Chip, numerics: Sequence[OpNumerics], estimates: Sequence[SubgraphEstimate],
-               params: FamilyParams, setup: _Setup, trace_bpe: float, host: HostCost) -> _EagerRun:
+def _eager_run(placed: _Placed, chip: Chip, estimates: Sequence[SubgraphEstimate], params: FamilyParams,
+               setup: _Setup, host: HostCost) -> _EagerRun:
     """One stream in program order behind the host (host.run_queue): each subgraph's cast kernels
     (numerics' activation casts, autocast's weight cast; cast_kernel_s) before its own kernel,
     then the trailing ops."""
     device: list[float] = []
     issue: list[float] = []
     cast_bytes = 0.0
-    order = sorted(zip(workload.subgraphs, numerics, estimates, strict=True), key=lambda t: t[2].index)
-    for sg, n, e in order:
-        clock = next(en.clock_hz for en in chip.engines if en.name == e.engine)
-        wcast = weight_cast(sg, n, trace_bpe) if setup.autocast else None
+    order = sorted(zip(placed.subgraphs, placed.numerics, estimates, strict=True), key=lambda t: t[2].index)
+    for m, n, e in order:
+        sg, clock = m.subgraph, m.engine.clock_hz
+        wcast = weight_cast(sg, n, placed.trace_bpe) if setup.autocast else None
         for c in (*n.casts, *((wcast,) if wcast else ())):
             d, h = cast_kernel_s(c.bytes, chip, clock, params)
             device.append(d)
@@ -401,22 +450,19 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
         return unsupported(workload, chip, precision,
                            f"{chip_label(chip)} has no engine for {precision}; it runs {', '.join(chip.precisions)}",
                            runtime)
-    trace_bpe = trace_bytes_per_element(workload)
-    scale = BYTES_PER_ELEMENT[precision] / trace_bpe
-    numerics = plan(workload, chip, precision, trace_bpe, setup.fp32_mode, setup.autocast)
-    ctx = chip_context(chip, precision)
-    resident = weights_stay_on_chip(workload, chip, scale)
     try:
-        estimates = _subgraph_estimates(workload, chip, numerics, params, trace_bpe, resident, setup)
+        placed = _placed(workload, chip, precision, setup.fp32_mode, setup.autocast, params.layout_passes, runtime,
+                         setup.memory_format, setup.framework)
     except UnsupportedPrecision as exc:
         return unsupported(workload, chip, precision, str(exc), runtime)
+    ctx, resident, mem = placed.ctx, placed.resident, placed.memory
+    estimates = tuple(estimate_placed(m, chip, params) for m in placed.subgraphs)
     sched = schedule(estimates, workload.stages, workload.critical_path)
     host = host_cost(chip, runtime, params, setup.host_overhead_s, setup.framework, setup.host_source)
     # eager: one stream in program order behind the host; casts are kernels of their own
-    eager = _eager_run(workload, chip, numerics, estimates, params, setup, trace_bpe, host) if host is not None else None
+    eager = _eager_run(placed, chip, estimates, params, setup, host) if host is not None else None
     queue = eager.queue if eager is not None else None
     latency = queue.latency_s if queue is not None else sched.latency_s
-    mem = memory_profile(workload, scale)
     totals = _totals(estimates, latency, eager.cast_bytes if eager is not None else 0.0, ctx)
     return Prediction(
         model=workload.model, chip=chip_label(chip), kind=chip.kind, batch=workload.batch,

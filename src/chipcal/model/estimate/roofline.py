@@ -362,19 +362,16 @@ class _Energy:
     wasted_j: float             # P_static × (overhead + work × (1 − utilization))
 
 
-def _energy(subgraph, chip: Chip, alloc, engine, ctx: ChipContext, flop: float, weights: float,
-            times: _KernelTime) -> _Energy:
+def _energy(placed: MappedSubgraph, times: _KernelTime) -> _Energy:
     """The energy of one subgraph (module docstring): dynamic energies at the engine's voltage
-    (power.engine_voltage, squared); static power over its latency."""
+    (MappedSubgraph.v2); static power over its latency."""
+    subgraph, alloc, ctx = placed.subgraph, placed.alloc, placed.ctx
     macs = float(subgraph.macs)
-    v2 = power.engine_voltage(chip, engine) ** 2      # dynamic energy at the engine's clock
-    mac_j = power.op_energy_per_mac_j(chip.process_nm, alloc.circuit, alloc.compute_precision,
-                                      engine.mma_shape) * v2
-    other_flop = max(0.0, flop - FLOP_PER_MAC * macs)
+    mac_j, v2 = placed.mac_j, placed.v2
+    other_flop = max(0.0, placed.flop - FLOP_PER_MAC * macs)
     vec_j = ctx.vector_j_per_flop if ctx.vector_j_per_flop is not None else mac_j / FLOP_PER_MAC
-    clock_j = (power.clock_power_w(chip, engine, alloc.compute_precision) * alloc.utilization * times.work_s
-               if times.launches else 0.0)
-    reorder_bytes = 2.0 * weights if times.reorder_s else 0.0     # read OIHW, write blocked
+    clock_j = placed.clock_w * alloc.utilization * times.work_s if times.launches else 0.0
+    reorder_bytes = 2.0 * placed.weights if times.reorder_s else 0.0     # read OIHW, write blocked
     return _Energy(
         compute_j=macs * mac_j + other_flop * vec_j + clock_j,
         clock_j=clock_j,
@@ -383,6 +380,45 @@ def _energy(subgraph, chip: Chip, alloc, engine, ctx: ChipContext, flop: float, 
         static_j=ctx.static_w * times.latency_s,
         wasted_j=ctx.static_w * (times.overhead_s + times.work_s * (1.0 - alloc.utilization)),
     )
+
+
+@dataclass(frozen=True)
+class MappedSubgraph:
+    """A subgraph placed on `chip` (map_subgraph) with the byte counts its estimate reads: what no
+    fitted FamilyParams moves (a fit changes efficiency, fixed costs and the size curve), so a fit
+    that predicts the same subgraph thousands of times places it once (prediction._placed)."""
+
+    subgraph: object
+    alloc: object               # mapping.base.Allocation
+    engine: object              # the chip's Engine that runs it
+    ctx: ChipContext
+    flop: float
+    weights: float              # weight bytes at the precision's element size
+    s_out: float                # output bytes scale
+    weights_on_chip: bool
+    v2: float                   # (engine voltage)², which dynamic energies scale with (power.engine_voltage)
+    mac_j: float                # energy per MAC at that voltage (power.op_energy_per_mac_j × v2)
+    clock_w: float              # busy units' clock/control power (power.clock_power_w)
+
+
+def place_subgraph(subgraph, chip: Chip, precision: str, trace_bytes_per_element: float = 4.0,
+                   weights_on_chip: bool = False, context: ChipContext | None = None,
+                   producer_layout_bytes: float = 0.0, scales: tuple[float, float, float] | None = None,
+                   layout_passes: float = 0.0) -> MappedSubgraph:
+    """`subgraph` mapped on `chip` at `precision` (estimate_subgraph's arguments, the layout
+    passes given). Raises mapping.UnsupportedPrecision if no engine of `chip` runs `precision`."""
+    ctx = context if context is not None else chip_context(chip, precision)
+    scale = BYTES_PER_ELEMENT[precision] / trace_bytes_per_element
+    _, s_w, s_out = scales if scales is not None else (scale,) * 3
+    alloc = map_subgraph(subgraph, chip, precision, scale, weights_on_chip, layout_passes, producer_layout_bytes,
+                         scales)
+    engine = next(e for e in chip.engines if e.name == alloc.engine)
+    v2 = power.engine_voltage(chip, engine) ** 2      # dynamic energy at the engine's clock
+    return MappedSubgraph(subgraph=subgraph, alloc=alloc, engine=engine, ctx=ctx, flop=float(subgraph.flop),
+                          weights=subgraph.weight_bytes * s_w, s_out=s_out, weights_on_chip=weights_on_chip, v2=v2,
+                          mac_j=power.op_energy_per_mac_j(chip.process_nm, alloc.circuit, alloc.compute_precision,
+                                                          engine.mma_shape) * v2,
+                          clock_w=power.clock_power_w(chip, engine, alloc.compute_precision))
 
 
 def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams,
@@ -400,16 +436,18 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     `layout_passes` replaces params.layout_passes for this subgraph (prediction.layout_passes).
     Raises mapping.UnsupportedPrecision if no engine of `chip` runs `precision`.
     """
-    ctx = context if context is not None else chip_context(chip, precision)
-    scale = BYTES_PER_ELEMENT[precision] / trace_bytes_per_element
-    _, s_w, s_out = scales if scales is not None else (scale,) * 3
     passes = params.layout_passes if layout_passes is None else layout_passes
-    alloc = map_subgraph(subgraph, chip, precision, scale, weights_on_chip, passes, producer_layout_bytes, scales)
-    engine = next(e for e in chip.engines if e.name == alloc.engine)
-    flop = float(subgraph.flop)
-    weights = subgraph.weight_bytes * s_w
-    times = _kernel_time(subgraph, chip, alloc, engine, params, ctx, flop, weights, s_out, weights_on_chip)
-    energy = _energy(subgraph, chip, alloc, engine, ctx, flop, weights, times)
+    return estimate_placed(place_subgraph(subgraph, chip, precision, trace_bytes_per_element, weights_on_chip,
+                                          context, producer_layout_bytes, scales, passes), chip, params)
+
+
+def estimate_placed(placed: MappedSubgraph, chip: Chip, params: FamilyParams) -> SubgraphEstimate:
+    """The roofline estimate of a placed subgraph under `params` (estimate_subgraph)."""
+    subgraph, alloc, engine, ctx = placed.subgraph, placed.alloc, placed.engine, placed.ctx
+    flop, weights = placed.flop, placed.weights
+    times = _kernel_time(subgraph, chip, alloc, engine, params, ctx, flop, weights, placed.s_out,
+                         placed.weights_on_chip)
+    energy = _energy(placed, times)
     latency = times.latency_s
     attained = flop / latency if latency > 0 else 0.0
     return SubgraphEstimate(
