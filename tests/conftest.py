@@ -144,6 +144,7 @@ def characterize_once(_workloads):
     import hashlib
     import json
 
+    from chipcal.measure import layers
     from chipcal.measure.layers import default_cases, default_chains
     from chipcal.model.workload import characterization, models
     from chipcal.model.workload.serialize import workload_from_dict, workload_to_dict
@@ -151,6 +152,7 @@ def characterize_once(_workloads):
     known, shared = _workloads
     cases = {c.label for c in default_cases("cpu") + default_cases("cuda") + default_chains()}
     real_model, real_characterize = models.characterize_model, characterization.characterize
+    real_case_workload = layers.case_workload
 
     def once(key, build):
         if key not in known:
@@ -173,9 +175,13 @@ def characterize_once(_workloads):
         return once(("case", model_name, options.get("fuse", True)),
                     lambda: real_characterize(module, example_inputs, model_name, **options))
 
+    def case_workload(case, fuse=False, built=None):     # a case read back is not built (its random weights)
+        return once(("case", case.label, fuse), lambda: real_case_workload(case, fuse, built))
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(models, "characterize_model", characterize_model)
         mp.setattr(characterization, "characterize", characterize)
+        mp.setattr(layers, "case_workload", case_workload)
         yield
 
 

@@ -83,8 +83,7 @@ def _measurement(row: LayerRow) -> Measurement:
 
 
 def _observations(rows: Sequence[LayerRow], cases, step) -> list:
-    from chipcal.measure.layers import LayerObservation
-    from chipcal.model.workload import characterize
+    from chipcal.measure import layers
 
     by_label = {c.label: c for c in cases}
     out = []
@@ -92,9 +91,7 @@ def _observations(rows: Sequence[LayerRow], cases, step) -> list:
         case = by_label.get(row.case)
         if case is None:
             raise RefitError(f"the recorded case {row.case!r} is not one of today's micro-layers or chains")
-        module, inputs = case.build()
-        workload = characterize(module, inputs, model_name=case.label, fuse=False)
-        out.append(LayerObservation(case.label, case.op_class, workload, _measurement(row)))
+        out.append(layers.LayerObservation(case.label, case.op_class, layers.case_workload(case), _measurement(row)))
         step(row.case)
     return out
 

@@ -138,7 +138,7 @@ def write_json_atomic(path: Path, document: object, allow_nan: bool = False) -> 
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(document, f, allow_nan=allow_nan)
+            f.write(json.dumps(document, allow_nan=allow_nan))     # one shot: json's C encoder (json.dump streams in Python)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -313,6 +313,16 @@ def _cases(batch: int) -> list[LayerCase]:
     return cases
 
 
+def case_workload(case: LayerCase, fuse: bool = False, built: tuple | None = None):
+    """The Workload of a micro-layer or chain as a calibration counts it (our counter, unfused by
+    default: PyTorch eager runs one kernel per op); `built` is the case's (module, inputs) where
+    the caller has them, else it is built here."""
+    from chipcal.model.workload import characterize
+
+    module, inputs = built if built is not None else case.build()
+    return characterize(module, inputs, model_name=case.label, fuse=fuse)
+
+
 class LayerSet:
     """Cases built and characterized once (our counter, unfused by default: PyTorch eager runs
     one kernel per op), then timed one round at a time, samples pooled per case.
@@ -323,13 +333,11 @@ class LayerSet:
     `add_round` takes such data back (a resumed run)."""
 
     def __init__(self, cases: Sequence[LayerCase], device: Device = CPU, fuse: bool = False):
-        from chipcal.model.workload import characterize
-
         self.device = device
         self.built = []
         for case in cases:
             module, inputs = case.build()
-            workload = characterize(module, inputs, model_name=case.label, fuse=fuse)
+            workload = case_workload(case, fuse, (module, inputs))
             self.built.append((case, workload, module.to(str(device)), tuple(t.to(str(device)) for t in inputs)))
         self.samples: dict[str, list[float]] = {c.label: [] for c, *_ in self.built}
         self.last: dict[str, Measurement] = {}

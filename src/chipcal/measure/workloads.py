@@ -17,19 +17,17 @@ entry means: characterize again, with a one-line note.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import json
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-from chipcal.measure.cache import workload_dir
+from chipcal.measure.cache import workload_dir, write_json_atomic
 
 FORMAT = "chipcal.workload/1"
 SAFE_MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,63}")   # every torchvision model name has this shape
@@ -212,14 +210,6 @@ class WorkloadSource:
         payload = (workload_to_dict if kind == "workload" else llm_step_to_dict)(record)
         doc = {"format": FORMAT, "key": self.key, **header, "sha256": _digest(payload), kind: payload}
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-            try:
-                with os.fdopen(fd, "w") as fh:
-                    json.dump(doc, fh, allow_nan=False)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            write_json_atomic(path, doc)
         except (OSError, ValueError) as exc:
             self.notify(f"warning: cannot cache the workload in {path.parent}: {exc}")
