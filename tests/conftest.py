@@ -86,6 +86,27 @@ def _timing_tests_run_alone(request, tmp_path_factory):
             fcntl.flock(gate, fcntl.LOCK_UN)
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread_beside_another_worker(request):
+    """Under pytest-xdist, a test that is not `timing` runs torch on one thread: two workers with
+    torch's default intra-op threads each oversubscribe the cores, and the spinning of the idle
+    OpenMP threads costs CPU for nothing (tests/test_workload_models.py and test_workload_crosscheck.py
+    under two workers: 64 CPU seconds with the default threads, 47 with one). A `timing` test, alone
+    in the room, keeps torch's default; code that fixes its own threads (measure.timing.fixed_threads)
+    still does. Without xdist, nothing."""
+    if "PYTEST_XDIST_WORKER" not in os.environ or "timing" in request.keywords:
+        yield
+        return
+    import torch
+
+    default = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(default)
+
+
 def _shared_folder(tmp_path_factory, name: str):
     """A folder every pytest-xdist worker of this pytest run sees (the workers' common parent), or
     this process's own without xdist; new for each run."""

@@ -284,11 +284,14 @@ def test_a_micro_layer_reads_the_parameters_of_its_own_classes_only(chip_name, p
             case.label
 
 
-def test_the_overhead_grid_reads_a_line_off_three_predictions_and_predicts_every_point_of_a_kink():
+def test_the_overhead_grid_reads_lines_off_their_chords_and_predicts_around_a_kink():
     """_along_overhead: latencies affine in the overhead (a CPU layer: 3 kernels of the class, 2 ms
     of work) are predicted at the ends and the middle only, and every other point equals the
-    line worked out by hand; a host-bound kink (max(host, device), as a GPU's queue) between the
-    grid's points makes it predict all nine."""
+    line worked out by hand. A host-bound kink (max(host, device), as a GPU's queue) on the grid's
+    5th point (1e-5 s): flat on the first half, a line on the second, so 5 predictions (the ends,
+    the middle, the middle of each half); a kink between two points (1/77000 s, between the 5th
+    and the 6th) leaves the second half's chord off at its middle, so its quarters are predicted
+    too: 7. Every value is the function's, the kinked ones included."""
     from chipcal.calibrate.layer_fits import _along_overhead
 
     overheads = list(np.geomspace(1e-8, 1e-2, 9))
@@ -302,12 +305,14 @@ def test_the_overhead_grid_reads_a_line_off_three_predictions_and_predicts_every
     assert len(asked) == 3
     for ov, lat in zip(overheads, got, strict=True):
         assert lat == pytest.approx([2e-3 + 3 * ov, 5e-4 + ov], rel=1e-12)
-    asked.clear()
 
-    def gpu(ov):
-        asked.append(ov)
-        return np.array([max(1e-3, 100 * ov)])       # host-bound past 10 us per op
+    for per_op, predictions in ((100, 5), (77, 7)):
+        asked.clear()
 
-    got = _along_overhead(gpu, overheads)
-    assert len(asked) == 9
-    assert [g[0] for g in got] == [max(1e-3, 100 * ov) for ov in overheads]
+        def gpu(ov, per_op=per_op):
+            asked.append(ov)
+            return np.array([max(1e-3, per_op * ov)])       # host-bound past 1e-3 / per_op s per op
+
+        got = _along_overhead(gpu, overheads)
+        assert len(asked) == predictions
+        assert [g[0] for g in got] == pytest.approx([max(1e-3, per_op * ov) for ov in overheads], rel=1e-12)
