@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from chipcal.calibrate.accuracy import CheckedSet, abs_quantile
-from chipcal.calibrate.layer_fits import as_timed, fit_layer_params, fit_network_costs
+from chipcal.calibrate.layer_fits import fit_layer_params, fit_network_costs, timed_latency_s
 from chipcal.calibrate.selfcheck import ClassVerdict, CrossValSection, HeldOut
 
 
@@ -116,7 +116,7 @@ def cross_validate(layers: Sequence, chains: Sequence, chip, precision: str, bas
     `overhead_floor_s` and `predicted` (the full fit's model.memo.Recent of layer latencies) go to the layer fit.
     """
     def latency(o, p) -> float:
-        return as_timed(o.workload, chip, precision, p).latency_s
+        return timed_latency_s(o.workload, chip, precision, p)
 
     folds = assign_folds([(o.case, o.op_class) for o in layers], k)
     held: list[HeldOut] = []

@@ -9,13 +9,13 @@ from __future__ import annotations
 from chipcal.calibrate import document as cd
 from chipcal.calibrate import flags as gap
 from chipcal.calibrate.accuracy import error_summary
-from chipcal.calibrate.layer_fits import as_timed
+from chipcal.calibrate.layer_fits import as_timed, timed_latency_s
 
 
 def layer_predictions(workload, chip, precision: str, params, defaults) -> dict:
     """A timed micro-layer's or chain's LayerRow predictions: with the defaults and with `params`."""
-    return {"predicted_default_s": as_timed(workload, chip, precision, defaults).latency_s,
-            "predicted_s": as_timed(workload, chip, precision, params).latency_s}
+    return {"predicted_default_s": timed_latency_s(workload, chip, precision, defaults),
+            "predicted_s": timed_latency_s(workload, chip, precision, params)}
 
 
 def model_predictions(workload, chip, precision: str, params, defaults, measured_s: float,

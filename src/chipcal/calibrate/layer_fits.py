@@ -15,7 +15,7 @@ import numpy as np
 
 from chipcal.calibrate.fits import FitResult, fit_log_latency, fit_saturating_efficiency
 from chipcal.measure.device import Device
-from chipcal.model.estimate.prediction import class_parameters_read, predict
+from chipcal.model.estimate.prediction import class_parameters_read, predict, predicted_latency_s
 from chipcal.model.memo import Recent
 
 RUNTIME = "eager"    # layers, chains and models are timed in PyTorch eager mode: one kernel per op
@@ -33,6 +33,12 @@ def as_timed(workload, chip, precision: str, params, fp32_mode: str = "pytorch")
     (`fp32_mode`: PyTorch's defaults unless the timing said otherwise). On a CPU host and kernels
     share the cores and the ops run in program order."""
     return predict(workload, chip, precision, params=params, runtime=RUNTIME, fp32_mode=fp32_mode, repeated=True)
+
+
+def timed_latency_s(workload, chip, precision: str, params, fp32_mode: str = "pytorch") -> float:
+    """as_timed(...).latency_s, the one number a fit compares (prediction.predicted_latency_s: on a
+    CPU without building the prediction's record)."""
+    return predicted_latency_s(workload, chip, precision, params, RUNTIME, fp32_mode, True)
 
 
 def host_in_overheads(base, device: Device, dispatch_per_op_s: float | None):
@@ -169,7 +175,7 @@ def fit_layer_params(observations: Sequence, chip, precision: str, base, overhea
             if latency is None:
                 if params is None:
                     params = params_from(values)
-                latency = predicted.keep(key, as_timed(w, chip, precision, params).latency_s, w, chip, base)
+                latency = predicted.keep(key, timed_latency_s(w, chip, precision, params), w, chip, base)
             out.append(latency)
         return np.array(out)
 
@@ -293,7 +299,7 @@ def fit_network_costs(chains: Sequence, chip, precision: str, params):
 
     def predict(v):
         inside = dataclasses.replace(alone, **v)
-        return np.asarray([as_timed(c.workload, chip, precision, inside).latency_s for c in chains])
+        return np.asarray([timed_latency_s(c.workload, chip, precision, inside) for c in chains])
 
     names = ["switch_overhead_s", "network_memory_factor"]
     fit = fit_log_latency(names, [1e-6, 1.0], predict,

@@ -15,7 +15,7 @@ from chipcal.calibrate import document as cd
 from chipcal.calibrate import noise
 from chipcal.calibrate.config import MODEL_MIN_SAMPLES
 from chipcal.calibrate.context import RunContext
-from chipcal.calibrate.layer_fits import as_timed
+from chipcal.calibrate.layer_fits import timed_latency_s
 from chipcal.calibrate.noise import ModelPlan
 
 
@@ -45,7 +45,7 @@ def plan_models(run: RunContext, chip) -> tuple[list[ModelPlan], list[cd.Skipped
     for name in config.models:
         for batch in config.batches:
             workload = characterize_model(name, batch=batch, fuse=False)  # eager: one kernel per op
-            call_s = as_timed(workload, chip, config.precision, defaults, MODEL_FP32_MODE).latency_s
+            call_s = timed_latency_s(workload, chip, config.precision, defaults, MODEL_FP32_MODE)
             if call_s > config.max_call_s:
                 skipped.append(cd.SkippedModel(model=name, batch=batch, predicted_call_s=call_s,
                                                limit_s=config.max_call_s))

@@ -57,6 +57,7 @@ from chipcal.model.estimate.roofline import (
     estimate_placed,
     kernel_fixed_costs,
     place_subgraph,
+    placed_kernel_time,
 )
 from chipcal.model.estimate.schedule import StageEstimate, schedule
 from chipcal.model.estimate.throttle import power_limited_fraction
@@ -381,15 +382,16 @@ class _EagerRun:
     cast_bytes: float
 
 
-def _eager_run(placed: _Placed, chip: Chip, estimates: Sequence[SubgraphEstimate], params: FamilyParams,
-               setup: _Setup, host: HostCost) -> _EagerRun:
+def _eager_run(placed: _Placed, chip: Chip, kernels: Sequence, params: FamilyParams, setup: _Setup,
+               host: HostCost) -> _EagerRun:
     """One stream in program order behind the host (host.run_queue): each subgraph's cast kernels
     (numerics' activation casts, autocast's weight cast; cast_kernel_s) before its own kernel,
-    then the trailing ops."""
+    then the trailing ops. `kernels`: each placed subgraph's time terms (a SubgraphEstimate, or
+    roofline.placed_kernel_time's: latency_s and host_issue_s)."""
     device: list[float] = []
     issue: list[float] = []
     cast_bytes = 0.0
-    order = sorted(zip(placed.subgraphs, placed.numerics, estimates, strict=True), key=lambda t: t[2].index)
+    order = sorted(zip(placed.subgraphs, placed.numerics, kernels, strict=True), key=lambda t: t[0].subgraph.index)
     for m, n, e in order:
         sg, clock = m.subgraph, m.engine.clock_hz
         wcast = weight_cast(sg, n, placed.trace_bpe) if setup.autocast else None
@@ -403,6 +405,41 @@ def _eager_run(placed: _Placed, chip: Chip, estimates: Sequence[SubgraphEstimate
     device += [d for d, _ in setup.trailing_ops]
     issue += [h for _, h in setup.trailing_ops]
     return _EagerRun(run_queue(device, host, issue, setup.repeated, params.host_call_s), cast_bytes)
+
+
+def predicted_latency_s(workload, chip: Chip, precision: str, params: FamilyParams, runtime: str = "fused",
+                        fp32_mode: str = "pytorch", repeated: bool = False) -> float:
+    """predict(workload, chip, precision, params=params, runtime=runtime, fp32_mode=fp32_mode,
+    repeated=repeated).latency_s, without building the record under an eager runtime, where the
+    kernels' times and the host queue decide it: on a chip whose TDP does not lower its clocks (a
+    CPU) from the kernels' times alone; on one whose TDP may (a GPU) with the run's energy to see
+    that its power stays within the TDP, else predict's. A calibration fit asks for this number
+    alone, about 100,000 times a run. A captured graph's (stage schedule) is predict's; NaN where
+    the precision is unsupported, as predict's record says."""
+    running = chip.at_boost()
+    host = host_cost(running, runtime, params)
+    if host is None:
+        return predict(workload, chip, precision, params=params, runtime=runtime, fp32_mode=fp32_mode,
+                       repeated=repeated).latency_s
+    if not running.supports(precision):
+        return NAN
+    setup = _Setup(runtime, None, False, fp32_mode, "nchw", DEFAULT_FRAMEWORK, "", repeated)
+    try:
+        placed = _placed(workload, running, precision, fp32_mode, False, params.layout_passes, runtime, "nchw",
+                         DEFAULT_FRAMEWORK)
+    except UnsupportedPrecision:
+        return NAN
+    if not chip.tdp_limits_clock:
+        kernels = [placed_kernel_time(m, running, params) for m in placed.subgraphs]
+        return _eager_run(placed, running, kernels, params, setup, host).queue.latency_s
+    estimates = tuple(estimate_placed(m, running, params) for m in placed.subgraphs)
+    eager = _eager_run(placed, running, estimates, params, setup, host)
+    latency = eager.queue.latency_s
+    power = _totals(estimates, latency, eager.cast_bytes, placed.ctx).energy_j / latency if latency > 0 else NAN
+    if power > chip.tdp_w:      # power-limited: predict works out the clock the TDP allows
+        return predict(workload, chip, precision, params=params, runtime=runtime, fp32_mode=fp32_mode,
+                       repeated=repeated).latency_s
+    return latency
 
 
 @dataclass(frozen=True)

@@ -441,12 +441,18 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
                                           context, producer_layout_bytes, scales, passes), chip, params)
 
 
+def placed_kernel_time(placed: MappedSubgraph, chip: Chip, params: FamilyParams) -> _KernelTime:
+    """Every time term of a placed subgraph under `params`: estimate_placed's, without its energy
+    and its record (prediction.predicted_latency_s needs the times alone)."""
+    return _kernel_time(placed.subgraph, chip, placed.alloc, placed.engine, params, placed.ctx, placed.flop,
+                        placed.weights, placed.s_out, placed.weights_on_chip)
+
+
 def estimate_placed(placed: MappedSubgraph, chip: Chip, params: FamilyParams) -> SubgraphEstimate:
     """The roofline estimate of a placed subgraph under `params` (estimate_subgraph)."""
-    subgraph, alloc, engine, ctx = placed.subgraph, placed.alloc, placed.engine, placed.ctx
-    flop, weights = placed.flop, placed.weights
-    times = _kernel_time(subgraph, chip, alloc, engine, params, ctx, flop, weights, placed.s_out,
-                         placed.weights_on_chip)
+    subgraph, alloc, ctx = placed.subgraph, placed.alloc, placed.ctx
+    flop = placed.flop
+    times = placed_kernel_time(placed, chip, params)
     energy = _energy(placed, times)
     latency = times.latency_s
     attained = flop / latency if latency > 0 else 0.0
