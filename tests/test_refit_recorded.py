@@ -36,7 +36,7 @@ def same_refit(run_id: str):
 @pytest.fixture(scope="session")
 def refitted(once_per_run, tmp_path_factory):
     """refitted(name, document) -> (document, Refit, chip): each recorded CPU run re-fitted once
-    per pytest run (a refit takes 10-25 s), shared by every test that looks at it, on any worker."""
+    per pytest run (a refit takes 3-10 s), shared by every test that looks at it, on any worker."""
     def get(name: str, document: str):
         def build():
             doc = CalibrationDocument.from_dict(json.loads((MACHINES / name / document).read_text()))
@@ -110,7 +110,7 @@ H100_RUNS = {"calibration-full.json": (0.685, 14), "calibration-quick.json": (0.
 def registry_refitted(once_per_run):
     """registry_refitted(path, chip) -> (document, Refit): the recorded GPU run at `path` re-fitted
     on the registry's `chip` (a GPU run's chip is the registry's, so no recorded CPU is needed),
-    once per pytest run (25-45 s)."""
+    once per pytest run (10-20 s)."""
     def get(path, chip: str):
         def build():
             from chipcal.model.registry import load_registry
