@@ -57,6 +57,7 @@ from chipcal.model.estimate.roofline import (
     estimate_placed,
     kernel_fixed_costs,
     place_subgraph,
+    placed_energy,
     placed_kernel_time,
 )
 from chipcal.model.estimate.schedule import StageEstimate, schedule
@@ -429,14 +430,15 @@ def predicted_latency_s(workload, chip: Chip, precision: str, params: FamilyPara
                          DEFAULT_FRAMEWORK)
     except UnsupportedPrecision:
         return NAN
-    if not chip.tdp_limits_clock:
-        kernels = [placed_kernel_time(m, running, params) for m in placed.subgraphs]
-        return _eager_run(placed, running, kernels, params, setup, host).queue.latency_s
-    estimates = tuple(estimate_placed(m, running, params) for m in placed.subgraphs)
-    eager = _eager_run(placed, running, estimates, params, setup, host)
+    kernels = [placed_kernel_time(m, running, params) for m in placed.subgraphs]
+    eager = _eager_run(placed, running, kernels, params, setup, host)
     latency = eager.queue.latency_s
-    power = _totals(estimates, latency, eager.cast_bytes, placed.ctx).energy_j / latency if latency > 0 else NAN
-    if power > chip.tdp_w:      # power-limited: predict works out the clock the TDP allows
+    if not chip.tdp_limits_clock:
+        return latency
+    energies = [placed_energy(m, t) for m, t in zip(placed.subgraphs, kernels, strict=True)]
+    energy = _run_energy_j(sum(e.compute_j for e in energies), sum(e.dram_j + e.onchip_j for e in energies),
+                           eager.cast_bytes, latency, placed.ctx)
+    if latency > 0 and energy / latency > chip.tdp_w:      # power-limited: predict finds the clock the TDP allows
         return predict(workload, chip, precision, params=params, runtime=runtime, fp32_mode=fp32_mode,
                        repeated=repeated).latency_s
     return latency
@@ -458,14 +460,25 @@ class _Totals:
     attained_flop_per_s: float
 
 
+def _cast_and_static_j(cast_bytes: float, latency: float, ctx: ChipContext) -> tuple[float, float]:
+    """(the cast kernels' DRAM and on-chip energy, P_static × latency) of a run."""
+    return cast_bytes * (ctx.dram_j_per_byte + ctx.onchip_j_per_byte), ctx.static_w * latency
+
+
+def _run_energy_j(compute_j: float, memory_j: float, cast_bytes: float, latency: float, ctx: ChipContext) -> float:
+    """A run's energy: its subgraphs' compute and memory energy, its casts' and its static power's."""
+    cast_j, static_j = _cast_and_static_j(cast_bytes, latency, ctx)
+    return compute_j + (memory_j + cast_j) + static_j
+
+
 def _totals(estimates: Sequence[SubgraphEstimate], latency: float, cast_bytes: float, ctx: ChipContext) -> _Totals:
     """Sum the estimates into the run's FLOP, bytes, utilization and energy."""
     flop = float(sum(e.flop for e in estimates))
     busy = sum(e.busy_s for e in estimates)
     unit_time = sum(e.utilization * e.busy_s for e in estimates)
     compute_j = sum(e.compute_energy_j for e in estimates)
-    memory_j = sum(e.memory_energy_j for e in estimates) + cast_bytes * (ctx.dram_j_per_byte + ctx.onchip_j_per_byte)
-    static_j = ctx.static_w * latency
+    cast_j, static_j = _cast_and_static_j(cast_bytes, latency, ctx)
+    memory_j = sum(e.memory_energy_j for e in estimates) + cast_j
     return _Totals(
         flop=flop,
         dram_bytes=sum(e.dram_bytes for e in estimates),

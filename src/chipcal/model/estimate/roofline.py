@@ -362,7 +362,7 @@ class _Energy:
     wasted_j: float             # P_static × (overhead + work × (1 − utilization))
 
 
-def _energy(placed: MappedSubgraph, times: _KernelTime) -> _Energy:
+def placed_energy(placed: MappedSubgraph, times: _KernelTime) -> _Energy:
     """The energy of one subgraph (module docstring): dynamic energies at the engine's voltage
     (MappedSubgraph.v2); static power over its latency."""
     subgraph, alloc, ctx = placed.subgraph, placed.alloc, placed.ctx
@@ -453,7 +453,7 @@ def estimate_placed(placed: MappedSubgraph, chip: Chip, params: FamilyParams) ->
     subgraph, alloc, ctx = placed.subgraph, placed.alloc, placed.ctx
     flop = placed.flop
     times = placed_kernel_time(placed, chip, params)
-    energy = _energy(placed, times)
+    energy = placed_energy(placed, times)
     latency = times.latency_s
     attained = flop / latency if latency > 0 else 0.0
     return SubgraphEstimate(
