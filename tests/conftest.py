@@ -31,6 +31,24 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(skip)
 
 
+SUITE_CPU_BUDGET_S = 300   # user + sys of the README's test command on the 2-vCPU Zen 4 VM (issue 50)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The run's CPU seconds (user + sys of pytest and its finished children, the pytest-xdist
+    workers among them) beside the budget: on a 2-core machine 2.5x slower per core, 300 s of CPU
+    is 6 minutes of wall time. A contributor sees what a change costs, whatever the machine's
+    speed; the figure is the machine's own, not a check."""
+    import resource
+
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    used = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    user, system = sum(u.ru_utime for u in used), sum(u.ru_stime for u in used)
+    terminalreporter.write_line(f"CPU: {user:.0f} s user + {system:.0f} s sys = {user + system:.0f} s "
+                                f"(the budget on the reference 2-vCPU Zen 4: {SUITE_CPU_BUDGET_S} s)")
+
+
 COLLECTION_WAIT_S = 300     # how long a timing test waits for the other workers to finish collecting
 
 
