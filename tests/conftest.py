@@ -45,7 +45,7 @@ def pytest_terminal_summary(terminalreporter):
         return
     used = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     user, system = sum(u.ru_utime for u in used), sum(u.ru_stime for u in used)
-    terminalreporter.write_line(f"CPU: {user:.0f} s user + {system:.0f} s sys = {user + system:.0f} s "
+    terminalreporter.write_line(f"CPU: {user:.1f} s user + {system:.1f} s sys = {user + system:.1f} s "
                                 f"(the budget on the reference 2-vCPU Zen 4: {SUITE_CPU_BUDGET_S} s)")
 
 

@@ -15,14 +15,12 @@ from chipcal.report.index import RunSummary
 
 
 def run_summaries(directory: Path) -> tuple[list[RunSummary], list[str]]:
-    """RunSummary of every readable run under `directory`, and 'path: why' for each other one."""
-    out, skipped = [], []
-    for run_dir in store.find_runs(directory):
-        try:
-            out.append(RunSummary.of(store.load(run_dir), run_dir.name))
-        except CalibrationError as exc:
-            skipped.append(f"{run_dir}: {exc}")
-    return out, skipped
+    """RunSummary of every readable run under `directory`, and 'path: why' for each other one,
+    through the directory's index (report.run_index: only new or changed documents are read)."""
+    from chipcal.report.run_index import indexed_runs
+
+    runs, skipped, _ = indexed_runs(directory)
+    return runs, skipped
 
 
 def _git(directory: Path, *args: str) -> str | None:
