@@ -352,7 +352,7 @@ class _Placed:
     memory: MemoryProfile
 
 
-@recent(maxsize=1024)       # each entry holds its workload (model.memo): fewer than the mappings
+@recent(maxsize=256)        # each entry holds its workload and its placed subgraphs (model.memo): as few as memory_profile
 def _placed(workload, chip: Chip, precision: str, fp32_mode: str, autocast: bool, family_passes: float,
             runtime: str, memory_format: str, framework: str) -> _Placed:
     """The subgraphs of `workload` placed at the precision the numerics plan gives each, with
