@@ -191,7 +191,6 @@ def characterize_once(_workloads):
     known, shared = _workloads
     cases = {c.label for c in default_cases("cpu") + default_cases("cuda") + default_chains()}
     real_model, real_characterize = models.characterize_model, characterization.characterize
-    real_case_workload = layers.case_workload
 
     def once(key, build):
         if key not in known:
@@ -215,7 +214,10 @@ def characterize_once(_workloads):
                     lambda: real_characterize(module, example_inputs, model_name, **options))
 
     def case_workload(case, fuse=False, built=None):     # a case read back is not built (its random weights)
-        return once(("case", case.label, fuse), lambda: real_case_workload(case, fuse, built))
+        def build():
+            module, inputs = built if built is not None else case.build()
+            return real_characterize(module, inputs, case.label, fuse=fuse)
+        return once(("case", case.label, fuse), build)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(models, "characterize_model", characterize_model)

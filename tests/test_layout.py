@@ -102,7 +102,7 @@ def test_layout_bytes_by_hand():
 def test_producer_layout_bytes_of_a_conv_bn_relu():
     import torch
 
-    from chipcal.model.estimate.prediction import producer_layout_bytes
+    from chipcal.model.estimate.placement import producer_layout_bytes
     from chipcal.model.workload import characterize
 
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()

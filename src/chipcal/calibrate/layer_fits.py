@@ -15,7 +15,8 @@ import numpy as np
 
 from chipcal.calibrate.fits import FitResult, fit_log_latency, fit_saturating_efficiency
 from chipcal.measure.device import Device
-from chipcal.model.estimate.prediction import class_parameters_read, predict, predicted_latency_s
+from chipcal.model.estimate.placement import class_parameters_read
+from chipcal.model.estimate.prediction import predict, predicted_latency_s
 from chipcal.model.memo import Recent
 
 RUNTIME = "eager"    # layers, chains and models are timed in PyTorch eager mode: one kernel per op
@@ -154,7 +155,7 @@ def fit_layer_params(observations: Sequence, chip, precision: str, base, overhea
                                    half_efficiency_flop=values["half_efficiency_flop"],
                                    host_call_s=values.get("host_call_s", base.host_call_s))
 
-    # a layer's prediction reads the class parameters prediction.class_parameters_read names and the
+    # a layer's prediction reads the class parameters placement.class_parameters_read names and the
     # shared ones (host_call_s): a finite-difference Jacobian column or a grid trial that moves
     # another leaves it as it was, so it is reused (same inputs, same value)
     per_class = [n for n in names if n.startswith(("efficiency.", "overhead_s.")) or n == "half_efficiency_flop"]

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -159,3 +161,15 @@ def update(path: Path, key: dict, entries: dict) -> None:
     with _locked(path):
         payload, _ = load(path, key)
         write_json_atomic(path, {"schema": SCHEMA, "key": key, "payload": {**(payload or {}), **entries}})
+
+
+def source_digest(package: str):
+    """A sha256 over every module of `package` and its sub-packages (relative path and bytes), found
+    without running any of it: what a cache of results worked out by that code is keyed on, so
+    that a change to the code invalidates it (measure.workloads, report.run_index)."""
+    h = hashlib.sha256()
+    for loc in importlib.util.find_spec(package).submodule_search_locations:
+        for path in sorted(Path(loc).rglob("*.py")):
+            h.update(path.relative_to(loc).as_posix().encode())
+            h.update(path.read_bytes())
+    return h

@@ -18,7 +18,6 @@ entry means: characterize again, with a one-line note.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -27,7 +26,7 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-from chipcal.measure.cache import workload_dir, write_json_atomic
+from chipcal.measure.cache import source_digest, workload_dir, write_json_atomic
 
 FORMAT = "chipcal.workload/1"
 SAFE_MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,63}")   # every torchvision model name has this shape
@@ -35,11 +34,7 @@ SAFE_MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,63}")   # every torchvision m
 
 def _code_key() -> str:
     """Hash of the workload code and the torch/torchvision versions: a change invalidates the cache."""
-    h = hashlib.sha256()
-    spec = importlib.util.find_spec("chipcal.model.workload")  # locates the package, runs none of it
-    for path in sorted(p for loc in spec.submodule_search_locations for p in Path(loc).glob("*.py")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
+    h = source_digest("chipcal.model.workload")
     for dist in ("torch", "torchvision", "transformers"):
         try:
             h.update(metadata.version(dist).encode())

@@ -18,8 +18,6 @@ tests/test_run_index.py has the benchmark.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import importlib.util
 import json
 import os
 import sqlite3
@@ -28,6 +26,7 @@ from functools import cache
 from pathlib import Path
 
 from chipcal.calibrate import store
+from chipcal.measure.cache import source_digest
 from chipcal.model.mapping.params import CalibrationError
 from chipcal.report.index import RunSummary
 
@@ -45,13 +44,7 @@ _TABLE = """CREATE TABLE IF NOT EXISTS runs (
 @cache
 def code_key() -> str:
     """Hash of every module of the chipcal package: a summary is worked out by this code."""
-    h = hashlib.sha256()
-    spec = importlib.util.find_spec("chipcal")       # locates the package, runs none of it
-    for loc in spec.submodule_search_locations:
-        for path in sorted(Path(loc).rglob("*.py")):
-            h.update(str(path.relative_to(loc)).encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+    return source_digest("chipcal").hexdigest()[:16]
 
 
 @dataclass(frozen=True)

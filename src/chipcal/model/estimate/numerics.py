@@ -15,7 +15,7 @@ A run's precision names what the user asked for; the framework decides per op:
   (PyTorch AMP docs, "CUDA Op-Specific Behavior"):
     lower     convolutions, linear, matmul, bmm, attention: run in the low precision; an fp32 input
               is cast first (one cast kernel reading 4 B and writing 2 B per element), the weights
-              are cast at every call (prediction.weight_cast)
+              are cast at every call (placement.weight_cast)
     float32   layer_norm, group_norm, softmax, sum/prod/norm reductions, exp/log/pow: run in fp32;
               a low-precision input is cast up first (2 B read, 4 B written per element)
     promote   everything else (elementwise, batch_norm, pooling, data movement) runs in the widest

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from chipcal.model.chip import Chip
 from chipcal.model.estimate.memory import memory_profile
-from chipcal.model.estimate.prediction import Prediction, predict, trace_bytes_per_element
+from chipcal.model.estimate.placement import trace_bytes_per_element
+from chipcal.model.estimate.prediction import Prediction, predict
 from chipcal.model.estimate.roofline import SubgraphEstimate
 from chipcal.model.mapping.params import FamilyParams
 from chipcal.model.precision import BYTES_PER_ELEMENT

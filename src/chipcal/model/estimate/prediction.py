@@ -47,38 +47,35 @@ from dataclasses import dataclass, field, fields, replace
 
 from chipcal.model.chip import Chip
 from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, HostCost, HostQueue, host_cost, run_queue
-from chipcal.model.estimate.memory import MemoryProfile, memory_profile
-from chipcal.model.estimate.numerics import TF32_CONV_CLASSES, Cast, OpNumerics, plan, switches
+from chipcal.model.estimate.memory import MemoryProfile
+from chipcal.model.estimate.numerics import switches
+from chipcal.model.estimate.placement import (
+    Placed,
+    placed_workload,
+    weight_cast,
+)
 from chipcal.model.estimate.roofline import (
     ChipContext,
-    MappedSubgraph,
     SubgraphEstimate,
-    chip_context,
     estimate_placed,
     kernel_fixed_costs,
-    place_subgraph,
     placed_energy,
     placed_kernel_time,
 )
 from chipcal.model.estimate.schedule import StageEstimate, schedule
 from chipcal.model.estimate.throttle import power_limited_fraction
-from chipcal.model.mapping import onchip_capacity
-from chipcal.model.mapping.base import CONV_CLASSES, UnsupportedPrecision, is_mac_work
-from chipcal.model.mapping.params import HOST_RUNTIMES, CalibrationParams, FamilyParams, params_for
-from chipcal.model.memo import recent
-from chipcal.model.precision import BYTES_PER_ELEMENT
+from chipcal.model.mapping.base import UnsupportedPrecision
+from chipcal.model.mapping.params import CalibrationParams, FamilyParams, params_for
 
 NAN = float("nan")
 STATUS_OK = "ok"
 STATUS_UNSUPPORTED = "unsupported"
 
-# torch dtype names (as the workload records them) -> bytes per element
-TRACE_DTYPE_BYTES = {"float64": 8.0, "float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "int8": 1.0, "uint8": 1.0}
-
 
 def chip_label(chip: Chip) -> str:
     """Registry name, with @MODE when the chip is in a power mode."""
     return f"{chip.name}@{chip.active_mode}" if chip.active_mode else chip.name
+
 
 
 @dataclass(frozen=True)
@@ -169,13 +166,6 @@ class Prediction:
         return out
 
 
-def trace_bytes_per_element(workload) -> float:
-    try:
-        return TRACE_DTYPE_BYTES[workload.dtype]
-    except KeyError:
-        raise ValueError(f"workload traced in {workload.dtype!r}; known: {', '.join(TRACE_DTYPE_BYTES)}") from None
-
-
 def unsupported(workload, chip: Chip, precision: str, reason: str, runtime: str = "fused") -> Prediction:
     return Prediction(model=workload.model, chip=chip_label(chip), kind=chip.kind, batch=workload.batch,
                       hypothetical=chip.hypothetical, precision=precision, status=STATUS_UNSUPPORTED, reason=reason, runtime=runtime,
@@ -184,29 +174,11 @@ def unsupported(workload, chip: Chip, precision: str, reason: str, runtime: str 
                       memory_capacity_bytes=chip.memory.capacity_bytes)
 
 
-def weights_stay_on_chip(workload, chip: Chip, bytes_scale: float) -> bool:
-    """Steady-state inference: the weights stay in on-chip memory between runs when all of them
-    plus the largest subgraph's activations (input + output) fit in it."""
-    weights = sum(s.weight_bytes for s in workload.subgraphs) * bytes_scale
-    working = max((s.input_bytes + s.output_bytes for s in workload.subgraphs), default=0) * bytes_scale
-    return weights + working <= onchip_capacity(chip)
-
-
 def cast_kernel_s(nbytes: float, chip: Chip, engine_clock_hz: float, params: FamilyParams) -> tuple[float, float]:
     """(device time, extra host issue time) of a cast kernel moving `nbytes` (read + write): a
     memory-bound elementwise kernel with an elementwise kernel's fixed costs (roofline.kernel_fixed_costs)."""
     device, host = kernel_fixed_costs(chip, params, "elementwise", engine_clock_hz)
     return nbytes / (chip.memory.bandwidth_bytes_per_s * params.bandwidth_efficiency) + device, host
-
-
-def weight_cast(subgraph, numerics: OpNumerics, trace_bpe: float) -> Cast | None:
-    """The fp32 -> low-precision weight cast autocast runs before a MAC subgraph at every call
-    (PyTorch autocast docs: the weight-cast cache lives only inside one autocast region); None
-    for a subgraph without weights or MAC work, or that computes at fp32 or wider."""
-    if subgraph.weight_bytes <= 0 or not is_mac_work(subgraph) \
-            or BYTES_PER_ELEMENT[numerics.precision] >= BYTES_PER_ELEMENT["fp32"]:
-        return None
-    return Cast(subgraph.weight_bytes / trace_bpe, BYTES_PER_ELEMENT["fp32"], BYTES_PER_ELEMENT[numerics.precision])
 
 
 MEMORY_FORMATS = ("nchw", "channels_last")
@@ -218,52 +190,6 @@ def _bottleneck(estimates: Sequence[SubgraphEstimate]) -> str:
         if e.bottleneck != "none":
             share[e.bottleneck] = share.get(e.bottleneck, 0.0) + e.latency_s
     return max(share, key=share.get) if share else "none"
-
-
-def layout_passes(subgraph, chip: Chip, numerics: OpNumerics, family_passes: float, runtime: str,
-                  memory_format: str, framework: str) -> float:
-    """Layout passes around `subgraph` (module docstring, Layout): a GPU's NCHW tensor-core
-    convolution under an eager framework of the corpus's generation transposes its input and
-    output (1); today's PyTorch none (its efficiency carries NCHW); a CPU's are its FamilyParams'
-    (`family_passes`: oneDNN's reorders); else 0."""
-    if chip.kind != "gpu":
-        return family_passes
-    if (runtime not in HOST_RUNTIMES or memory_format != "nchw" or framework == DEFAULT_FRAMEWORK
-            or subgraph.op_class not in TF32_CONV_CLASSES):
-        return 0.0
-    engine = chip.engine_for(numerics.precision)
-    return 1.0 if engine is not None and engine.circuit == "tensor_core" else 0.0
-
-
-def producer_layout_bytes(workload, subgraph, passes: Sequence[float]) -> float:
-    """Traced bytes the layout passes of `subgraph`'s convolution producers read last: each
-    reorders its channel-blocked output into the tensor `subgraph` reads (mapping.base.traffic).
-    `passes`: each subgraph's layout passes, by index."""
-    return sum(passes[p] * workload.subgraphs[p].output_bytes for p in subgraph.depends_on
-               if workload.subgraphs[p].op_class in CONV_CLASSES and passes[p])
-
-
-def class_parameters_read(workload, chip: Chip, precision: str, fp32_mode: str = "pytorch",
-                          autocast: bool = False) -> frozenset[str]:
-    """The per-class FamilyParams a prediction of `workload` reads, as a fit names them
-    ("efficiency.<class>", "overhead_s.<class>", "half_efficiency_flop"): a subgraph with
-    arithmetic reads its class's efficiency (roofline._compute_terms) and, when it is MAC work,
-    the size curve; every subgraph its class's fixed cost (roofline.kernel_fixed_costs); a cast
-    kernel the elementwise class's fixed cost (cast_kernel_s). A fit reuses a layer's prediction
-    while none of these moves (calibrate.layer_fits), so this follows `_predict_at_clock`'s reads;
-    the parameters every prediction reads (bandwidth, host costs) are not per class."""
-    trace_bpe = trace_bytes_per_element(workload)
-    read: set[str] = set()
-    for sg, n in zip(workload.subgraphs, plan(workload, chip, precision, trace_bpe, fp32_mode, autocast),
-                     strict=True):
-        read.add(f"overhead_s.{sg.op_class}")
-        if sg.flop > 0:
-            read.add(f"efficiency.{sg.op_class}")
-        if sg.flop > 0 and is_mac_work(sg):
-            read.add("half_efficiency_flop")
-        if n.casts or (autocast and weight_cast(sg, n, trace_bpe)):
-            read.add("overhead_s.elementwise")
-    return frozenset(read)
 
 
 def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = None,
@@ -339,43 +265,6 @@ class _Setup:
 
 
 @dataclass(frozen=True)
-class _Placed:
-    """What a prediction works out before it reads a fitted FamilyParams (roofline.MappedSubgraph):
-    the numerics plan, the chip context, whether the weights stay on chip, each subgraph placed on
-    its engine, the memory profile."""
-
-    numerics: tuple[OpNumerics, ...]
-    trace_bpe: float
-    ctx: ChipContext
-    resident: bool
-    subgraphs: tuple[MappedSubgraph, ...]
-    memory: MemoryProfile
-
-
-@recent(maxsize=256)        # each entry holds its workload and its placed subgraphs (model.memo): as few as memory_profile
-def _placed(workload, chip: Chip, precision: str, fp32_mode: str, autocast: bool, family_passes: float,
-            runtime: str, memory_format: str, framework: str) -> _Placed:
-    """The subgraphs of `workload` placed at the precision the numerics plan gives each, with
-    their own layout passes and their convolution producers' bytes (module docstring, Layout).
-    Raises UnsupportedPrecision when no engine runs a subgraph's precision. A calibration fit
-    predicts the same workload thousands of times with only the fitted parameters changing: it
-    is placed once (model.memo)."""
-    trace_bpe = trace_bytes_per_element(workload)
-    scale = BYTES_PER_ELEMENT[precision] / trace_bpe
-    numerics = plan(workload, chip, precision, trace_bpe, fp32_mode, autocast)
-    resident = weights_stay_on_chip(workload, chip, scale)
-    passes = [0.0] * len(workload.subgraphs)
-    for sg, n in zip(workload.subgraphs, numerics, strict=True):
-        passes[sg.index] = layout_passes(sg, chip, n, family_passes, runtime, memory_format, framework)
-    contexts = {p: chip_context(chip, p) for p in {n.precision for n in numerics}}
-    placed = tuple(place_subgraph(sg, chip, n.precision, trace_bpe, resident, contexts[n.precision],
-                                  producer_layout_bytes(workload, sg, passes), n.scales, passes[sg.index])
-                   for sg, n in zip(workload.subgraphs, numerics, strict=True))
-    return _Placed(numerics, trace_bpe, chip_context(chip, precision), resident, placed,
-                   memory_profile(workload, scale))
-
-
-@dataclass(frozen=True)
 class _EagerRun:
     """An eager runtime's pass through the host queue, and the bytes its cast kernels moved."""
 
@@ -383,7 +272,7 @@ class _EagerRun:
     cast_bytes: float
 
 
-def _eager_run(placed: _Placed, chip: Chip, kernels: Sequence, params: FamilyParams, setup: _Setup,
+def _eager_run(placed: Placed, chip: Chip, kernels: Sequence, params: FamilyParams, setup: _Setup,
                host: HostCost) -> _EagerRun:
     """One stream in program order behind the host (host.run_queue): each subgraph's cast kernels
     (numerics' activation casts, autocast's weight cast; cast_kernel_s) before its own kernel,
@@ -417,16 +306,19 @@ def predicted_latency_s(workload, chip: Chip, precision: str, params: FamilyPara
     that its power stays within the TDP, else predict's. A calibration fit asks for this number
     alone, about 100,000 times a run. A captured graph's (stage schedule) is predict's; NaN where
     the precision is unsupported, as predict's record says."""
+    def recorded() -> float:
+        return predict(workload, chip, precision, params=params, runtime=runtime, fp32_mode=fp32_mode,
+                       repeated=repeated).latency_s
+
     running = chip.at_boost()
     host = host_cost(running, runtime, params)
     if host is None:
-        return predict(workload, chip, precision, params=params, runtime=runtime, fp32_mode=fp32_mode,
-                       repeated=repeated).latency_s
+        return recorded()
     if not running.supports(precision):
         return NAN
     setup = _Setup(runtime, None, False, fp32_mode, "nchw", DEFAULT_FRAMEWORK, "", repeated)
     try:
-        placed = _placed(workload, running, precision, fp32_mode, False, params.layout_passes, runtime, "nchw",
+        placed = placed_workload(workload, running, precision, fp32_mode, False, params.layout_passes, runtime, "nchw",
                          DEFAULT_FRAMEWORK)
     except UnsupportedPrecision:
         return NAN
@@ -438,10 +330,8 @@ def predicted_latency_s(workload, chip: Chip, precision: str, params: FamilyPara
     energies = [placed_energy(m, t) for m, t in zip(placed.subgraphs, kernels, strict=True)]
     energy = _run_energy_j(sum(e.compute_j for e in energies), sum(e.dram_j + e.onchip_j for e in energies),
                            eager.cast_bytes, latency, placed.ctx)
-    if latency > 0 and energy / latency > chip.tdp_w:      # power-limited: predict finds the clock the TDP allows
-        return predict(workload, chip, precision, params=params, runtime=runtime, fp32_mode=fp32_mode,
-                       repeated=repeated).latency_s
-    return latency
+    power_limited = latency > 0 and energy / latency > chip.tdp_w     # predict finds the clock the TDP allows
+    return recorded() if power_limited else latency
 
 
 @dataclass(frozen=True)
@@ -501,7 +391,7 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
                            f"{chip_label(chip)} has no engine for {precision}; it runs {', '.join(chip.precisions)}",
                            runtime)
     try:
-        placed = _placed(workload, chip, precision, setup.fp32_mode, setup.autocast, params.layout_passes, runtime,
+        placed = placed_workload(workload, chip, precision, setup.fp32_mode, setup.autocast, params.layout_passes, runtime,
                          setup.memory_format, setup.framework)
     except UnsupportedPrecision as exc:
         return unsupported(workload, chip, precision, str(exc), runtime)

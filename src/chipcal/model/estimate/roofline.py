@@ -386,7 +386,7 @@ def placed_energy(placed: MappedSubgraph, times: _KernelTime) -> _Energy:
 class MappedSubgraph:
     """A subgraph placed on `chip` (map_subgraph) with the byte counts its estimate reads: what no
     fitted FamilyParams moves (a fit changes efficiency, fixed costs and the size curve), so a fit
-    that predicts the same subgraph thousands of times places it once (prediction._placed)."""
+    that predicts the same subgraph thousands of times places it once (placement.placed_workload)."""
 
     subgraph: object
     alloc: object               # mapping.base.Allocation
@@ -432,8 +432,8 @@ def estimate_subgraph(subgraph, chip: Chip, precision: str, params: FamilyParams
     counts are rescaled by BYTES_PER_ELEMENT[precision] / trace_bytes_per_element, or by `scales`
     (input, weight, output) where they differ (estimate.numerics).
     `weights_on_chip`: the model's weights stay on chip between inferences (no DRAM weight reads).
-    `producer_layout_bytes`: mapping.base.traffic (prediction.producer_layout_bytes works it out);
-    `layout_passes` replaces params.layout_passes for this subgraph (prediction.layout_passes).
+    `producer_layout_bytes`: mapping.base.traffic (placement.producer_layout_bytes works it out);
+    `layout_passes` replaces params.layout_passes for this subgraph (placement.layout_passes).
     Raises mapping.UnsupportedPrecision if no engine of `chip` runs `precision`.
     """
     passes = params.layout_passes if layout_passes is None else layout_passes
