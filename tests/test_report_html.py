@@ -1,18 +1,16 @@
 """report.html (issue 39): the calibration report as one self-contained page. Every run directory in
 results/ has one; it parses, its images are PNG data: URIs, it names no other host or file, its
 tables are whole; it says what report.md says; and, where a Chromium is installed, it opens in it
-with the network shut, every image decodes and every table renders and sorts."""
+with the network shut, every image decodes, every table renders and sorts, and the console shows no
+error."""
 
 from __future__ import annotations
 
 import base64
-import json
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from browser import browse, console_errors, needs_chromium
 from html_check import Page, assert_sorted, check_page, png_size
 from recorded import reference_run_dir
 
@@ -80,84 +78,12 @@ def test_every_run_in_results_has_its_report_html(run):
     assert len(page.images) == (4 if doc.observations.power or doc.observations.holds else 3)   # power.png: power read
 
 
-def _chromium() -> str | None:
-    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
-
-
-# Loaded beside the pages under test: waits for each page in its iframe, then reads from it what a
-# reader would see: each image decoded with its size, each table's rendered height and rows, and for
-# the pages named in SORT each column's cells after one click on its header and after a second.
-HARNESS = """<!DOCTYPE html><html><head><meta charset="utf-8"></head><body><pre id="result">pending</pre>
-<script>
-var PAGES = %(pages)s, SORT = %(sort)s;
-function load(src) {
-  return new Promise(function (done) {
-    var f = document.createElement("iframe");
-    f.style.width = "1200px"; f.style.height = "800px";
-    f.onload = function () { done(f); };
-    f.src = src; document.body.appendChild(f);
-  });
-}
-function pixels(img) {
-  // decoded for real: drawn on a canvas, the count of pixels that are not white
-  var c = document.createElement("canvas");
-  c.width = img.naturalWidth; c.height = img.naturalHeight;
-  var g = c.getContext("2d"); g.drawImage(img, 0, 0);
-  var d = g.getImageData(0, 0, c.width, c.height).data, n = 0;
-  for (var i = 0; i < d.length; i += 4) if (d[i] < 250 || d[i + 1] < 250 || d[i + 2] < 250) n++;
-  return n;
-}
-async function inspect(src) {
-  var f = await load(src), doc = f.contentDocument, out = {page: src, images: [], tables: []};
-  for (var img of doc.images) {
-    out.images.push(img.complete ? [img.naturalWidth, img.naturalHeight, pixels(img)] : [0, 0, 0]);
-  }
-  for (var t of doc.querySelectorAll("table")) {
-    var entry = {height: t.getBoundingClientRect().height, rows: t.tBodies[0].rows.length, columns: []};
-    if (SORT.indexOf(src) >= 0) {
-      var heads = t.tHead.rows[0].cells;
-      for (var i = 0; i < heads.length; i++) {
-        var col = function () { return Array.from(t.tBodies[0].rows, function (r) { return r.cells[i].textContent; }); };
-        heads[i].click(); var up = col(), upSort = heads[i].getAttribute("aria-sort");
-        heads[i].click(); var down = col(), downSort = heads[i].getAttribute("aria-sort");
-        entry.columns.push({up: up, down: down, marks: [upSort, downSort]});
-      }
-    }
-    out.tables.push(entry);
-  }
-  f.remove();
-  return out;
-}
-(async function () {
-  var results = [];
-  for (var p of PAGES) results.push(await inspect(p));
-  document.getElementById("result").textContent = JSON.stringify(results);
-})();
-</script></body></html>"""
-
-
-def browse(pages: list[Path], sort: list[Path], tmp_path: Path) -> list[dict]:
-    """Open `pages` in headless Chromium with every network request refused; the harness's findings."""
-    harness = tmp_path / "harness.html"
-    harness.write_text(HARNESS % {"pages": json.dumps([p.as_uri() for p in pages]),
-                                  "sort": json.dumps([p.as_uri() for p in sort])})
-    done = subprocess.run(
-        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
-         "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>", "--host-resolver-rules=MAP * ~NOTFOUND",
-         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=60000", "--dump-dom", harness.as_uri()],
-        capture_output=True, text=True, timeout=180)
-    match = re.search(r'<pre id="result">(.*?)</pre>', done.stdout, re.S)
-    assert match and match.group(1) != "pending", done.stderr[-2000:]
-    import html
-
-    return json.loads(html.unescape(match.group(1)))
-
-
-@pytest.mark.skipif(_chromium() is None, reason="no Chromium installed (Debian: apt-get install chromium)")
+@needs_chromium
 def test_every_report_opens_in_chromium_without_network(tmp_path, cli):
     """Each checked-in report.html and a comparison page, in a real browser engine: every image
-    decodes to its PNG size, every table renders with its rows, and on the comparison and the two
-    newest main jobs every column sorts both ways (judged by html_check's own number parser)."""
+    decodes to its PNG size, every table renders with its rows, on the comparison and the two newest
+    main jobs every column sorts both ways (judged by html_check's own number parser), and the
+    console shows no error, the sorting clicks included."""
     from chipcal.cli import report as report_cli
 
     pages = [run / "report.html" for run in RUNS]
@@ -168,6 +94,7 @@ def test_every_report_opens_in_chromium_without_network(tmp_path, cli):
     sort = [compare, pages[-1], machine[-1] / "report.html"]
     found = browse(pages + [compare], sort, tmp_path)
     assert [f["page"] for f in found] == [p.as_uri() for p in pages + [compare]]
+    assert not console_errors(found)
     for path, result in zip(pages + [compare], found, strict=True):
         parsed = Page(path.read_text())
         assert len(result["images"]) == len(parsed.images)
@@ -184,6 +111,37 @@ def test_every_report_opens_in_chromium_without_network(tmp_path, cli):
                 assert sorted(column["up"]) == sorted(column["down"]) == sorted(r[i] for r in table.rows)
         if path in sort:
             assert all(len(e["columns"]) == len(t.head) for t, e in zip(parsed.tables, result["tables"], strict=True))
+
+
+# A 1x1 PNG, its one pixel not white: an image that decodes, on the page that must show no error.
+PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9a"
+         "wAAAABJRU5ErkJggg==")
+
+
+@needs_chromium
+def test_the_console_check_reports_each_kind_of_error(tmp_path):
+    """The check above can fail: a page with an exception thrown while it loads, a console.error
+    call, an image that does not decode, and an image and a CSS background from another host (the
+    network is shut) reports each; a clean page opened after it, with a log line, reports none."""
+    faulty, clean = tmp_path / "faulty.html", tmp_path / "clean.html"
+    faulty.write_text('<!DOCTYPE html><html><head><meta charset="utf-8">'
+                      "<style>body { background: url(http://example.com/back.png) }</style></head><body>"
+                      '<script>throw new Error("fault a");</script><script>console.error("fault b");</script>'
+                      '<img src="data:image/png;base64,AAAAbroken"><img src="http://example.com/chart.png">'
+                      "</body></html>")
+    clean.write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body><img src="{PIXEL}">'
+                     '<script>console.log("all well");</script></body></html>')
+    found = browse([faulty, clean], [], tmp_path)
+    errors = console_errors(found)
+    assert list(errors) == [faulty.as_uri()]
+    assert sorted(errors[faulty.as_uri()]) == sorted([
+        f"Uncaught Error: fault a at {faulty.as_uri()}:1",
+        "console.error: fault b",
+        "failed to load: IMG data:image/png;base64,AAAAbroken",
+        "failed to load: IMG http://example.com/chart.png",
+        "failed to load: css http://example.com/back.png",
+    ])
+    assert [f["images"] for f in found] == [[[0, 0, 0], [0, 0, 0]], [[1, 1, 1]]]
 
 
 @pytest.mark.parametrize("draw", ["draw_predicted_vs_measured", "draw_roofline", "draw_gemm_efficiency"])
