@@ -28,6 +28,7 @@ from chipcal.calibrate.power_records import HoldRow, PowerRow, PowerSection
 from chipcal.calibrate.records import LAST, OMIT_NONE, Record, record
 from chipcal.calibrate.selfcheck import CrossValSection
 from chipcal.measure.device import Device
+from chipcal.measure.node import Node
 from chipcal.measure.system import Fingerprint
 from chipcal.model.local import LOCAL_CHIP_NAME
 from chipcal.model.mapping.base import CONV_CLASSES
@@ -464,6 +465,10 @@ class CalibrationDocument(Record):
     peak_rss_bytes: int | None = field(default=None, metadata=OMIT_NONE)   # measure.resident, at the run's end
     # where the run's time went (calibrate.phases); None: a run from before it was recorded
     phases: tuple[PhaseTime, ...] | None = field(default=None, metadata=OMIT_NONE)
+    # the node of a fleet that ran it (measure.node; machine_slug is its class); None: a run from
+    # before it was recorded, whose node is named by its directory (fleet.store)
+    node: Node | None = field(default=None, metadata=OMIT_NONE)
+    smoke: bool | None = field(default=None, metadata=OMIT_NONE)     # True: a --smoke run (calibrate.config)
 
     @classmethod
     def from_dict(cls, data: object, where: str = "") -> CalibrationDocument:

@@ -150,6 +150,7 @@ def write(run: RunContext, done: Phases, created: str) -> cd.CalibrationDocument
     """The calibration document of the run, stamped `created`."""
     from chipcal.calibrate.layer_fits import RUNTIME
     from chipcal.measure.models import MODEL_FP32_MODE
+    from chipcal.measure.node import this_node
     from chipcal.measure.resident import peak_rss_bytes
 
     config, fp, chip, bw = run.config, done.machine.fp, done.memory.chip, done.memory.bw
@@ -185,6 +186,7 @@ def write(run: RunContext, done: Phases, created: str) -> cd.CalibrationDocument
         dispatch=done.host.dispatch, threads=done.host.threads, first_touch=done.host.first_touch,
         layout=done.host.layout, throttle_note=done.sweep.gemm.throttle_note, crossval=micro.crossval.section(),
         model_fp32_mode=MODEL_FP32_MODE, peak_rss_bytes=peak_rss, phases=run.clock.times(),
+        node=this_node(), smoke=config.smoke or None,
     )
 
 

@@ -109,8 +109,8 @@ def sweep(run: RunContext, machine: Machine) -> Sweep:
     run.progress.phase("GEMM peak sweep", len(precisions) * len(peak.default_shapes(run.device)))
 
     def measure():
-        gemm = peak.measure_gemm_peak(run.device, precisions, remeasure=config.remeasure, fp=machine.fp,
-                                      on_shape=run.step)
+        gemm = peak.measure_gemm_peak(run.device, precisions, fp=machine.fp, on_shape=run.step,
+                                      **config.probe_budget(peak.GEMM_TIME_S))
         release_freed_memory()      # the pinned heap keeps what a phase freed; give it back between phases
         return gemm
 
@@ -183,11 +183,12 @@ def bandwidth(run: RunContext, machine: Machine) -> Memory:
     fp, chip, origin = machine.fp, machine.chip, machine.origin
     llc = None if run.device.is_cuda else fp.l3_bytes
     run.clock.start("bandwidth")
-    run.progress.phase("memory bandwidth", len(probe.KERNELS) * len(probe.DEFAULT_BANDWIDTH_SIZES[run.device.kind]))
+    sizes = run.config.bandwidth_sizes(probe.DEFAULT_BANDWIDTH_SIZES[run.device.kind])
+    run.progress.phase("memory bandwidth", len(probe.KERNELS) * len(sizes))
 
     def measure():
-        bw = probe.measure_bandwidth(run.device, remeasure=run.config.remeasure, fp=fp,
-                                     on_point=lambda pt: run.step(pt.kernel))
+        bw = probe.measure_bandwidth(run.device, sizes, fp=fp, on_point=lambda pt: run.step(pt.kernel),
+                                     **run.config.probe_budget(probe.BANDWIDTH_TIME_S))
         release_freed_memory()
         return bw
 

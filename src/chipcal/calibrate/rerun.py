@@ -35,10 +35,12 @@ def compare(current: CalibrationDocument, previous: CalibrationDocument) -> Reru
                         same_software=same)
 
 
-def previous_run(results_root: Path, current: CalibrationDocument) -> CalibrationDocument | None:
-    """The latest run under results_root/<this machine's slug> created before `current`, on the
-    same device at the same precision; runs that cannot be read (older schemas) are passed over."""
-    folder = Path(results_root) / current.machine_slug
+def previous_run(results_root: Path, current: CalibrationDocument, folder: str | None = None
+                 ) -> CalibrationDocument | None:
+    """The latest run under results_root/<folder> (default: this machine's slug; a fleet's store
+    has a folder per node) created before `current`, of the same machine on the same device at
+    the same precision; runs that cannot be read (older schemas) are passed over."""
+    folder = Path(results_root) / (folder or current.machine_slug)
     if not folder.is_dir():
         return None
     for directory in reversed(store.find_runs(folder)):
@@ -47,15 +49,15 @@ def previous_run(results_root: Path, current: CalibrationDocument) -> Calibratio
         except CalibrationError:
             continue
         if (doc.created_utc < current.created_utc and doc.device == current.device
-                and doc.precision == current.precision):
+                and doc.precision == current.precision and doc.machine_slug == current.machine_slug):
             return doc
     return None
 
 
-def with_rerun(current: CalibrationDocument, results_root: Path) -> CalibrationDocument:
+def with_rerun(current: CalibrationDocument, results_root: Path, folder: str | None = None) -> CalibrationDocument:
     """`current` with its rerun section, and the flag when the calibrated median error is within
-    the drift; unchanged when no earlier run of this machine shares a model with it."""
-    previous = previous_run(results_root, current)
+    the drift; unchanged when no earlier run of this machine (in `folder`) shares a model with it."""
+    previous = previous_run(results_root, current, folder)
     section = compare(current, previous) if previous else None
     if section is None:
         return current

@@ -53,18 +53,27 @@ class PhaseBars:
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    from chipcal.calibrate.config import DEFAULT_BATCHES, DEFAULT_MODELS, QUICK_MODELS
+    from chipcal.calibrate.config import DEFAULT_MODELS, QUICK_MODELS, SMOKE_MODELS
 
     p = Parser(prog=prog or "chipcal calibrate", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", type=device_arg, help="cpu (default), cuda or cuda:N")
-    p.add_argument("--quick", action="store_true",
-                   help=f"shorter timing budgets, 2 rounds, models {','.join(QUICK_MODELS)}")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true",
+                      help=f"shorter timing budgets, 2 rounds, models {','.join(QUICK_MODELS)}")
+    mode.add_argument("--smoke", action="store_true",
+                      help=f"the shortest run through every phase, to check that a machine runs chipcal end to end "
+                           f"(a fleet's smoke test): an eighth of the probe budgets, no measurement cache, 2 rounds, "
+                           f"{','.join(SMOKE_MODELS)} at batch 1, fp32 sweep; its figures are noisy")
     p.add_argument("--models", type=csv_list, metavar="A,B,…",
                    help=f"validation models (default {','.join(DEFAULT_MODELS)})")
-    p.add_argument("--batch", type=positive_int_list, metavar="1,8", default=list(DEFAULT_BATCHES),
-                   help="validation batch sizes (default 1,8)")
+    p.add_argument("--batch", type=positive_int_list, metavar="1,8",
+                   help="validation batch sizes (default 1,8; --smoke: 1)")
     p.add_argument("--out", metavar="DIR",
                    help="results directory (default results/; with --refit, beside the re-fitted run)")
+    p.add_argument("--by-node", action="store_true",
+                   help="write the run under OUT/<node>/ instead of OUT/<machine>/: a fleet's shared store, where "
+                        "identical nodes share one machine class (the node: $CHIPCAL_NODE, else Slurm's node name, "
+                        "else the host name)")
     p.add_argument("--precision", type=csv_choices("precision", PRECISIONS), metavar="fp32,bf16,…",
                    help="GEMM sweep precisions (default fp32,bf16,fp16,int8: those with a hardware unit here are "
                         "swept, any other is timed once at one small shape and reported as emulated). "
@@ -156,7 +165,7 @@ def _body(args: argparse.Namespace) -> int:
     args.device.require()
 
     from chipcal.calibrate import rerun, store
-    from chipcal.calibrate.config import QUICK_MODELS, CalibrationConfig
+    from chipcal.calibrate.config import CalibrationConfig
     from chipcal.calibrate.journal import Journal
     from chipcal.calibrate.run import run_calibration
 
@@ -169,20 +178,15 @@ def _body(args: argparse.Namespace) -> int:
         except TypeError as exc:
             raise UsageError(f"--resume {args.resume}: its configuration does not fit this chipcal ({exc})") from None
     else:
-        models = args.models or (list(QUICK_MODELS) if args.quick else None)
-        if models:
-            _check_models(models)
-        config = CalibrationConfig(device=args.device, quick=args.quick, batches=tuple(args.batch),
-                                   remeasure=args.remeasure,
-                                   gemm_precisions=tuple(args.precision) if args.precision else None,
-                                   command=args.command,
-                                   **({"models": tuple(models)} if models else {}))
-        journal = Journal.create(Path(args.out), config)
+        config = _config(args)
+        journal = Journal.create(config.journal_root(Path(args.out)), config)
     bars = PhaseBars()
     try:
-        doc = rerun.with_rerun(run_calibration(config, progress=bars, journal=journal), Path(args.out))
+        doc = run_calibration(config, progress=bars, journal=journal)
+        folder = config.folder(doc.machine_slug)
+        doc = rerun.with_rerun(doc, Path(args.out), folder)
         bars.phase("writing report", 1)
-        path, doc = _write(doc, Path(args.out), doc.machine_slug)
+        path, doc = _write(doc, Path(args.out), folder)
     except KeyboardInterrupt:
         bars.close()
         sys.stderr.write(f"interrupted: the measurements so far are kept in {journal.directory}; "
@@ -193,6 +197,28 @@ def _body(args: argparse.Namespace) -> int:
     bars.close()
     _summarize(doc, path, args.json)
     return 0
+
+
+def _config(args: argparse.Namespace):
+    """The run's configuration from its arguments; --quick and --smoke choose their own models,
+    batches and (--smoke) sweep precision where the arguments do not."""
+    from chipcal.calibrate.config import (
+        DEFAULT_BATCHES,
+        QUICK_MODELS,
+        SMOKE_BATCHES,
+        SMOKE_MODELS,
+        CalibrationConfig,
+    )
+
+    models = args.models or (list(SMOKE_MODELS) if args.smoke else list(QUICK_MODELS) if args.quick else None)
+    if models:
+        _check_models(models)
+    precisions = args.precision or (["fp32"] if args.smoke else None)
+    return CalibrationConfig(device=args.device, quick=args.quick, smoke=args.smoke,
+                             batches=tuple(args.batch or (SMOKE_BATCHES if args.smoke else DEFAULT_BATCHES)),
+                             remeasure=args.remeasure, by_node=args.by_node,
+                             gemm_precisions=tuple(precisions) if precisions else None, command=args.command,
+                             **({"models": tuple(models)} if models else {}))
 
 
 def _summarize(doc, path: Path, as_json: bool) -> None:

@@ -43,6 +43,7 @@ DEFAULT_BANDWIDTH_SIZES = {
     "cpu": (16 * 1024, 64 * 1024, 256 * 1024, *_KNEE_RANGE, 256 * 2**20, 320 * 2**20),    # per array
     "cuda": tuple(64 * 1024 * 4**i for i in range(8))}    # 64 KiB … 1 GiB per array
 KERNELS = {"copy": 2, "triad": 3}   # arrays touched = bytes moved per element / 4
+BANDWIDTH_TIME_S = 1.0   # the timing budget of one (kernel, size) point
 
 
 @dataclass(frozen=True)
@@ -211,8 +212,8 @@ def bandwidth_from_points(device: str, slug: str, points: list[BandwidthPoint], 
 
 
 def measure_bandwidth(device: Device = CPU, sizes: Sequence[int] | None = None, *, remeasure: bool = False,
-                      use_cache: bool = True, fp: Fingerprint | None = None, max_time_s: float = 1.0,
-                      min_samples: int = 6,
+                      use_cache: bool = True, fp: Fingerprint | None = None,
+                      max_time_s: float = BANDWIDTH_TIME_S, min_samples: int = 6,
                       on_point: Callable[[BandwidthPoint], None] | None = None) -> Bandwidth:
     """Copy and triad bandwidth over `sizes` (bytes per array) with the cache knee (cached)."""
 

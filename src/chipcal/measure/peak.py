@@ -44,6 +44,7 @@ TRIAL_SIZE = 64            # m = n = k of the trial GEMM that says whether, and 
 TRIAL_CALLS, TRIAL_TIME_S = 20, 0.05   # trial calls: at most this many, stopping after this long
 EMULATED_CALL_S = 0.25     # an emulated precision's one shape: predicted call time under this
 EMULATED_TIME_S = 1.0      # ... and its whole timing budget
+GEMM_TIME_S = 2.0          # the timing budget of one swept shape
 _SQUARE = {"cpu": (256, 512, 1024, 2048, 4096), "cuda": (1024, 2048, 4096, 8192, 16384)}
 # tall (large M, small N), short-wide (small M: batch-like), small-K
 _RECT = {"cpu": ((16384, 256, 1024), (256, 4096, 4096), (4096, 4096, 256)),
@@ -362,8 +363,8 @@ class _SweepPlan:
 
 def measure_gemm_peak(device: Device = CPU, precisions: Sequence[str] | None = None,
                       shapes: Sequence[Shape] | None = None, *, remeasure: bool = False,
-                      use_cache: bool = True, fp: Fingerprint | None = None, max_time_s: float = 2.0,
-                      min_samples: int = 6, max_call_s: float | None = None,
+                      use_cache: bool = True, fp: Fingerprint | None = None,
+                      max_time_s: float = GEMM_TIME_S, min_samples: int = 6, max_call_s: float | None = None,
                       on_point: Callable[[GemmPoint], None] | None = None,
                       on_shape: Callable[[str], None] | None = None) -> GemmPeak:
     """GEMM FLOP/s curves and best sustained peak per precision (cached per fingerprint).
