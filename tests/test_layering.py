@@ -1,7 +1,7 @@
 """The package's rooms and their one-way arrows (ARCHITECTURE.md), read from the source with `ast`,
 so that a lazy import inside a function counts as much as one at the top.
 
-    model <- measure <- calibrate <- report, validate <- cli
+    model <- measure <- calibrate <- report, validate <- fleet <- cli
 
 A room imports only rooms to its left (report and validate not each other); a cli module shares
 plumbing through cli/common.py only. The package lives in src/chipcal: from the repository root
@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "chipcal"
 # each room's rank: a room may import a room of lower rank; equal ranks are separate rooms
-RANK = {"model": 0, "measure": 1, "calibrate": 2, "report": 3, "validate": 3, "cli": 4}
+RANK = {"model": 0, "measure": 1, "calibrate": 2, "report": 3, "validate": 3, "fleet": 4, "cli": 5}
 
 
 def _imports(path: Path) -> set[str]:

@@ -135,3 +135,42 @@ def test_ten_thousand_runs_indexed_and_reported(tmp_path, benchmark):
     runs, update = benchmark.pedantic(build_update_report, rounds=1, iterations=1)
     print({k: f"{v:.1f} s" for k, v in times.items()})
     assert len(runs) == 10_000 and update.kept == 10_000
+
+
+def test_a_fleet_of_ten_thousand_runs_indexed_and_reported(tmp_path, benchmark):
+    """A fleet store of 10,000 runs (2,500 nodes of one class, 4 runs each, slim documents whose
+    GEMM peak differs by node), indexed, then the fleet report built from the index (outliers
+    and drift included): each in seconds, printed."""
+    from chipcal.fleet.report import blocks, build
+    from chipcal.report.render import text as render_text
+
+    root = tmp_path / "store"
+    template = _write_run(tmp_path / "template", "SLUG", "2026-01-01T00:00:00Z", slim=True)
+    doc = json.loads((template / store.CALIBRATION_FILE).read_text())
+    doc["node"] = {"name": "NODE", "source": "CHIPCAL_NODE", "hostname": "NODE", "gpu_uuids": []}
+    text = json.dumps(doc).replace("SLUG", "fleet-class").replace("200000000000.0", "PEAK")
+    for i in range(10_000):
+        node, run = f"node-{i % 2500:04d}", i // 2500
+        peak = 2e11 * (0.5 if i % 2500 == 7 else 1 + 0.01 * ((i * 7919) % 13 - 6) / 6)
+        path = root / node / f"2026010{run}T000000Z"
+        path.mkdir(parents=True)
+        (path / store.CALIBRATION_FILE).write_text(
+            text.replace("NODE", node).replace("PEAK", repr(peak)).replace("2026-01-01T00:00:00Z",
+                                                                           f"2026-01-0{run + 1}T00:00:00Z"))
+    times = {}
+
+    def index_and_report():
+        for stage in ("index, first build", "index update, nothing changed"):
+            start = time.perf_counter()
+            runs, _, _ = indexed_runs(root)
+            times[stage] = time.perf_counter() - start
+        start = time.perf_counter()
+        report = build(runs, str(root))
+        render_text(blocks(report))
+        times["fleet report from it, as text"] = time.perf_counter() - start
+        return runs, report
+
+    runs, report = benchmark.pedantic(index_and_report, rounds=1, iterations=1)
+    print({k: f"{v:.1f} s" for k, v in times.items()})
+    assert len(runs) == 10_000 and len(report.nodes) == 2500
+    assert {(o.node, o.figure) for o in report.outliers} == {("node-0007", "gemm_fp32")}

@@ -195,6 +195,14 @@ def device_arg(text: str) -> Device:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def subcommand(name: str):
+    """The module of `chipcal NAME` (chipcal.cli.<name with _ for ->), for a command that runs
+    another in its own process: `chipcal fleet` runs `chipcal calibrate` on each node."""
+    import importlib
+
+    return importlib.import_module(f"chipcal.cli.{name.replace('-', '_')}")
+
+
 def output_file(text: str) -> str:
     """argparse type for a file the command will write: checked before any work is done."""
     path = Path(text).expanduser()

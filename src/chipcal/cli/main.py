@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "measure-peak": ("chipcal.cli.measure_peak", "measure GEMM peak and memory bandwidth"),
     "measure-model-efficiency": ("chipcal.cli.measure_model_efficiency", "measure model latency and efficiency"),
     "calibrate": ("chipcal.cli.calibrate", "measure this machine, fit the model, write a report"),
+    "fleet": ("chipcal.cli.fleet", "calibrate a fleet through Slurm (or here) into a shared store; find slow nodes"),
     "report": ("chipcal.cli.report", "calibration runs side by side, the results index, report.html, two runs compared"),
 }
 

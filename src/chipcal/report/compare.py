@@ -96,7 +96,9 @@ class Comparison:
     flags: tuple[FlagPresence, ...]
 
 
-def _disjoint(a: Interval | None, b: Interval | None) -> bool | None:
+def disjoint(a: Interval | None, b: Interval | None) -> bool | None:
+    """Whether two noise intervals do not overlap: the rule a change is judged by (None: an
+    interval is not known)."""
     if a is None or b is None:
         return None
     return a[1] < b[0] or b[1] < a[0]
@@ -171,10 +173,10 @@ def compare(a: CalibrationDocument, b: CalibrationDocument, a_path: str = "A", b
         pa = next((p.measured_flop_per_s for p in a.peaks if p.precision == precision), None)
         pb = next((p.measured_flop_per_s for p in b.peaks if p.precision == precision), None)
         ia, ib = peak_interval(a, precision), peak_interval(b, precision)
-        peaks.append(PeakChange(precision, pa, pb, ia, ib, _disjoint(ia, ib)))
+        peaks.append(PeakChange(precision, pa, pb, ia, ib, disjoint(ia, ib)))
     ra, rb = bandwidth_range(a), bandwidth_range(b)
     bandwidth = BandwidthChange(a.bandwidth.measured_bytes_per_s, b.bandwidth.measured_bytes_per_s, ra, rb,
-                                _disjoint(ra, rb))
+                                disjoint(ra, rb))
     codes_a, codes_b = {f.code for f in a.flags}, {f.code for f in b.flags}
     flags = tuple(FlagPresence(c, c in codes_a, c in codes_b)
                   for c in dict.fromkeys([f.code for f in a.flags] + [f.code for f in b.flags]))

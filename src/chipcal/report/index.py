@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from chipcal.calibrate.document import CalibrationDocument
 from chipcal.report import render
 from chipcal.report.calibration import pct
+from chipcal.report.figures import Figure, run_figures
 from chipcal.report.render import Block, Heading, Paragraph, table
 
 COMMAND = "chipcal report results/ --markdown results/README.md"
@@ -47,14 +48,22 @@ class RunSummary:
     warnings: tuple[str, ...]       # flag codes of severity warning, once each
     in_tree: bool = True
     git_ref: str | None = None      # a run no longer in the tree: "COMMIT:path/of/the/run" that holds it
+    folder: str | None = None       # the directory the run is in, where not its machine's (a fleet's node)
+    node: str | None = None         # the node that ran it (measure.node); None: not recorded, nor a folder
+    smoke: bool = False
+    figures: tuple[Figure, ...] = ()   # report.figures
 
     @property
     def directory(self) -> str:
-        return f"{self.machine}/{self.run}"
+        return f"{self.folder or self.machine}/{self.run}"
 
     @classmethod
-    def of(cls, doc: CalibrationDocument, run: str, git_ref: str | None = None) -> RunSummary:
+    def of(cls, doc: CalibrationDocument, run: str, git_ref: str | None = None, folder: str | None = None
+           ) -> RunSummary:
+        """The summary of the run `doc` in directory `folder`/`run`; a document that does not
+        record its node is named by its folder where that is not its machine's."""
         val = doc.validation
+        folder = None if folder == doc.machine_slug else folder
         return cls(machine=doc.machine_slug, run=run, device=str(doc.device), chip=doc.chip.name,
                    hardware=hardware_text(doc), torch=doc.fingerprint.torch_version.split("+")[0],
                    created_utc=doc.created_utc, command=doc.command, quick=doc.quick, cases=val.n,
@@ -63,7 +72,14 @@ class RunSummary:
                    default_p90_abs_error=val.default_p90_abs_error, noise_rel=val.noise_rel,
                    rerun_median_abs_change=doc.rerun.median_abs_change if doc.rerun else None,
                    warnings=tuple(dict.fromkeys(f.code for f in doc.flags if f.severity == "warning")),
-                   in_tree=git_ref is None, git_ref=git_ref)
+                   in_tree=git_ref is None, git_ref=git_ref, folder=folder,
+                   node=doc.node.name if doc.node else folder, smoke=bool(doc.smoke), figures=run_figures(doc))
+
+    @classmethod
+    def from_fields(cls, data: dict) -> RunSummary:
+        """A summary from its JSON (dataclasses.asdict of one: the results index's store)."""
+        return cls(**{**data, "warnings": tuple(data["warnings"]),
+                      "figures": tuple(Figure(**f) for f in data.get("figures", ()))})
 
 
 def hardware_text(doc: CalibrationDocument) -> str:

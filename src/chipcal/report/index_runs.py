@@ -58,5 +58,6 @@ def dropped_runs(directory: Path, present: set[str]) -> tuple[list[RunSummary], 
         except (ValueError, CalibrationError) as exc:
             skipped.append(f"{run_dir} at {commit[:12]}: {str(exc)[:80]}")
             continue
-        out.append(RunSummary.of(doc, run_dir.split("/")[1], git_ref=f"{commit[:12]}:{prefix.strip()}{run_dir}"))
+        folder, run = run_dir.split("/")
+        out.append(RunSummary.of(doc, run, git_ref=f"{commit[:12]}:{prefix.strip()}{run_dir}", folder=folder))
     return out, skipped

@@ -25,7 +25,7 @@ _RADII_PX = (3, 8, 16, 28, 44, 64, 90, 120, 160, 210)
 _POINT_PX = 5                    # half the side of the box a named point keeps free
 
 
-def _figure(size: tuple[float, float], **subplots):
+def new_figure(size: tuple[float, float], **subplots):
     """A matplotlib figure and axes (Agg backend: no display needed); `subplots` as for plt.subplots."""
     import matplotlib
 
@@ -110,7 +110,7 @@ def place_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str
 
 
 def draw_gemm_efficiency(doc: CalibrationDocument):
-    fig, ax = _figure((7, 5))
+    fig, ax = new_figure((7, 5))
     for p in doc.peaks:
         rows = [g for g in doc.observations.gemm if g.precision == p.precision]
         if not rows or not p.physics_flop_per_s:
@@ -131,7 +131,7 @@ def draw_gemm_efficiency(doc: CalibrationDocument):
 
 
 def draw_predicted_vs_measured(doc: CalibrationDocument):
-    fig, ax = _figure((7, 6.5))
+    fig, ax = new_figure((7, 6.5))
     models, layers = doc.observations.models, doc.observations.layers
     ax.scatter([r.median_s for r in layers], [r.predicted_s for r in layers], marker=".", color="grey",
                label="micro-layers (fit)")
@@ -151,7 +151,7 @@ def draw_predicted_vs_measured(doc: CalibrationDocument):
 
 
 def draw_roofline(doc: CalibrationDocument):
-    fig, ax = _figure((8, 5.5))
+    fig, ax = new_figure((8, 5.5))
     bw = doc.bandwidth.measured_bytes_per_s
     intensity = np.logspace(-2, 3, 200)
     for p in doc.peaks:
@@ -176,7 +176,7 @@ def draw_power(doc: CalibrationDocument):
     """The holds' power and SM clock over time (a run with holds, calibrate.sustain); an older run:
     its power windows against throughput, each named."""
     if holds := doc.observations.holds:
-        fig, (clock_ax, ax) = _figure((7, 8), nrows=2, sharex=True)
+        fig, (clock_ax, ax) = new_figure((7, 8), nrows=2, sharex=True)
         for h in holds:
             ax.plot(h.sample_t_s, [np.nan if p is None else p for p in h.sample_power_w], label=h.label)
             clock_ax.plot(h.sample_t_s, [np.nan if c is None else c / 1e9 for c in h.sample_sm_clock_hz])
@@ -186,7 +186,7 @@ def draw_power(doc: CalibrationDocument):
         _axes(ax, "", "time since the hold began (s)", "power (W)", grid="major")
         _legend(ax, 7)
         return fig
-    fig, ax = _figure((7, 5))
+    fig, ax = new_figure((7, 5))
     rows = [r for r in doc.observations.power if r.avg_power_w is not None]
     ax.scatter([r.flop_per_s for r in rows], [r.avg_power_w for r in rows])
     _axes(ax, "Power vs throughput", "throughput (FLOP/s)", "average power (W)", grid="major")
@@ -202,7 +202,7 @@ def _drawers(doc: CalibrationDocument) -> dict[str, Callable]:
     return drawers
 
 
-def _save(fig, target) -> None:
+def save_png(fig, target) -> None:
     import matplotlib.pyplot as plt
 
     fig.savefig(target, dpi=DPI, bbox_inches="tight", format="png", metadata={"Software": None})
@@ -211,7 +211,7 @@ def _save(fig, target) -> None:
 
 def plot_writers(doc: CalibrationDocument) -> dict[str, Callable[[Path], None]]:
     """{file name: writer(path)} for the plots this document has data for."""
-    return {name: (lambda path, draw=draw: _save(draw(doc), path)) for name, draw in _drawers(doc).items()}
+    return {name: (lambda path, draw=draw: save_png(draw(doc), path)) for name, draw in _drawers(doc).items()}
 
 
 def compact(png: bytes) -> bytes:
@@ -230,6 +230,6 @@ def png_bytes(doc: CalibrationDocument) -> dict[str, bytes]:
     out = {}
     for name, draw in _drawers(doc).items():
         buffer = io.BytesIO()
-        _save(draw(doc), buffer)
+        save_png(draw(doc), buffer)
         out[name] = compact(buffer.getvalue())
     return out

@@ -86,8 +86,7 @@ def _summary_json(summary: RunSummary) -> str:
 
 
 def _summary(text: str) -> RunSummary:
-    data = json.loads(text)
-    return RunSummary(**{**data, "warnings": tuple(data["warnings"])})
+    return RunSummary.from_fields(json.loads(text))
 
 
 def _update(db: sqlite3.Connection, directory: Path) -> IndexUpdate:
@@ -100,7 +99,8 @@ def _update(db: sqlite3.Connection, directory: Path) -> IndexUpdate:
         if known.get(run) == (st.st_mtime_ns, st.st_size):
             continue
         try:
-            summary, error = _summary_json(RunSummary.of(store.load(run_dir), run_dir.name)), None
+            summary, error = _summary_json(RunSummary.of(store.load(run_dir), run_dir.name,
+                                                          folder=run_dir.parent.name)), None
         except CalibrationError as exc:
             summary, error = None, f"{run_dir}: {exc}"
         db.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?)", (run, st.st_mtime_ns, st.st_size, summary, error))
