@@ -36,7 +36,8 @@ class Node:
     gpu_uuids: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Its JSON form, as the calibration document holds it."""
+        return {**dataclasses.asdict(self), "gpu_uuids": list(self.gpu_uuids)}
 
     @property
     def folder(self) -> str:
