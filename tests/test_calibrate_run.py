@@ -388,3 +388,27 @@ def test_a_validation_pass_longer_than_half_its_share_is_skipped():
     # 200 s over 11 x 2 = 9.09 s, half 4.55 s, so the 4 s bound holds
     assert CalibrationConfig(quick=True, models=QUICK_MODELS).max_call_s == pytest.approx(70 / 18 / 2)
     assert CalibrationConfig().max_call_s == MODEL_MAX_CALL_S == 4.0
+
+
+@pytest.mark.parametrize("fake_machine", ["avx512-bf16"], indirect=True)
+def test_a_fleet_of_one_runs_here_into_the_fleet_s_layout(fake_machine, small_suite, tmp_path, monkeypatch, cli):
+    """`chipcal fleet run` without a scheduler: the same per-node task as a Slurm array task runs
+    `chipcal calibrate` here, now, into STORE/<node>/<timestamp>/ (tests/test_fleet_slurm.py runs
+    it through a real Slurm into the same layout); the task's state says which run it wrote."""
+    from chipcal.cli import fleet as fleet_cli
+
+    monkeypatch.setenv("CHIPCAL_NODE", "rack1-node07")
+    root = tmp_path / "store"
+    rc, out, err = cli(fleet_cli.main, ["run", "--store", str(root), "--", "--smoke"])
+    assert rc == 0, err
+    assert "1 task(s), local job -" in out
+    (run,) = store.find_runs(root)
+    assert run.parent == root / "rack1-node07" and re.fullmatch(r"\d{8}T\d{6}Z", run.name)
+    assert {p.name for p in run.iterdir()} == {"calibration.json", "report.md", "report.html", "gemm_efficiency.png",
+                                              "predicted_vs_measured.png", "roofline.png"}
+    doc = store.load(run)
+    assert (doc.node.name, doc.node.source, doc.smoke) == ("rack1-node07", "CHIPCAL_NODE", True)
+    (sub,) = (root / ".fleet").iterdir()
+    task = json.loads((sub / "task-0.json").read_text())
+    assert (task["state"], task["run"], task["exit_code"]) == ("done", f"rack1-node07/{run.name}", 0)
+    assert not (root / "rack1-node07" / ".incomplete").exists() or not any((root / "rack1-node07" / ".incomplete").iterdir())

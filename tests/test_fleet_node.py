@@ -40,10 +40,10 @@ def test_smoke_shortens_every_budget_and_skips_the_cache():
     assert smoke.layer_time_s < quick.layer_time_s and smoke.validation_time_s < quick.validation_time_s
     assert smoke.extra_rounds_time_s == 0 and smoke.rounds == 2
     # CPU: 16, 64, 256 KiB, then 1 MiB x 2^(j/2) for j = 0..12 in 4 KiB pages, then 256 and 320 MiB:
-    # indices 0, 4, 8, 12, 16 and the last two -> 16 KiB, j = 1, 5, 9, 256 MiB, 320 MiB, where
-    # 2^20 * 2^0.5 / 4096 = 362.04 -> 362 pages, 2^20 * 2^2.5 / 4096 = 1448.2 -> 1448, 2^20 * 2^4.5 / 4096 = 5792.6 -> 5793
+    # indices 0, 6, 12 and the last two -> 16 KiB, j = 3, 9, 256 MiB, 320 MiB, where
+    # 2^20 * 2^1.5 / 4096 = 724.08 -> 724 pages and 2^20 * 2^4.5 / 4096 = 5792.6 -> 5793
     sizes = bandwidth.DEFAULT_BANDWIDTH_SIZES["cpu"]
-    assert smoke.bandwidth_sizes(sizes) == (16 * 1024, 362 * 4096, 1448 * 4096, 5793 * 4096, 256 * 2**20, 320 * 2**20)
+    assert smoke.bandwidth_sizes(sizes) == (16 * 1024, 724 * 4096, 5793 * 4096, 256 * 2**20, 320 * 2**20)
     assert quick.bandwidth_sizes(sizes) == sizes
 
 

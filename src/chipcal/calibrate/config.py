@@ -112,5 +112,5 @@ class CalibrationConfig:
 
     def bandwidth_sizes(self, sizes: tuple[int, ...]) -> tuple[int, ...]:
         """The bandwidth probe's working sets: all of `sizes` (measure.bandwidth's), or in
-        --smoke every fourth and the two largest (those the DRAM figure is read from)."""
-        return tuple(sorted(set(sizes[::4]) | set(sizes[-2:]))) if self.smoke else tuple(sizes)
+        --smoke every sixth and the two largest (those the DRAM figure is read from)."""
+        return tuple(sorted(set(sizes[::6]) | set(sizes[-2:]))) if self.smoke else tuple(sizes)

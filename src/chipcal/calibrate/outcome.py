@@ -54,7 +54,7 @@ def fit(run: RunContext, chip, host: Host, rounds: Rounds) -> Fitted:
 
     precision, defaults = run.config.precision, default_params(chip.kind)
     run.clock.start("fits and cross-validation")
-    k = folds(run.config.quick)
+    k = folds(run.config.quick, run.config.smoke)
     run.progress.phase("fitting op-class efficiency, overhead and switch cost; cross-validation", k + 1)
     micro = fit_micro(list(rounds.layers), list(rounds.chains), chip, precision, host.base, defaults, k, host.floor,
                       on_fold=lambda f: run.step(f"cross-validation fold {f + 1}/{k}"))

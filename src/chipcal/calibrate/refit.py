@@ -157,7 +157,7 @@ def refit(doc: CalibrationDocument, chip, progress=None) -> Refit:
         workloads.append(characterize_model(row.model, batch=row.batch, fuse=False))
         progress.step(f"{row.model} batch {row.batch}")
     base, floor = host_in_overheads(base, doc.device, doc.dispatch.per_op_s if doc.dispatch else None)
-    k = folds(doc.quick)
+    k = folds(doc.quick, bool(doc.smoke))
     progress.phase("fitting op-class efficiency, overhead and switch cost; cross-validation", k + 1)
     fit = fit_micro(layers, chains, chip, precision, base, defaults, k, floor,
                     on_fold=lambda f: progress.step(f"cross-validation fold {f + 1}/{k}"))
