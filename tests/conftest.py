@@ -32,21 +32,42 @@ def pytest_collection_modifyitems(config, items):
 
 
 SUITE_CPU_BUDGET_S = 300   # user + sys of the README's test command on the 2-vCPU Zen 4 VM (issue 50)
+_MACHINE_BUSY_AT_START: list[float] = []
+
+
+def _machine_busy_s() -> float | None:
+    """Seconds the whole machine's CPUs have been busy since boot (user, nice, system, irq and
+    softirq of /proc/stat's first line, in USER_HZ); None where there is no /proc/stat."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    return sum(int(fields[i]) for i in (0, 1, 2, 5, 6)) / os.sysconf("SC_CLK_TCK")
+
+
+def pytest_configure(config):
+    if "PYTEST_XDIST_WORKER" not in os.environ and (busy := _machine_busy_s()) is not None:
+        _MACHINE_BUSY_AT_START.append(busy)
 
 
 def pytest_terminal_summary(terminalreporter):
     """The run's CPU seconds (user + sys of pytest and its finished children, the pytest-xdist
     workers among them) beside the budget: on a 2-core machine 2.5x slower per core, 300 s of CPU
-    is 6 minutes of wall time. A contributor sees what a change costs, whatever the machine's
-    speed; the figure is the machine's own, not a check."""
+    is 6 minutes of wall time. Then the whole machine's busy seconds over the run, which also count
+    what ran outside pytest's processes: the Slurm test's calibrations run under slurmd. A
+    contributor sees what a change costs, whatever the machine's speed; the figures are the
+    machine's own, not a check."""
     import resource
 
     if "PYTEST_XDIST_WORKER" in os.environ:
         return
     used = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     user, system = sum(u.ru_utime for u in used), sum(u.ru_stime for u in used)
-    terminalreporter.write_line(f"CPU: {user:.1f} s user + {system:.1f} s sys = {user + system:.1f} s "
-                                f"(the budget on the reference 2-vCPU Zen 4: {SUITE_CPU_BUDGET_S} s)")
+    line = (f"CPU: {user:.1f} s user + {system:.1f} s sys = {user + system:.1f} s "
+            f"(the budget on the reference 2-vCPU Zen 4: {SUITE_CPU_BUDGET_S} s)")
+    if _MACHINE_BUSY_AT_START and (busy := _machine_busy_s()) is not None:
+        line += f"; the whole machine was busy {busy - _MACHINE_BUSY_AT_START[0]:.1f} CPU-s (Slurm's tasks included)"
+    terminalreporter.write_line(line)
 
 
 COLLECTION_WAIT_S = 300     # how long a timing test waits for the other workers to finish collecting
