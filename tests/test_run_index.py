@@ -110,6 +110,26 @@ def test_runs_come_back_in_the_directory_walk_order(tmp_path):
     assert [r.machine for r in runs] == ["a", "a-b"] == [r.machine for r in _read_directly(root)]
 
 
+def _index_then(benchmark, root: Path, name: str, report):
+    """The index of `root` built, then brought up to date with nothing changed, then `report(runs)`:
+    each timed once (the benchmark's one round) and printed; returns (runs, the update, the report)."""
+    times = {}
+
+    def stages():
+        for stage in ("index, first build", "index update, nothing changed"):
+            start = time.perf_counter()
+            runs, _, update = indexed_runs(root)
+            times[stage] = time.perf_counter() - start
+        start = time.perf_counter()
+        out = report(runs)
+        times[name] = time.perf_counter() - start
+        return runs, update, out
+
+    result = benchmark.pedantic(stages, rounds=1, iterations=1)
+    print({k: f"{v:.1f} s" for k, v in times.items()})
+    return result
+
+
 def test_ten_thousand_runs_indexed_and_reported(tmp_path, benchmark):
     """The index built over 10,000 runs (slim documents, 100 machines), then brought up to date with
     nothing changed, then the results index written from it: each in seconds, printed."""
@@ -120,20 +140,7 @@ def test_ten_thousand_runs_indexed_and_reported(tmp_path, benchmark):
         run = root / f"machine-{i % 100:03d}" / f"2026{i // 100:08d}Z"
         run.mkdir(parents=True)
         (run / store.CALIBRATION_FILE).write_text(text.replace("SLUG", f"machine-{i % 100:03d}"))
-    times = {}
-
-    def build_update_report():
-        for stage in ("first build", "update, nothing changed"):
-            start = time.perf_counter()
-            runs, _, update = indexed_runs(root)
-            times[stage] = time.perf_counter() - start
-        start = time.perf_counter()
-        index_markdown(runs)
-        times["results index from it"] = time.perf_counter() - start
-        return runs, update
-
-    runs, update = benchmark.pedantic(build_update_report, rounds=1, iterations=1)
-    print({k: f"{v:.1f} s" for k, v in times.items()})
+    runs, update, _ = _index_then(benchmark, root, "results index from it", index_markdown)
     assert len(runs) == 10_000 and update.kept == 10_000
 
 
@@ -157,20 +164,11 @@ def test_a_fleet_of_ten_thousand_runs_indexed_and_reported(tmp_path, benchmark):
         (path / store.CALIBRATION_FILE).write_text(
             text.replace("NODE", node).replace("PEAK", repr(peak)).replace("2026-01-01T00:00:00Z",
                                                                            f"2026-01-0{run + 1}T00:00:00Z"))
-    times = {}
-
-    def index_and_report():
-        for stage in ("index, first build", "index update, nothing changed"):
-            start = time.perf_counter()
-            runs, _, _ = indexed_runs(root)
-            times[stage] = time.perf_counter() - start
-        start = time.perf_counter()
+    def fleet_report(runs):
         report = build(runs, str(root))
         render_text(blocks(report))
-        times["fleet report from it, as text"] = time.perf_counter() - start
-        return runs, report
+        return report
 
-    runs, report = benchmark.pedantic(index_and_report, rounds=1, iterations=1)
-    print({k: f"{v:.1f} s" for k, v in times.items()})
+    runs, _, report = _index_then(benchmark, root, "fleet report from it, as text", fleet_report)
     assert len(runs) == 10_000 and len(report.nodes) == 2500
     assert {(o.node, o.figure) for o in report.outliers} == {("node-0007", "gemm_fp32")}
