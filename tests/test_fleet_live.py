@@ -35,5 +35,5 @@ def test_a_node_pinned_to_half_its_cores_is_flagged_live(tmp_path):
     done = subprocess.run([sys.executable, "-m", "chipcal.cli.main", "fleet", "report", str(store), "--json"],
                           capture_output=True, text=True, timeout=120, check=True)
     flagged = {(r["node"], r["figure"]): r for r in json.loads(done.stdout) if r["outlier"]}
-    assert {node for node, _ in flagged} == {PINNED}, flagged
+    assert {node for node, _ in flagged} == {PINNED}, [(k, v["why"]) for k, v in flagged.items()]
     assert flagged[PINNED, "gemm_fp32"]["deviation"] < -0.3

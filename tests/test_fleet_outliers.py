@@ -30,37 +30,61 @@ def _verdict(value: float, noise: float | None, peers: list[float]) -> judge.Out
     return judge.judge("x", run, run.figures[0], peers)
 
 
+# 1,000 peers 98..102 (200 each): median 100, |dev| 2,1,0,1,2 in equal shares -> MAD 1 -> spread
+# 1.4826 %; with so many peers K is the modified z-score's 3.5 to within 0.3 % (K(1000) = 3.51)
+MANY = [98.0, 99.0, 100.0, 101.0, 102.0] * 200
+
+
+def test_k_tends_to_the_modified_z_score_and_widens_for_few_peers():
+    assert judge.k_factor(1000) == pytest.approx(3.5, rel=0.005)
+    assert judge.k_factor(5) > 3 * judge.k_factor(1000) and judge.k_factor(4) > judge.k_factor(5)
+
+
+def test_k_is_a_prediction_interval_by_simulation():
+    """One more draw from the peers' normal population lies beyond K(n) sample standard deviations
+    of the peers' mean as often as a normal draw lies beyond 3.5 of its own, two-sided: 4.65e-4."""
+    import numpy as np
+
+    rng = np.random.default_rng(54)
+    n, trials = 5, 2_000_000
+    draws = rng.standard_normal((trials, n + 1))
+    peers, new = draws[:, :n], draws[:, n]
+    beyond = np.abs(new - peers.mean(axis=1)) > judge.k_factor(n) * peers.std(axis=1, ddof=1)
+    assert beyond.mean() == pytest.approx(4.65e-4, rel=0.15)       # 930 expected, sd ~30
+
+
 def test_a_node_at_half_its_peers_is_flagged_and_says_why():
-    # peers 98..102: median 100, |dev| 2,1,0,1,2 -> MAD 1 -> spread 1.4826 %; allowance 3.5 x 1.4826 % = 5.19 %
-    peers = [98.0, 99.0, 100.0, 101.0, 102.0]
-    slow = _run("n6", gemm=(50.0, None))
-    found = judge.judge("n6", slow, slow.figures[0], peers)
+    slow = _run("n", gemm=(50.0, None))
+    found = judge.judge("n", slow, slow.figures[0], MANY)
     assert found is not None
     assert found.peer_median == 100.0
     assert found.spread_rel == pytest.approx(0.014826)
-    assert found.allowed == pytest.approx(3.5 * 0.014826)
+    assert found.allowed == pytest.approx(found.k * 0.014826) and found.k == pytest.approx(3.5, rel=0.005)
     assert found.deviation == pytest.approx(-0.5)
     assert found.worse is True
-    assert "50.0% below the median of its 5 peers" in found.why
+    assert "50.0% below the median of its 1000 peers" in found.why
 
 
 def test_within_the_allowance_is_not_flagged():
-    peers = [98.0, 99.0, 100.0, 101.0, 102.0]
-    near = _run("n6", gemm=(95.0, None))          # -5 % < 5.19 %
-    assert judge.judge("n6", near, near.figures[0], peers) is None
+    assert _verdict(95.0, None, MANY) is None             # -5 % < 3.51 x 1.4826 % = 5.2 %
+    assert _verdict(94.6, None, MANY) is not None         # -5.4 %
+
+
+def test_five_peers_allow_more_than_many():
+    peers = [98.0, 99.0, 100.0, 101.0, 102.0]              # the same spread, 5 peers: K(5) = 11.5
+    assert _verdict(85.0, None, peers) is None and _verdict(75.0, None, peers) is not None
 
 
 def test_identical_peers_are_given_the_one_percent_floor():
-    peers = [100.0] * 4                            # MAD 0 -> spread floored at 1 %: allowance 3.5 %
+    peers = [100.0] * 1000                                 # MAD 0 -> spread floored at 1 %: allowance 3.51 %
     assert _verdict(96.6, None, peers) is None
     assert _verdict(96.4, None, peers) is not None
 
 
 def test_the_node_s_own_noise_widens_its_allowance():
-    # noise 10 %: allowance 3.5 x sqrt(0.014826^2 + 0.1^2) = 35.4 %, so -30 % is not flagged; -40 % is
-    peers = [98.0, 99.0, 100.0, 101.0, 102.0]
-    assert _verdict(70.0, 0.1, peers) is None
-    assert _verdict(60.0, 0.1, peers) is not None
+    # noise 10 %: allowance 3.51 x sqrt(0.014826^2 + 0.1^2) = 35.5 %, so -30 % is not flagged; -40 % is
+    assert _verdict(70.0, 0.1, MANY) is None
+    assert _verdict(60.0, 0.1, MANY) is not None
 
 
 def test_fewer_than_three_peers_are_not_judged():
@@ -82,7 +106,7 @@ def test_peers_are_of_one_machine_and_one_mode():
 
 
 def test_faster_is_listed_but_not_flagged():
-    peers = [100.0, 100.0, 100.0, 100.0]
+    peers = [100.0] * 10
     found = _verdict(150.0, None, peers)
     assert found is not None and found.worse is False and not found.flagged and "above" in found.why
     power = _run("x", power=(150.0, None))

@@ -8,21 +8,20 @@ the node itself left out so that it cannot mask itself:
 
     m = median(peers),  s = 1.4826 · median(|peers - m|) / |m|      (the peers' spread, relative)
     d = x / m - 1                                                      (how far the node lies off)
-    flagged when |d| > K · sqrt(max(s, MIN_SPREAD_REL)² + n²)
+    flagged when |d| > K(n) · sqrt(max(s, MIN_SPREAD_REL)² + e²)
 
-where n is the node's own relative noise on that figure (half its interval over its value). A
-node is flagged for lying off in the direction that is worse (slower, less bandwidth, more
-dispatch cost; either way for a figure with no better side, such as power): a fleet looks for its
-stragglers. A node off its peers on the better side is listed, not flagged: on the 2-core VM of
-docs/findings/2026-11-29-fleet-outliers-live.md an honest run read 40 % more DRAM bandwidth than
-five others minutes apart (the host's memory traffic, which no run's own noise shows).
-The held-out error is not compared (NOT_COMPARED): an error near zero has no relative scale, and
-it says how well the model fits, not how fast the node is.
-1.4826 · MAD estimates a standard deviation that a few outliers cannot move; K = 3.5 is the cut
-of Iglewicz and Hoaglin's modified z-score (*How to Detect and Handle Outliers*, ASQC 1993).
-MIN_SPREAD_REL (1 %): peers that agree more closely than that still differ by about that much
-between reruns of one machine (the recorded reruns moved by 1-4 %, calibrate.rerun), so a node
-is never flagged for less. At least MIN_PEERS other nodes are needed to judge.
+where e is the node's own relative noise on that figure (half its interval over its value) and n
+the number of peers. 1.4826 · MAD estimates a standard deviation that a few outliers cannot move.
+K(n) is the half-width of the prediction interval of one more draw from n (Student's t with n - 1
+degrees of freedom, times sqrt(1 + 1/n); NIST/SEMATECH e-Handbook of Statistical Methods, 7.1.4),
+at the tail of Iglewicz and Hoaglin's modified z-score cut, 3.5 (*How to Detect and Handle
+Outliers*, ASQC 1993): K is 11.5 for 5 peers, 5.6 for 10, 3.6 for 100, and tends to 3.5. A spread
+read off five peers is itself uncertain; with K = 3.5 for any n, the second live check of
+docs/findings/2026-11-29-fleet-outliers-live.md flagged an honest node whose resnet18 latency lay
+16 % above five peers that happened to agree within 1 %. MIN_SPREAD_REL (1 %): peers that agree
+more closely than that still differ by about that much between reruns of one machine (the
+recorded reruns moved by 1-4 %, calibrate.rerun), so a node is never flagged for less. At least
+MIN_PEERS other nodes are needed to judge.
 
 **Drift.** A node's latest run against its previous run of the same class, figure by figure,
 judged as `chipcal report --compare` judges a change (report.compare.disjoint): beyond noise when
@@ -42,11 +41,18 @@ from chipcal.report.compare import disjoint
 from chipcal.report.figures import Figure
 from chipcal.report.index import RunSummary
 
-K = 3.5
+Z_CUT = 3.5                    # the modified z-score's cut, which K(n) tends to
 MAD_TO_SIGMA = 1.4826
 MIN_SPREAD_REL = 0.01
 MIN_PEERS = 3
 NOT_COMPARED = ("held-out error",)
+
+
+def k_factor(peers: int) -> float:
+    """K(n): the prediction interval's half-width in peer spreads for n peers (module docstring)."""
+    from scipy.stats import norm, t
+
+    return float(t.ppf(norm.cdf(Z_CUT), peers - 1) * math.sqrt(1 + 1 / peers))
 
 
 def mode(run: RunSummary) -> str:
@@ -88,7 +94,8 @@ class Outlier:
     deviation: float               # value / peer_median - 1
     spread_rel: float              # the peers' (floored at MIN_SPREAD_REL)
     noise_rel: float               # the node's own on this figure (0 where not known)
-    allowed: float                 # K · sqrt(spread² + noise²)
+    k: float                       # K(peers)
+    allowed: float                 # k · sqrt(spread² + noise²)
     worse: bool | None             # in the direction that is worse (None: neither is)
 
     @property
@@ -101,7 +108,7 @@ class Outlier:
         side = "above" if self.deviation > 0 else "below"
         return (f"{self.figure} is {abs(self.deviation):.1%} {side} the median of its {self.peers} peers; "
                 f"their spread ±{self.spread_rel:.1%} and its own noise ±{self.noise_rel:.1%} allow "
-                f"{self.allowed:.1%} ({K:g} × √(spread² + noise²))")
+                f"{self.allowed:.1%} ({self.k:.3g} × √(spread² + noise²) for {self.peers} peers)")
 
 
 @dataclass(frozen=True)
@@ -153,13 +160,14 @@ def _against(node: str, run: RunSummary, figure: Figure, m: float, spread: float
         return None
     spread = max(spread or 0.0, MIN_SPREAD_REL)
     noise = figure.noise_rel or 0.0
-    allowed = K * math.hypot(spread, noise)
+    k = k_factor(peers)
+    allowed = k * math.hypot(spread, noise)
     deviation = figure.value / m - 1
     if abs(deviation) <= allowed:
         return None
     worse = None if figure.higher_is_better is None else (deviation < 0) == figure.higher_is_better
     return Outlier(node, run.directory, figure.name, figure.unit, figure.value, m, peers, deviation, spread,
-                   noise, allowed, worse)
+                   noise, k, allowed, worse)
 
 
 def _median_without(sorted_values: np.ndarray, position: np.ndarray) -> np.ndarray:

@@ -118,7 +118,8 @@ def blocks(report: FleetReport, with_plots: bool = False) -> list[Block]:
         Heading(f"Fleet: {report.store}", 1),
         Paragraph(f"{len(report.nodes)} nodes, {sum(r.runs for r in report.nodes)} runs. Peers: the latest runs of "
                   "the other nodes of one class (machine, device, mode). A figure is an outlier when it lies off "
-                  f"their median by more than {judge.K:g} × √(spread² + noise²): spread = 1.4826 · MAD of the peers "
+                  "their median by more than K(n) × √(spread² + noise²), K(n) the prediction interval of n peers "
+                  f"at the modified z-score's {judge.Z_CUT:g} (11.5 for 5 peers, 3.6 for 100): spread = 1.4826 · MAD of the peers "
                   f"(at least {judge.MIN_SPREAD_REL:.0%}), noise = the node's own on that figure; at least "
                   f"{judge.MIN_PEERS} peers (docs/fleet.md)."),
         Heading("Nodes"), node_table(report),
