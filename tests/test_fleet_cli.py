@@ -34,6 +34,18 @@ def test_usage_errors_are_one_line_and_exit_2(cli, tmp_path, monkeypatch, argv, 
     assert not (tmp_path / "S").exists() or not store.submissions(tmp_path / "S")
 
 
+def test_a_submission_slurm_refuses_leaves_nothing_behind(cli, tmp_path, monkeypatch):
+    """No Slurm to ask (sbatch missing, or an empty configuration, which sbatch refuses at once; a
+    missing one it retries for a minute): one line, exit 2, and no submission on record whose
+    tasks `fleet status` would call lost."""
+    (tmp_path / "slurm.conf").write_text("")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    rc, _, err = cli(fleet_cli.main, ["run", "--scheduler", "slurm", "--store", str(tmp_path / "S"), "--nodes", "2",
+                                      "--", "--smoke"])
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "sbatch" in err, err
+    assert store.submissions(tmp_path / "S") == []
+
+
 def test_the_k8s_manifest_is_an_indexed_job_one_pod_per_gpu_node(cli, tmp_path):
     out = tmp_path / "job.yaml"
     rc, _, err = cli(fleet_cli.main, ["manifest", "--k8s", "--nodes", "16", "--image", "reg/chipcal:1", "--claim",

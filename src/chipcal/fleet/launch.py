@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -59,7 +60,15 @@ def start(request: Request, calibrate: Callable[[list[str]], int]) -> tuple[stor
     store.save_submission(store_dir, sub)
     if local:
         return sub, [run_task(store_dir, sub.id, 0, calibrate)]
-    sub = dataclasses.replace(sub, job_ids=slurm.submit(store_dir, sub))
+    try:
+        job_ids = slurm.submit(store_dir, sub)
+    except slurm.PartlySubmitted as exc:          # the jobs that were submitted stay on record
+        store.save_submission(store_dir, dataclasses.replace(sub, job_ids=exc.job_ids))
+        raise
+    except store.FleetError:                      # nothing was submitted: nothing is left behind
+        shutil.rmtree(store.submission_dir(store_dir, sub.id), ignore_errors=True)
+        raise
+    sub = dataclasses.replace(sub, job_ids=job_ids)
     store.save_submission(store_dir, sub)
     return sub, []
 

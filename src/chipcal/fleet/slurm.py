@@ -60,7 +60,8 @@ def _sbatch(path: Path) -> str:
     except subprocess.TimeoutExpired:
         raise FleetError(f"sbatch did not answer in {SBATCH_TIMEOUT_S:.0f} s (is slurmctld up?)") from None
     if done.returncode != 0:
-        raise FleetError(f"sbatch refused {path}: {done.stderr.strip().splitlines()[-1:] or done.returncode}")
+        said = done.stderr.strip().splitlines()
+        raise FleetError(f"sbatch refused {path.name}: {said[-1] if said else f'exit {done.returncode}'}")
     return done.stdout.strip().split(";")[0]
 
 
@@ -71,12 +72,26 @@ def submit(store: Path, sub: Submission) -> tuple[str, ...]:
         path = where / "task.sbatch"
         path.write_text(script(store, sub))
         return (_sbatch(path),)
-    ids = []
+    ids: list[str] = []
     for index, node in enumerate(sub.nodelist):
         path = where / f"task-{index}.sbatch"
         path.write_text(script(store, sub, node, index))
-        ids.append(_sbatch(path))
+        try:
+            ids.append(_sbatch(path))
+        except FleetError as exc:
+            if not ids:
+                raise
+            raise PartlySubmitted(f"{exc}; jobs {','.join(ids)} (nodes {','.join(sub.nodelist[:len(ids)])}) were "
+                                  f"submitted: `scancel {' '.join(ids)}` to cancel them", tuple(ids)) from None
     return tuple(ids)
+
+
+class PartlySubmitted(FleetError):
+    """Some of a --nodelist submission's jobs were submitted before sbatch refused one."""
+
+    def __init__(self, message: str, job_ids: tuple[str, ...]):
+        super().__init__(message)
+        self.job_ids = job_ids
 
 
 def queued(job_ids: Sequence[str]) -> dict[int, str] | None:
