@@ -36,6 +36,14 @@ Min latency (ns)                : 3360164040
 LLM_OFFLINE = OFFLINE.replace("Samples per second: 556234", "Samples per second: 80.15\nTokens per second: 23514.8")
 SINGLE = OFFLINE.replace("Scenario : Offline", "Scenario : SingleStream").replace(
     "Samples per second: 556234", "90th percentile latency (ns) : 4079418411")
+# ConnectTechInc's Orin gptj-99 SingleStream summary: the run stopped early, and MLPerf reports
+# LoadGen's estimate, not the run's own percentile
+EARLY = SINGLE.replace("Result is : VALID", "Result is : VALID\nEarly Stopping Result:\n * Would discard 1255 highest "
+                       "latency queries.\n * Early stopping 90th percentile estimate: 4145572039\n"
+                       " * Early stopping 99th percentile estimate: 4996607198")
+# ASUSTeK's 4xH100-NVL gptj-99 Offline: the harness counts samples; LoadGen infers the tokens
+GPTJ = OFFLINE.replace("Samples per second: 556234", "Samples per second: 101.239\n"
+                       "Tokens per second (inferred): 6985.51")
 DETAIL = ('{"key": "power_begin", "value": "07-11-2024 23:36:17.787"}\n'
           '{"key": "power_end", "value": "07-11-2024 23:36:20.500"}\n')
 # four readings a second apart; the window holds the 2nd and 3rd: (2400 + 2500) / 2 = 2450 W
@@ -106,6 +114,11 @@ def test_the_csv_round_trips(tree, tmp_path):
 def test_a_summary_without_its_metric_is_refused(text, says):
     with pytest.raises(MlperfError, match=says):
         mlperf.parse_summary(text, "x/mlperf_log_summary.txt")
+
+
+def test_the_metric_is_the_one_mlperf_publishes():
+    assert mlperf.parse_summary(EARLY, "x")[1:3] == ("latency_s", pytest.approx(4.145572039))   # not 4.0794
+    assert mlperf.parse_summary(GPTJ, "x")[1:3] == ("tokens_per_s", 6985.51)                   # not 101.239
 
 
 def test_a_folder_that_is_not_a_results_tree_is_refused(tmp_path):
@@ -209,3 +222,54 @@ def test_mlperf_retinanet_macs_agree_with_torchs_flop_counter():
     workload = characterize_network(RETINANET, 1)
     assert 2 * workload.macs == counter.get_total_flops()
     assert workload.flop > 2 * workload.macs and workload.params == sum(p.numel() for p in network.parameters())
+
+
+# --- a round's summary_results.json ----------------------------------------------------------------
+
+# Ten records of v4.1's summary_results.json as published (mlcommons/inference_results_v4.1 at
+# commit 1e5a50f0619832da57f1425c19a8ec3607eee91d, records 74, 89, 18, 31, 137, 568, 415, 817, 873
+# and 0): resnet50 on 8 H100, a CPU-only Xeon, gptj (inferred tokens), SDXL Server, an early-stopped
+# SingleStream, a MaxQ power run, a 4-node system, a MultiStream power run (millijoules), an
+# open-division record, and AMD's MI300X llama2-70b.
+EXCERPT = Path(__file__).parent / "data" / "mlperf_v41_summary_results_excerpt.json"
+
+
+def test_summary_results_read_as_the_results_tree_reads_the_same_runs(v41):
+    """Two formats MLCommons publishes, read apart, give the same rows: the excerpt's records
+    against the CSV the results tree's logs gave (tests/data: their paths are the same runs)."""
+    by_path = {r.path: r for r in v41}
+    rows = mlperf.load_rows(EXCERPT)
+    assert len(rows) == 9                                    # the open-division record is not read
+    same = ("submitter", "system", "accelerator", "accelerators", "host_processor", "host_processors", "framework",
+            "benchmark", "scenario", "unit", "valid")
+    for row in rows:
+        tree = by_path[row.path]
+        assert [getattr(row, f) for f in same] == [getattr(tree, f) for f in same], row.path
+        # a Server figure: the summary's is LoadGen's at full precision, the log's line rounds it
+        assert row.value == pytest.approx(tree.value, rel=3e-3 if row.scenario == "Server" else 1e-6), row.path
+        assert row.round == "v4.1"
+    by = {r.path.split("/results/")[1].rsplit("/performance", 1)[0]: r for r in rows}
+    assert by["H200-SXM-141GBx8_TRT_MaxQ/3d-unet-99/Offline"].avg_power_w == pytest.approx(4613.6193832599)
+    assert by["h13_u3_slim/resnet50/multistream"].avg_power_w is None       # millijoules a query: not read
+    assert by["DGX-H100_H100-SXM-80GBx32_TRT/llama2-70b-99/Offline"].accelerators == 32   # 8 a node x 4 nodes
+    assert by["ESC_N8_E11_H100x8_TRT/resnet50/Offline"].benchmark == "resnet50"           # its Model: "resnet"
+
+
+def test_cli_reads_a_summary_results_json(cli):
+    from chipcal.cli import validate as validate_cli
+
+    rc, out, err = cli(validate_cli.main, ["--mlperf", str(EXCERPT), "--json"])
+    assert rc == 0, err
+    records = json.loads(out)
+    assert len(records) == 9
+    (resnet,) = [r for r in records if r["benchmark"] == "resnet50" and r["accelerator"] == "NVIDIA H100-SXM-80GB"]
+    assert resnet["status"] == "predicted" and resnet["measured"] == pytest.approx(709920.0 / 8)
+
+
+def test_a_damaged_summary_results_json_is_refused_in_one_line(tmp_path, cli):
+    from chipcal.cli import validate as validate_cli
+
+    bad = tmp_path / "summary_results.json"
+    bad.write_text(json.dumps([{"Category": "closed", "Location": "closed/X/results/S/resnet50/Offline"}]))
+    rc, _, err = cli(validate_cli.main, ["--mlperf", str(bad)])
+    assert rc == 2 and "record 0" in err and len(err.strip().splitlines()) == 1

@@ -47,8 +47,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="characterize again instead of using the cache")
     p.add_argument("--mlperf", nargs="?", const="", metavar="PATH",
                    help="MLPerf Inference rows instead of the corpus: a round's results tree (a checkout of "
-                        "mlcommons/inference_results_vX.Y) or a CSV of its rows; alone, the packaged v4.1 rows "
-                        "(docs/validation-corpus.md)")
+                        "mlcommons/inference_results_vX.Y), its summary_results.json, or a CSV of its rows; alone, "
+                        "the packaged v4.1 rows (docs/validation-corpus.md)")
     p.add_argument("--csv", metavar="FILE", type=output_file, help="with --mlperf: write every row, predicted or "
                                                                     "excluded, as CSV")
     return p

@@ -1,4 +1,5 @@
-"""MLPerf Inference results read as MLCommons publishes them: a round's results tree.
+"""MLPerf Inference results read as MLCommons publishes them: a round's results tree, or the
+round's `summary_results.json`.
 
 A round's repository (github.com/mlcommons/inference_results_v4.1, and older rounds alike) holds,
 per submitter, `closed/<submitter>/systems/<system>.json` (the system: accelerator model and count,
@@ -7,15 +8,33 @@ host CPU, software) and, per benchmark and scenario, the LoadGen summary of the 
 A power submission (a MaxQ system) adds the power analyzer's samples beside it (`spl.txt`) and
 LoadGen marks the measured window in `mlperf_log_detail.txt` (`power_begin`, `power_end`).
 
-One row per (system, benchmark, scenario) performance run of the closed division, with its
-metric as LoadGen reports it (MLPerf Inference rules, "Scenarios" and "Metrics"):
-- Offline: samples/s ("Samples per second"); an LLM's tokens/s ("Tokens per second");
+One row per (system, benchmark, scenario) performance run of the closed division, with the
+metric MLPerf publishes for it (MLPerf Inference rules, "Scenarios" and "Metrics"; the figure of
+the round's summary_results.json, below), as LoadGen's summary prints it:
+- Offline: samples/s ("Samples per second"); an LLM's tokens/s ("Tokens per second"), or for
+  gptj, whose harness counts no tokens, LoadGen's "Tokens per second (inferred)" (samples/s × 69);
 - Server: completed samples/s ("Completed samples per second"); an LLM's "Completed tokens per
-  second";
-- SingleStream: the 90th-percentile latency of one query ("90th percentile latency (ns)");
-- MultiStream: the 99th-percentile latency of a query of 8 samples ("99th percentile latency (ns)").
+  second", or gptj's "(inferred)" one;
+- SingleStream: the 90th-percentile latency of one query: LoadGen's early-stopping estimate of it
+  ("Early stopping 90th percentile estimate"), where the run used early stopping, which is what
+  MLPerf reports (on v4.1 up to 1.6 % above the run's own 90th percentile), else the
+  percentile ("90th percentile latency (ns)");
+- MultiStream: the 99th-percentile latency of a query of 8 samples, likewise ("Early stopping
+  99th percentile estimate", else "99th percentile latency (ns)").
 A MaxQ row adds the system's average power over LoadGen's window: the mean of the analyzer's
 "Watts" readings between power_begin and power_end, as MLPerf's submission checker computes it.
+
+A round's `summary_results.json` (in its repository, the table MLCommons' results page is drawn
+from) holds one record per (system, benchmark, scenario) with the same facts: `Location` (the
+results folder of the run), `Platform` (the system folder), `Accelerator` and `a#` (per node) times
+`Nodes`, `Processor`, `host_processors_per_node`, `Software`, `Performance_Result` in
+`Performance_Units` (SUMMARY_UNITS; the benchmark is read from `Location`, as the tree names it:
+its `Model` says "resnet" for resnet50), and for a power run `Power_Result` in Watts (Offline, Server;
+a SingleStream or MultiStream power run gives millijoules per query instead, not read here). On
+v4.1 its 873 closed-division records and the results tree's rows agree field by field
+(tests/test_mlperf.py), with two differences of what is printed: a Server figure is LoadGen's
+completed samples/s at full precision where the summary line rounds it (within 0.3 %), and gptj's
+figure is LoadGen's tokens/s "(inferred)", samples/s × 69, where the tree's row keeps samples/s.
 
 Rows are kept in a compact CSV (validate/data/mlperf_inference.csv, `write_csv` / `read_csv`)
 with the round, the repository's commit and the path each row came from, so that tests and
@@ -40,14 +59,21 @@ SUMMARY = "mlperf_log_summary.txt"
 PACKAGED = Path(str(resources.files("chipcal.validate") / "data" / "mlperf_inference.csv"))   # v4.1 (docs/validation-corpus.md)
 # LoadGen's summary line of each scenario's metric: (label, unit, scale to SI)
 METRIC_LINES = {
-    "Offline": (("Tokens per second", "tokens_per_s", 1.0), ("Samples per second", "samples_per_s", 1.0)),
+    "Offline": (("Tokens per second", "tokens_per_s", 1.0), ("Tokens per second (inferred)", "tokens_per_s", 1.0),
+                ("Samples per second", "samples_per_s", 1.0)),
     "Server": (("Completed tokens per second", "tokens_per_s", 1.0),
+               ("Completed tokens per second (inferred)", "tokens_per_s", 1.0),
                ("Completed samples per second", "samples_per_s", 1.0),
                ("Scheduled samples per second", "samples_per_s", 1.0)),
-    "SingleStream": (("90th percentile latency (ns)", "latency_s", 1e-9),),
-    "MultiStream": (("99th percentile latency (ns)", "latency_s", 1e-9),),
+    "SingleStream": (("Early stopping 90th percentile estimate", "latency_s", 1e-9),
+                     ("90th percentile latency (ns)", "latency_s", 1e-9)),
+    "MultiStream": (("Early stopping 99th percentile estimate", "latency_s", 1e-9),
+                    ("99th percentile latency (ns)", "latency_s", 1e-9)),
 }
 SCENARIOS = {s.lower(): s for s in METRIC_LINES}
+# summary_results.json's Performance_Units: (unit, scale to SI); "Queries/s" is a Server figure
+SUMMARY_UNITS = {"Samples/s": ("samples_per_s", 1.0), "Queries/s": ("samples_per_s", 1.0),
+                 "Tokens/s": ("tokens_per_s", 1.0), "Latency (ms)": ("latency_s", 1e-3)}
 
 # The registry chip of each accelerator_model_name of v4.1's closed division (a CPU-only system:
 # its host_processor_model_name), compared lower-case. "-CTS": NVIDIA's custom thermal solution
@@ -126,8 +152,11 @@ def parse_summary(text: str, where: str) -> tuple[str, str, float, bool]:
 
 
 def _fields(text: str) -> Iterator[tuple[str, str]]:
-    """`label : value` lines of the summary's first section (before "Additional Stats")."""
+    """`label : value` lines of the summary's first section (before "Additional Stats"), and the
+    early-stopping estimates LoadGen lists there as ` * label: value`."""
     for line in text.split("Additional Stats")[0].splitlines():
+        if line.startswith(" * Early stopping"):
+            line = line.removeprefix(" * ")
         if ":" in line and not line.startswith((" ", "*")):
             label, value = line.split(":", 1)
             yield label.strip(), value.strip()
@@ -207,15 +236,54 @@ def _power(run: Path) -> float | None:
     return average_power_w(spl.read_text(), window) if window else None
 
 
+# --- a round's summary_results.json ----------------------------------------------------------------
+
+def rows_from_summary_results(path: Path) -> list[MlperfRow]:
+    """Every closed-division record of a round's summary_results.json (module docstring), as the
+    results tree's rows; its commit from git where the file is in a checkout."""
+    try:
+        records = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise MlperfError(f"{path}: not a readable summary_results.json ({exc})") from None
+    if not isinstance(records, list):
+        raise MlperfError(f"{path}: not a summary_results.json (a list of records expected)")
+    commit = _commit_of(Path(path).resolve().parent)
+    return [_summary_row(r, commit, f"{path}: record {i}") for i, r in enumerate(records)
+            if isinstance(r, dict) and r.get("Category") == "closed"]
+
+
+def _summary_row(r: dict, commit: str, where: str) -> MlperfRow:
+    try:
+        unit, scale = SUMMARY_UNITS[r["Performance_Units"]]
+        scenario = SCENARIOS[str(r["Scenario"]).lower()]
+        watts = r.get("Power_Units") == "Watts" and r.get("Power_Result") is not None
+        # the results folder names the benchmark as the tree does ("resnet50"; its Model says "resnet")
+        _, submitter, _, system, benchmark, _ = str(r["Location"]).split("/")
+        return MlperfRow(
+            round=str(r["version"]), commit=commit, path=f"{r['Location']}/performance/run_1/{SUMMARY}",
+            # a CPU-only system: "" here, "N/A" in its systems/<system>.json
+            submitter=submitter, system=system, accelerator=str(r["Accelerator"]).strip() or "N/A",
+            accelerators=_count(str(r["a#"]).split(".")[0]) * max(_count(r["Nodes"]), 1),
+            host_processor=str(r["Processor"]).strip(), host_processors=_count(r["host_processors_per_node"]),
+            framework=str(r["Software"]).strip(), benchmark=benchmark, scenario=scenario, unit=unit,
+            value=float(r["Performance_Result"]) * scale, valid=r.get("errors", 0) == 0,
+            avg_power_w=float(r["Power_Result"]) if watts else None)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MlperfError(f"{where}: not an MLPerf result record ({exc!r})") from None
+
+
 def load_rows(path: Path | None = None) -> list[MlperfRow]:
-    """Rows from a results tree (a folder with closed/) or a CSV `write_csv` wrote; None: the
-    packaged v4.1 rows. A tree's round is read from its folder name (inference_results_vX.Y), its
-    commit from git where the folder is a checkout. Unknown devices are refused in one line."""
+    """Rows from a results tree (a folder with closed/), a round's summary_results.json, or a CSV
+    `write_csv` wrote; None: the packaged v4.1 rows. A tree's round is read from its folder name
+    (inference_results_vX.Y), its commit from git where the folder is a checkout. Unknown devices
+    are refused in one line."""
     if path is None:
         path = PACKAGED
     path = Path(path)
     if path.is_dir():
         rows = rows_from_tree(path, _round_of(path), _commit_of(path))
+    elif path.is_file() and path.suffix == ".json":
+        rows = rows_from_summary_results(path)
     elif path.is_file():
         rows = read_csv(path)
     else:
