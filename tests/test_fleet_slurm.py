@@ -63,3 +63,26 @@ def test_a_fleet_runs_through_slurm_into_one_store(slurm_cluster, cli, tmp_path,
     assert {r["figure"] for r in records} >= {"gemm_fp32", "bandwidth", "dispatch", "latency resnet18/1"}
     rc, out, err = cli(fleet_cli.main, ["report", str(store)])
     assert rc == 0 and slurm_cluster.node in out and "not judged: 0 peers" in out
+
+
+def test_status_reads_slurm_s_queue_for_tasks_that_wait_or_leave(slurm_cluster, cli, tmp_path, monkeypatch):  # noqa: F811
+    """With the partition down, the fleet's tasks wait in the queue (`waiting`, Slurm's PENDING);
+    cancelled before they start, they leave it without a word from the task (`lost`). No
+    calibration runs."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    store = tmp_path / "store"
+    part = f"PartitionName={slurm_cluster.partition}"
+    slurm_cluster.run("scontrol", "update", part, "State=DOWN")
+    try:
+        rc, _, err = cli(fleet_cli.main, ["run", "--scheduler", "slurm", "--store", str(store), "--nodes", "2",
+                                          "--partition", slurm_cluster.partition, "--", "--smoke"])
+        assert rc == 0, err
+        rows = _status(cli, store)
+        assert [(r["state"], r["detail"]) for r in rows] == [("waiting", "Slurm: PENDING")] * 2
+        (sub,) = (store / ".fleet").iterdir()
+        (job,) = json.loads((sub / "submission.json").read_text())["job_ids"]
+        slurm_cluster.run("scancel", job)
+        slurm_cluster.wait(job, timeout=30)
+        assert [r["state"] for r in _status(cli, store)] == ["lost", "lost"]
+    finally:
+        slurm_cluster.run("scontrol", "update", part, "State=UP")
