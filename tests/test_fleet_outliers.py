@@ -25,9 +25,15 @@ def _run(node: str, created: str = "2026-11-29T10:00:00Z", machine: str = "m-1",
                       folder=node, node=node, figures=figs)
 
 
-def _verdict(value: float, noise: float | None, peers: list[float]) -> judge.Outlier | None:
-    run = _run("x", gemm=(value, noise))
-    return judge.judge("x", run, run.figures[0], peers)
+def _verdict(value: float, noise: float | None, peers: list[float], better: bool | None = True
+             ) -> judge.Outlier | None:
+    """Node x's figure `value` among nodes whose figures are `peers`: its outlier record, or None."""
+    def run(node: str, v: float, n: float | None):
+        r = _run(node, gemm=(v, n))
+        return dataclasses.replace(r, figures=(dataclasses.replace(r.figures[0], higher_is_better=better),))
+
+    latest = {f"p{i}": run(f"p{i}", v, None) for i, v in enumerate(peers)} | {"x": run("x", value, noise)}
+    return next((o for o in judge.outliers(latest) if o.node == "x"), None)
 
 
 # 1,000 peers 98..102 (200 each): median 100, |dev| 2,1,0,1,2 in equal shares -> MAD 1 -> spread
@@ -54,8 +60,7 @@ def test_k_is_a_prediction_interval_by_simulation():
 
 
 def test_a_node_at_half_its_peers_is_flagged_and_says_why():
-    slow = _run("n", gemm=(50.0, None))
-    found = judge.judge("n", slow, slow.figures[0], MANY)
+    found = _verdict(50.0, None, MANY)
     assert found is not None
     assert found.peer_median == 100.0
     assert found.spread_rel == pytest.approx(0.014826)
@@ -109,9 +114,7 @@ def test_faster_is_listed_but_not_flagged():
     peers = [100.0] * 10
     found = _verdict(150.0, None, peers)
     assert found is not None and found.worse is False and not found.flagged and "above" in found.why
-    power = _run("x", power=(150.0, None))
-    power = dataclasses.replace(power, figures=(dataclasses.replace(power.figures[0], higher_is_better=None),))
-    assert judge.judge("x", power, power.figures[0], peers).flagged       # no better side: either way is flagged
+    assert _verdict(150.0, None, peers, better=None).flagged           # no better side: either way is flagged
 
 
 def test_the_held_out_error_is_not_compared():

@@ -151,11 +151,10 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _manifest(args: argparse.Namespace) -> int:
-    import datetime as _dt
-
     from chipcal.fleet.k8s import K8sRequest, manifest
+    from chipcal.fleet.store import new_stamp
 
-    submission = args.submission or _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ-k8s")
+    submission = args.submission or f"{new_stamp()}-k8s"
     text = manifest(K8sRequest(args.nodes, args.image, args.claim, args.gpus_per_node, submission,
                                tuple(_calibrate_args(args)), args.namespace))
     if args.out:
@@ -176,8 +175,9 @@ def _task_index(args: argparse.Namespace) -> int:
 
 
 def _task(args: argparse.Namespace) -> int:
+    from chipcal.calibrate.run import now_utc
     from chipcal.fleet import store
-    from chipcal.fleet.task import now_utc, run_task
+    from chipcal.fleet.task import run_task
 
     index = _task_index(args)
     if args.tasks:

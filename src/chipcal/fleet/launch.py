@@ -8,11 +8,11 @@ machine (a fleet of one node).
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from chipcal.calibrate.run import now_utc
 from chipcal.fleet import slurm, store
 from chipcal.fleet.task import run_task
 
@@ -31,7 +31,7 @@ class Request:
 
 def _new_id(store_dir: Path, scheduler: str) -> str:
     """A submission id no other has: its UTC time, its scheduler, and a count where two share a second."""
-    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = store.new_stamp()
     root = store.fleet_dir(store_dir)
     root.mkdir(parents=True, exist_ok=True)
     for n in range(1000):
@@ -54,7 +54,7 @@ def start(request: Request, calibrate: Callable[[list[str]], int]) -> tuple[stor
     local = request.scheduler == "local"
     tasks = 1 if local else (len(request.nodelist) or request.nodes)
     sub = store.Submission(id=_new_id(store_dir, request.scheduler), scheduler=request.scheduler,
-                           created_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), tasks=tasks,
+                           created_utc=now_utc(), tasks=tasks,
                            calibrate_args=tuple(request.calibrate_args), nodelist=tuple(request.nodelist),
                            partition=request.partition)
     store.save_submission(store_dir, sub)

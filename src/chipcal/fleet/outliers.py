@@ -147,16 +147,11 @@ def robust_spread(values: Sequence[float]) -> tuple[float, float | None]:
     return m, MAD_TO_SIGMA * statistics.median(abs(v - m) for v in values) / abs(m)
 
 
-def judge(node: str, run: RunSummary, figure: Figure, peers: Sequence[float]) -> Outlier | None:
-    """The outlier record of `figure` against its peers' values, or None where it lies within
-    what they allow or there are fewer than MIN_PEERS of them (module docstring: the rule)."""
-    m, spread = robust_spread(peers)
-    return _against(node, run, figure, m, spread, len(peers))
-
-
 def _against(node: str, run: RunSummary, figure: Figure, m: float, spread: float | None, peers: int
              ) -> Outlier | None:
-    if peers < MIN_PEERS or not m:
+    """The outlier record of `figure` against its `peers`' median `m` and relative spread, or None
+    where it lies within what they allow (module docstring: the rule)."""
+    if not m:
         return None
     spread = max(spread or 0.0, MIN_SPREAD_REL)
     noise = figure.noise_rel or 0.0
@@ -182,7 +177,8 @@ def _median_without(sorted_values: np.ndarray, position: np.ndarray) -> np.ndarr
 
 def leave_one_out(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(median, 1.4826 · MAD / |median|) of the values without value i, for each i: what
-    `robust_spread` gives on the others, in O(n log n) rather than O(n²), so that a class of
+    `robust_spread` gives on the others (tests/test_fleet_outliers.py checks it against
+    statistics.median), in O(n log n) rather than O(n²), so that a class of
     10,000 nodes is judged in seconds. The median without one value takes at most three values
     (the one removed lies below, at or above the middle), so the deviations are sorted once for each."""
     order = np.argsort(values, kind="stable")
@@ -211,7 +207,7 @@ def outliers(latest: dict[str, RunSummary]) -> list[Outlier]:
                 groups.setdefault((class_key(run), figure.name), []).append((node, run, figure))
     out = []
     for members in groups.values():
-        if len(members) <= MIN_PEERS:
+        if len(members) - 1 < MIN_PEERS:         # too few peers to judge any of them
             continue
         medians, spreads_rel = leave_one_out(np.array([f.value for _, _, f in members]))
         for (node, run, figure), m, spread in zip(members, medians, spreads_rel, strict=True):

@@ -8,6 +8,7 @@ Rendered as report blocks (terminal, HTML with plots: report.render), and as fla
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ class NodeRow:
     node: str
     latest: RunSummary
     runs: int
+    peers: int                               # the other nodes of its class
     outliers: tuple[judge.Outlier, ...]      # flagged: off its peers on the worse side
     above: tuple[judge.Outlier, ...]         # off its peers on the better side: listed, not flagged
     drift: tuple[judge.Drift, ...]
@@ -44,19 +46,18 @@ class FleetReport:
     def outliers(self) -> tuple[judge.Outlier, ...]:
         return tuple(o for row in self.nodes for o in row.outliers)
 
-    def peers(self, row: NodeRow) -> int:
-        """How many other nodes share the row's class."""
-        key = judge.class_key(row.latest)
-        return sum(1 for r in self.nodes if r is not row and judge.class_key(r.latest) == key)
-
 
 def build(runs: list[RunSummary], store: str = "", unread: tuple[str, ...] = ()) -> FleetReport:
     """The report of these runs (every run of every node)."""
     by_node = judge.latest_per_node(runs)
     latest = {node: rs[0] for node, rs in by_node.items()}
-    found = judge.outliers(latest)
-    rows = tuple(NodeRow(node, rs[0], len(rs), tuple(o for o in found if o.node == node and o.flagged),
-                         tuple(o for o in found if o.node == node and not o.flagged),
+    found: dict[str, list[judge.Outlier]] = {}
+    for o in judge.outliers(latest):
+        found.setdefault(o.node, []).append(o)
+    classes = Counter(judge.class_key(r) for r in latest.values())
+    rows = tuple(NodeRow(node, rs[0], len(rs), classes[judge.class_key(rs[0])] - 1,
+                         tuple(o for o in found.get(node, ()) if o.flagged),
+                         tuple(o for o in found.get(node, ()) if not o.flagged),
                          tuple(judge.drift(node, rs))) for node, rs in by_node.items())
     return FleetReport(store, rows, tuple(judge.spreads(latest)), unread)
 
@@ -84,11 +85,11 @@ def _beyond(row: NodeRow) -> list[judge.Drift]:
     return [d for d in row.drift if d.beyond_noise]
 
 
-def _verdict(report: FleetReport, row: NodeRow) -> str:
+def _verdict(row: NodeRow) -> str:
     if row.outliers:
         return "**outlier**: " + ", ".join(o.figure for o in row.outliers)
-    if report.peers(row) < judge.MIN_PEERS:
-        return f"not judged: {report.peers(row)} peers (needs {judge.MIN_PEERS})"
+    if row.peers < judge.MIN_PEERS:
+        return f"not judged: {row.peers} peers (needs {judge.MIN_PEERS})"
     return "within its peers"
 
 
@@ -100,7 +101,7 @@ def node_table(report: FleetReport) -> Block:
         r = row.latest
         values = {f.name: _value(f.value, f.unit) for f in r.figures}
         rows.append([row.node, r.chip, judge.mode(r), r.created_utc, str(row.runs), *(values.get(n, "-") for n in names),
-                     _verdict(report, row), ", ".join(f"{d.figure} {d.change:+.1%}" for d in _beyond(row)) or "-",
+                     _verdict(row), ", ".join(f"{d.figure} {d.change:+.1%}" for d in _beyond(row)) or "-",
                      ", ".join(r.warnings) or "-"])
     return table(head, rows)
 
@@ -173,7 +174,7 @@ def records(report: FleetReport) -> list[dict]:
             out.append({"node": row.node, "machine": r.machine, "device": r.device, "chip": r.chip,
                         "mode": judge.mode(r), "run": r.directory, "created_utc": r.created_utc, "runs": row.runs,
                         "figure": f.name, "unit": f.unit, "value": f.value, "low": f.low, "high": f.high,
-                        "peers": report.peers(row), "outlier": o is not None and o.flagged,
+                        "peers": row.peers, "outlier": o is not None and o.flagged,
                         "peer_median": o.peer_median if o else None, "deviation": o.deviation if o else None,
                         "allowed": o.allowed if o else None, "why": o.why if o else None,
                         "previous": d.before if d else None, "drift_beyond_noise": d.beyond_noise if d else None})

@@ -70,6 +70,13 @@ class TaskState:
         return cls(**data)
 
 
+def new_stamp() -> str:
+    """Now as a submission id begins: the UTC time as a run directory is named (20261129T125502Z)."""
+    from chipcal.calibrate.run import now_utc
+
+    return now_utc().replace("-", "").replace(":", "")
+
+
 def fleet_dir(store: Path) -> Path:
     return Path(store) / FLEET_DIR
 

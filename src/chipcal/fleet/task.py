@@ -10,20 +10,16 @@ submission's folder (fleet.store.TaskState), which `chipcal fleet status` reads.
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from chipcal.calibrate import store as runs
+from chipcal.calibrate.run import now_utc
 from chipcal.fleet import store
 from chipcal.measure.node import this_node
 
 INCOMPLETE = ".incomplete"      # calibrate.journal's folder of interrupted runs
-
-
-def now_utc() -> str:
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def scheduler_id() -> str | None:

@@ -37,10 +37,5 @@ def offline_figure(checked: Sequence[Checked], registry: Registry):
             if pts:
                 ax.scatter(*zip(*pts, strict=True), s=26, alpha=0.8, color=colours[v], marker=marker,
                            label=f"{v}, {benchmark}")
-    log_log(ax, lo, hi)
-    ax.set_xlabel("measured samples/s per accelerator (MLPerf Offline)")
-    ax.set_ylabel("predicted samples/s per accelerator")
-    ax.set_title("chipcal vs MLPerf Inference, Offline (nothing fitted)")
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    return fig
+    return log_log(fig, ax, lo, hi, "measured samples/s per accelerator (MLPerf Offline)",
+                   "predicted samples/s per accelerator", "chipcal vs MLPerf Inference, Offline (nothing fitted)")

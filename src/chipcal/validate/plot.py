@@ -25,12 +25,19 @@ def reference_lines(ax, lo: float, hi: float, label: str) -> None:
                     label=f"±{f:.0%}" if k > 1 else None)
 
 
-def log_log(ax, lo: float, hi: float) -> None:
-    """Both axes logarithmic over the same range, so that the reference lines are diagonals."""
+def log_log(fig, ax, lo: float, hi: float, xlabel: str, ylabel: str, title: str):
+    """Both axes logarithmic over the same range, so that the reference lines are diagonals;
+    labelled, the legend in the upper left, laid out: the figure, finished."""
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
 
 
 def predicted_vs_published_figure(comparisons: Sequence[Comparison]):
@@ -52,10 +59,5 @@ def predicted_vs_published_figure(comparisons: Sequence[Comparison]):
                    if c.runtime == runtime and c.split == split]
             if pts:
                 ax.scatter(*zip(*pts, strict=True), s=22, marker=marker, alpha=0.8, label=f"{runtime} ({split})")
-    log_log(ax, lo, hi)
-    ax.set_xlabel("published latency per batch (ms)")
-    ax.set_ylabel("predicted latency per batch (ms)")
-    ax.set_title("chipcal predictions vs published measurements")
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    return fig
+    return log_log(fig, ax, lo, hi, "published latency per batch (ms)", "predicted latency per batch (ms)",
+                   "chipcal predictions vs published measurements")
