@@ -225,11 +225,12 @@ def characterize_once(_workloads):
                 partial.replace(path)      # whole or absent for the other worker
         return known[key]
 
-    def characterize_model(name, batch=1, input_size=None, fuse=True):
-        return once(("model", name, batch, input_size, fuse), lambda: real_model(name, batch, input_size, fuse))
+    def characterize_model(name, batch=1, input_size=None, partition="fused"):
+        return once(("model", name, batch, input_size, partition),
+                    lambda: real_model(name, batch, input_size, partition))
 
     def characterize(module, example_inputs, model_name="custom", **options):
-        if model_name not in cases or set(options) - {"fuse"}:
+        if model_name not in cases or set(options) - {"fuse", "codegen"} or options.get("codegen"):
             return real_characterize(module, example_inputs, model_name, **options)
         return once(("case", model_name, options.get("fuse", True)),
                     lambda: real_characterize(module, example_inputs, model_name, **options))

@@ -123,7 +123,7 @@ def fake_machine(request, monkeypatch, tmp_path):
     def measure_model(name, batch=1, precision="fp32", device=CPU, **_):
         from chipcal.model.workload import characterize_model
 
-        w = characterize_model(name, batch=batch, fuse=False)
+        w = characterize_model(name, batch=batch, partition="eager")
         t = predict(w, chip, precision, params=truth).latency_s
         m = _m(t, rng)
         return models.ModelMeasurement(model=name, batch=batch, precision=precision, device=device, flop=w.flop,
@@ -175,7 +175,7 @@ def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
     doc = calrun.run_calibration(CalibrationConfig(models=MODELS, batches=(1,)), progress=progress).to_dict()
     # every phase of the run is timed once, in the order it ran (the rounds add to their phases)
     assert [p["phase"] for p in doc["phases"]] == [
-        "identify", "GEMM sweep", "bandwidth", "power", "host probes: first touch, layout, dispatch, threads",
+        "identify", "GEMM sweep", "bandwidth", "power", "host probes: first touch, layout, GEMV, dispatch, threads",
         "characterizing the models", "micro-layers", "chains", "models", "fits and cross-validation", "validation"]
     assert all(p["wall_s"] >= 0 and p["cpu_s"] >= 0 for p in doc["phases"])
     # GEMM curve: the saturating fit recovers e_max and w_half
@@ -258,7 +258,7 @@ def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machi
 
     cal = load_calibration(run_dir)
     assert cal.runtime == "eager"          # layers and models were timed in PyTorch eager mode
-    w = characterize_model("resnet18", batch=1, fuse=False)
+    w = characterize_model("resnet18", batch=1, partition="eager")
     default_local = predict(w, chip, "fp32").latency_s
     calibrated_local = predict(w, chip, "fp32", calibration=cal).latency_s
     assert calibrated_local != pytest.approx(default_local, rel=0.05)

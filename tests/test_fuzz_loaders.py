@@ -213,7 +213,7 @@ def test_predict_with_fuzzed_calibration_exits_0_or_2_in_one_line(cli, tmp_path,
     monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path / "cache"))
     from test_mapping import mlp
 
-    monkeypatch.setattr(workloads.WorkloadSource, "get", lambda self, model, batch, fuse=True: mlp(batch))
+    monkeypatch.setattr(workloads.WorkloadSource, "get", lambda self, model, batch, partition="fused": mlp(batch))
     rng = random.Random(5)
     original = REFERENCE_RUN.read_bytes()
     doc = json.loads(original)
@@ -243,7 +243,7 @@ def test_predict_with_fuzzed_calibration_exits_0_or_2_in_one_line(cli, tmp_path,
 def genuine():
     from chipcal.model.workload import characterize_model
 
-    return characterize_model("resnet18", 1, fuse=True)
+    return characterize_model("resnet18", 1)
 
 
 def test_workload_cache_loader_fuzz(tmp_path, monkeypatch, genuine):
@@ -257,7 +257,7 @@ def test_workload_cache_loader_fuzz(tmp_path, monkeypatch, genuine):
     monkeypatch.setattr(models, "characterize_model", lambda *a, **k: calls.append(a) or genuine)
     source = workloads.WorkloadSource(use_cache=True)
     source.get("resnet18", 1)
-    path = source._path("resnet18", 1, True)
+    path = source._path("resnet18", 1, "fused")
     original = path.read_bytes()
     entry = json.loads(original)
     rng = random.Random(99)

@@ -1,5 +1,6 @@
-"""LLMs (issue 37): counts worked out by hand from each config, the KV cache, mixture of experts,
-weight-only bytes, the runtimes' kernels, and predictions against published measurements."""
+"""LLMs (issues 37, 55): counts worked out by hand from each config, the KV cache, mixture of experts,
+weight-only bytes, the runtimes' kernels, predictions against published measurements, and generate timed end
+to end (the time per token by hand, the CLI's rows and refusals)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 pytest.importorskip("transformers")
 
 from chipcal.measure.device import CPU
+from chipcal.measure.llm import GenerateTooShort, per_token  # noqa: E402
+from chipcal.measure.timing import Measurement  # noqa: E402
 from chipcal.measure.workloads import WorkloadSource  # noqa: E402
 from chipcal.model.estimate.llm import (  # noqa: E402
     GENERATE_LOOP_OPS,
@@ -249,6 +252,20 @@ def test_llama_3_8b_decode_on_h100_compiled_is_near_the_bandwidth_bound_eager_ho
     assert eager.tokens_per_s < 0.5 * eager.bandwidth_bound_tokens_per_s
 
 
+@pytest.mark.parametrize("runtime", ["eager", "compiled"])
+def test_the_step_alone_and_generate_are_both_predicted(source, registry, runtime):
+    """Eager on an H100, host-bound: generate's 34 loop ops are issued after the forward's, each at
+    about the host's mean cost per op, so the step alone is faster by about 34 of those; a captured
+    graph issues no loop ops, and the two rates agree."""
+    p = predict_llama(source, registry, runtime, 1, model="llama-3.2-1b")
+    if runtime == "compiled":
+        assert p.step_tokens_per_s == p.tokens_per_s and p.generate_loop_ops == 0
+        return
+    assert p.bottleneck == "host" and p.generate_loop_ops == GENERATE_LOOP_OPS
+    gap_s = 1 / p.tokens_per_s - 1 / p.step_tokens_per_s
+    assert gap_s == pytest.approx(GENERATE_LOOP_OPS * p.host_per_op_s, rel=0.35)
+
+
 H200_DECODE = Path(__file__).parent / "machines" / "nvidia-h200" / "llm-decode.json"
 
 
@@ -436,3 +453,55 @@ def test_a_cached_llm_prediction_imports_neither_torch_nor_transformers(source, 
     assert first.returncode == 0, first.stderr                       # characterizes and caches
     again = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env)
     assert again.stdout.strip().splitlines()[-1] == "0 False False", again.stderr
+
+
+# --- generate, end to end (issue 55) ------------------------------------------------------------
+
+def test_time_per_token_is_the_call_less_its_prefill_over_the_decode_forwards():
+    """Calls of 1.0, 1.2 and 1.1 s for 10 tokens with a 0.1 s prefill: 9 decode forwards each,
+    so 0.9 / 9 = 0.1, 1.1 / 9 and 1.0 / 9 s per token; the median is the 1.1 s call's."""
+    m = per_token(Measurement.from_samples([1.0, 1.2, 1.1]), 0.1, 10)
+    assert m.samples_s == pytest.approx((0.1, 1.1 / 9, 1.0 / 9))
+    assert m.median_s == pytest.approx(1.0 / 9) and m.n == 3
+
+
+def test_a_call_no_longer_than_its_prefill_is_refused():
+    with pytest.raises(GenerateTooShort, match="no longer than its prefill"):
+        per_token(Measurement.from_samples([0.5, 0.6]), 0.55, 4)
+
+
+@pytest.mark.timing
+def test_measure_model_efficiency_times_generate_end_to_end(cli, tiny_config, monkeypatch, tmp_path):
+    """A tiny Llama's generate of 6 tokens after a 16-token prompt: the row is per output token,
+    its prefill recorded beside it, and the whole call is longer than the prefill by the 5 decode
+    forwards the per-token time stands for."""
+    from chipcal.cli import measure_model_efficiency as mme
+
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path))
+    rc, out, err = cli(lambda a: mme.main(a), ["--model", tiny_config, "--generate", "--context", "16",
+                                               "--new-tokens", "6", "--max-time", "1", "--no-power",
+                                               "--peak", "spec", "--json"])
+    assert rc == 0, err
+    (row,) = json.loads(out)
+    assert row["runtime"] == "generate" and row["phase"] == "decode" and row["n"] >= 3
+    assert row["tokens_per_s"] == pytest.approx(1 / row["latency_s"])
+    assert 0 < row["prefill_s"] and row["compile_s"] is None and row["power_source"] == "unavailable"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--phase", "prefill", "--generate"], "--generate times an LLM's decode"),
+    (["--generate", "--new-tokens", "1"], "--new-tokens of at least 2"),
+    (["--runtime", "compiled"], "--runtime compiled: torchvision and user models only"),
+])
+def test_generate_and_compiled_usage_errors_exit_2_with_one_line(cli, tiny_config, argv, says):
+    from chipcal.cli import measure_model_efficiency as mme
+
+    rc, out, err = cli(lambda a: mme.main(a), ["--model", tiny_config, *argv, "--no-power"])
+    assert rc == 2 and says in err and len(err.strip().splitlines()) == 1 and not out
+
+
+def test_by_layer_needs_the_eager_runtime(cli):
+    from chipcal.cli import measure_model_efficiency as mme
+
+    rc, _, err = cli(lambda a: mme.main(a), ["--model", "resnet18", "--runtime", "compiled", "--by-layer"])
+    assert rc == 2 and "hooks would split a compiled graph" in err

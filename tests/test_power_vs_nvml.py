@@ -72,7 +72,7 @@ def test_model_power_against_the_recorded_energy_per_call():
     h100 = chip("h100-sxm5")
     errors = []
     for row in MME:
-        p = predict(source.get(row["model"], row["batch"], False), h100, row["precision"], runtime="eager",
+        p = predict(source.get(row["model"], row["batch"], "eager"), h100, row["precision"], runtime="eager",
                     fp32_mode="strict", repeated=True)
         assert h100.idle_w <= p.avg_power_w <= h100.tdp_w * 1.001, (row["model"], row["batch"], p.avg_power_w)
         errors.append(abs(p.avg_power_w / row["avg_power_w"] - 1))

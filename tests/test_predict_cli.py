@@ -31,8 +31,8 @@ def hand_mlp(monkeypatch):
     """'mlp1024' resolves to the hand-built seed MLP at any batch (no torch characterization)."""
     original = workloads.WorkloadSource.get
 
-    def get(self, model, batch, fuse=True):
-        return mlp(batch) if model == "mlp1024" else original(self, model, batch)
+    def get(self, model, batch, partition="fused"):
+        return mlp(batch) if model == "mlp1024" else original(self, model, batch, partition)
 
     monkeypatch.setattr(workloads.WorkloadSource, "get", get)
 
@@ -307,22 +307,22 @@ def test_resnet50_eager_batch_1_on_v100_is_host_bound_near_the_published_latency
     assert json.loads(out)[0]["bottleneck"] != "host" and json.loads(out)[0]["latency_s"] < 1 / 96 / 2
 
 
-@pytest.mark.parametrize("runtime, fused", [("eager", False), ("fused", True), ("compiled", True)])
-def test_explain_characterizes_the_workload_of_the_runtime(cli, monkeypatch, runtime, fused):
+@pytest.mark.parametrize("runtime, partition", [("eager", "eager"), ("fused", "fused"), ("compiled", "codegen")])
+def test_explain_characterizes_the_workload_of_the_runtime(cli, monkeypatch, runtime, partition):
     """--explain once always took the fused workload, even for an eager prediction; the record
     says which workload was predicted."""
     asked = []
 
-    def get(self, model, batch, fuse=True):
-        asked.append(fuse)
-        return dataclasses.replace(mlp(batch), fused=fuse)
+    def get(self, model, batch, partition="fused"):
+        asked.append(partition)
+        return dataclasses.replace(mlp(batch), fused=partition != "eager", codegen=partition == "codegen")
 
     monkeypatch.setattr(workloads.WorkloadSource, "get", get)
     rc, out, _ = cli(predict_main, ["--model", "mlp1024", "--hardware", "v100-sxm2", "--runtime", runtime,
                                     "--host-overhead-s", "1e-3", "--explain", "--json"])
     row = json.loads(out)[0]
-    assert rc == 0 and row["runtime"] == runtime and row["fused"] is fused
-    assert len(asked) > 2 and set(asked) == {fused}      # the prediction, --explain, its batch sweep
+    assert rc == 0 and row["runtime"] == runtime and row["fused"] is (partition != "eager")
+    assert len(asked) > 2 and set(asked) == {partition}      # the prediction, --explain, its batch sweep
 
 
 def test_local_prediction_from_a_warm_cache_imports_no_torch(tmp_path, monkeypatch):
@@ -345,7 +345,7 @@ def test_local_prediction_from_a_warm_cache_imports_no_torch(tmp_path, monkeypat
 
     monkeypatch.setattr(bandwidth, "_measure_bandwidth_point", steady)
     bandwidth.measure_bandwidth(CPU, [1 << 20, 1 << 22], fp=fingerprint())
-    workloads.WorkloadSource(use_cache=True).get("resnet18", 1, True)      # warm the workload cache
+    workloads.WorkloadSource(use_cache=True).get("resnet18", 1)      # warm the workload cache
     assert bandwidth.cached_cpu_bandwidth(detect_cpu()).sustained_bytes_per_s["triad"] == pytest.approx(rate)
 
     run = subprocess.run([sys.executable, "-X", "importtime", "-m", "chipcal.cli.main", "predict", "--model",

@@ -157,7 +157,7 @@ def test_subnormal_assists_bring_swin_t_on_the_recorded_xeon_toward_its_measurem
     for check in result.models:
         if check.model not in ("swin_t", "vit_b_16"):
             continue
-        workload = characterize_model(check.model, batch=check.batch, fuse=False)
+        workload = characterize_model(check.model, batch=check.batch, partition="eager")
         without = as_timed(workload, plain, doc.precision, result.params, MODEL_FP32_MODE).latency_s
         if check.model == "vit_b_16":
             assert without == pytest.approx(check.predicted_s, rel=1e-9)

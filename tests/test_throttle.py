@@ -142,7 +142,7 @@ def test_t4_fp32_resnet50_from_batch_8_runs_power_limited_near_the_published(tmp
             and m.batch >= 8]
     assert sorted((m.batch, round(m.latency_s * 1e3, 1)) for m in rows) == [(8, 22.0), (64, 149.5), (256, 616.9)]
     source = workloads.WorkloadSource()
-    for c in compare(rows, lambda model, b, fuse: source.get(model, b, fuse), REGISTRY):
+    for c in compare(rows, lambda model, b, partition: source.get(model, b, partition), REGISTRY):
         assert c.bottleneck == "power" and 0.75 < c.clock_fraction < 1
         assert abs(c.error) < 0.15
 

@@ -134,7 +134,7 @@ def test_published_values_become_seconds_per_batch(tmp_path):
 # --- comparison and summary ----------------------------------------------------------------------
 
 
-def _mlp_source(model, batch, fuse=True):
+def _mlp_source(model, batch, partition="fused"):
     assert model == "mlp1024"
     return mlp(batch)
 
@@ -228,8 +228,8 @@ def test_validate_from_a_warm_cache_imports_no_torch(tmp_path):
     import sys
 
     source = workloads.WorkloadSource(use_cache=True)
-    for fuse in (True, False):
-        source.get("resnet18", 1, fuse)
+    for partition in ("fused", "eager"):
+        source.get("resnet18", 1, partition)
     corpus = _write(tmp_path, [_row(model="resnet18", value="1"),
                                _row(model="resnet18", runtime="pytorch-eager", value="8")])
     run = subprocess.run([sys.executable, "-X", "importtime", "-m", "chipcal.cli.main", "validate", "--corpus",
@@ -295,7 +295,7 @@ def test_device_side_matches_the_h100_cuda_graph_replays():
     h100 = REGISTRY.get("h100-sxm5")
     errors = {}
     for (model, batch), measured_ms in H100_CUDA_GRAPH_MS.items():
-        p = predict(source.get(model, batch, False), h100, "fp16", runtime="eager", host_overhead_s=0.0,
+        p = predict(source.get(model, batch, "eager"), h100, "fp16", runtime="eager", host_overhead_s=0.0,
                     memory_format="channels_last")
         errors[model, batch] = p.latency_s * 1e3 / measured_ms - 1
     # batch 8 within 10%; batch 1, where the per-kernel cost dominates, within 30% (today +22 to +25%)

@@ -17,14 +17,14 @@ from chipcal.model.workload.serialize import WorkloadDataError, workload_from_di
 
 
 @cache
-def real(name: str, fuse: bool):
-    return characterize_model(name, 1, fuse=fuse)
+def real(name: str, partition: str):
+    return characterize_model(name, 1, partition=partition)
 
 
-@pytest.mark.parametrize("name,fuse", [("resnet18", True), ("resnet18", False), ("vit_b_16", True),
-                                       ("googlenet", True)])
-def test_round_trip_of_real_characterized_models(name, fuse):
-    w = real(name, fuse)
+@pytest.mark.parametrize("name,partition", [("resnet18", "fused"), ("resnet18", "eager"), ("vit_b_16", "fused"),
+                                            ("googlenet", "fused"), ("resnet18", "codegen")])
+def test_round_trip_of_real_characterized_models(name, partition):
+    w = real(name, partition)
     back = workload_from_dict(json.loads(json.dumps(workload_to_dict(w))))
     assert back == w                                      # every field, nested dataclasses included
     assert back.macs == w.macs and back.critical_path == w.critical_path
@@ -40,7 +40,7 @@ def test_round_trip_of_real_characterized_models(name, fuse):
     (lambda d: d.update(stages=[[1, "2"]]), "workload.stages[0][1]: expected an integer"),
 ])
 def test_from_dict_names_the_bad_field(mutate, says):
-    d = json.loads(json.dumps(workload_to_dict(real("resnet18", True))))
+    d = json.loads(json.dumps(workload_to_dict(real("resnet18", "fused"))))
     mutate(d)
     with pytest.raises(WorkloadDataError, match=says.replace("[", r"\[").replace("]", r"\]")):
         workload_from_dict(d)
@@ -59,9 +59,9 @@ def counted(monkeypatch):
 
     calls = []
 
-    def fake(name, batch, fuse=True):
-        calls.append((name, batch, fuse))
-        return real("resnet18", fuse)
+    def fake(name, batch, partition="fused"):
+        calls.append((name, batch, partition))
+        return real("resnet18", partition)
 
     monkeypatch.setattr(models, "characterize_model", fake)
     return calls
@@ -75,7 +75,7 @@ def test_second_source_reads_json_entry_without_characterizing(cache_root, count
     notes = []
     first = source(notes).get("resnet18", 1)
     again = source(notes).get("resnet18", 1)
-    assert first == again and counted == [("resnet18", 1, True)]
+    assert first == again and counted == [("resnet18", 1, "fused")]
     files = list(cache_root.iterdir())
     assert len(files) == 1 and files[0].suffix == ".json"
     assert json.loads(files[0].read_text())["format"] == workloads.FORMAT
@@ -112,9 +112,9 @@ def test_pickle_at_a_real_entry_name_is_not_executed(cache_root, counted, tmp_pa
 
     cache_root.mkdir(mode=0o700, parents=True)
     src = source(notes := [])
-    path = src._path("resnet18", 1, True)
+    path = src._path("resnet18", 1, "fused")
     path.write_bytes(pickle.dumps(Payload()))
-    assert src.get("resnet18", 1) == real("resnet18", True)
+    assert src.get("resnet18", 1) == real("resnet18", "fused")
     assert not marker.exists() and len(counted) == 1
     assert any("unusable" in n and "characterizing again" in n for n in notes)
 
@@ -153,22 +153,22 @@ def test_symlinked_directory_and_symlinked_entry_are_not_followed(tmp_path, monk
     monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(real_dir))
     good = source([])
     good.get("resnet18", 1)                                 # a genuine entry to point at
-    entry = good._path("resnet18", 1, True)
+    entry = good._path("resnet18", 1, "fused")
     stolen = tmp_path / "stolen.json"
     entry.rename(stolen)
     entry.symlink_to(stolen)
     notes = []
-    assert source(notes).get("resnet18", 1) == real("resnet18", True)
+    assert source(notes).get("resnet18", 1) == real("resnet18", "fused")
     assert len(counted) == 3 and any("unreadable" in n for n in notes)
 
 
 def test_edited_entry_fails_its_hash_and_is_recharacterized(cache_root, counted):
     src = source([])
     src.get("resnet18", 1)
-    path = src._path("resnet18", 1, True)
+    path = src._path("resnet18", 1, "fused")
     doc = json.loads(path.read_text())
     doc["workload"]["ops"][0]["macs"] += 1                  # valid JSON, valid types, wrong data
     path.write_text(json.dumps(doc))
     notes = []
-    assert source(notes).get("resnet18", 1) == real("resnet18", True)
+    assert source(notes).get("resnet18", 1) == real("resnet18", "fused")
     assert len(counted) == 2 and any("content hash" in n for n in notes)

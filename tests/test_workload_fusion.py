@@ -37,6 +37,20 @@ def test_conv_bn_relu_is_one_kernel(inplace):
     assert s.macs == 8 * 256 * 27 and s.threads == 8 * 256
 
 
+def test_conv_bn_relu_is_two_kernels_under_inductor():
+    """torch.compile (the `codegen` partition): the convolution is a library call with nothing
+    fused into it, the BN and ReLU one generated kernel that reads the conv's output and writes the
+    activation: that tensor goes to memory and back once more than under a vendor compiler."""
+    w = characterize(ConvBnRelu(False).eval(), torch.randn(1, 3, 16, 16), codegen=True)
+    assert [s.op_indices for s in w.subgraphs] == [(0,), (1, 2)]
+    conv, generated = w.subgraphs
+    activation = 8 * 16 * 16 * 4
+    assert conv.op_class == "conv" and conv.output_bytes == activation and conv.bytes_saved_by_fusion == 0
+    # the generated kernel reads the conv output and the BN's 4 x 8 floats, writes the activation once
+    assert generated.input_bytes == activation and generated.output_bytes == activation
+    assert generated.bytes_saved_by_fusion == 2 * activation        # BN -> ReLU write and read
+
+
 class Branches(nn.Module):
     """x -> 3x3 conv -> relu and x -> 1x1 conv -> relu, concatenated."""
 

@@ -369,6 +369,22 @@ class FirstTouchSection(Record):
 
 
 @record
+class GemvSection(Record):
+    """A matrix-vector product streaming its weights from DRAM (measure.bandwidth.measure_gemv)."""
+
+    bytes_per_s: float
+    weight_bytes: int
+    shape: str
+    median_s: float
+    iqr_s: float
+    n: int
+
+    def charged_in(self, params: FamilyParams) -> FamilyParams:
+        """`params` pricing a matrix-vector product's weights at the measured rate (roofline.gemv_stream_s)."""
+        return dataclasses.replace(params, gemv_bytes_per_s=self.bytes_per_s)
+
+
+@record
 class NonFiniteValues(Record):
     """Written by calibrate.store when a number was NaN/inf: where, and why it is null."""
 
@@ -452,6 +468,8 @@ class CalibrationDocument(Record):
     dispatch: DispatchSection | None = None
     first_touch: FirstTouchSection | None = None
     layout: LayoutSection | None = field(default=None, metadata=OMIT_NONE)
+    # None: a GPU run, or one from before the GEMV rate was measured (a GEMV streams at the DRAM rate)
+    gemv: GemvSection | None = field(default=None, metadata=OMIT_NONE)
     throttle_note: str | None = None
     crossval: CrossValSection | None = field(default=None, metadata=OMIT_NONE)
     rerun: RerunSection | None = field(default=None, metadata=OMIT_NONE)

@@ -5,7 +5,7 @@ A journal is a directory (`<out>/.incomplete/<stamp>-<pid>/`) holding `config.js
 CalibrationConfig, `to_fields`) and one JSON file per finished step, each written whole through a
 temp file, fsync and rename. The steps, by phase (calibrate.run): identify `machine.json`; sweep
 `gemm.json`; bandwidth `bandwidth.json`; power `power.json`; host probes `first_touch.json`,
-`layout.json`, `dispatch.json`, `threads.json`; layers and models `round-<r>.json`, one per timing
+`layout.json`, `gemv.json`, `dispatch.json`, `threads.json`; layers and models `round-<r>.json`, one per timing
 round. A resumed run reads back every step its journal holds and measures from the first one it
 does not (calibrate.context.RunContext.journaled); fit, validate and write measure nothing and are
 worked out again. Only data goes in (measurements as their `to_dict` forms): no pickle, nothing

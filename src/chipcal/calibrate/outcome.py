@@ -183,7 +183,7 @@ def write(run: RunContext, done: Phases, created: str) -> cd.CalibrationDocument
         parameters=cd.ParametersSection(chip=chip.name, runtime=RUNTIME, family_params=params),
         validation=done.validated.validation, power=done.power.section, flags=tuple(run.flags),
         skipped=cd.Skipped(gemm_shapes=done.sweep.skipped, models=done.rounds.skipped),
-        dispatch=done.host.dispatch, threads=done.host.threads, first_touch=done.host.first_touch,
+        dispatch=done.host.dispatch, threads=done.host.threads, first_touch=done.host.first_touch, gemv=done.host.gemv,
         layout=done.host.layout, throttle_note=done.sweep.gemm.throttle_note, crossval=micro.crossval.section(),
         model_fp32_mode=MODEL_FP32_MODE, peak_rss_bytes=peak_rss, phases=run.clock.times(),
         node=this_node(), smoke=config.smoke or None,

@@ -72,6 +72,7 @@ class Host:
 
     first_touch: cd.FirstTouchSection | None
     layout: cd.LayoutSection | None
+    gemv: cd.GemvSection | None
     dispatch: cd.DispatchSection
     threads: object           # calibrate.document.ThreadsSection or None
     base: FamilyParams
@@ -271,20 +272,22 @@ def host(run: RunContext, machine: Machine, base: FamilyParams) -> Host:
     the overheads: host_in_overheads); on a CPU the thread-scaling probe."""
     from chipcal.measure.allocator import release_freed_memory
 
-    run.clock.start("host probes: first touch, layout, dispatch, threads")
-    first_touch = layout = None
+    run.clock.start("host probes: first touch, layout, GEMV, dispatch, threads")
+    first_touch = layout = gemv = None
     if not run.device.is_cuda:
         first_touch = cd.FirstTouchSection(**run.journaled("first_touch", lambda: _first_touch(machine)))
         base = first_touch.charged_in(base)
         layout = cd.LayoutSection(**run.journaled("layout", _layout))
         base = layout.charged_in(base)
+        gemv = cd.GemvSection(**run.journaled("gemv", lambda: _gemv(run)))
+        base = gemv.charged_in(base)
     dispatch = cd.DispatchSection(**run.journaled("dispatch", lambda: _dispatch(run)))
     release_freed_memory()
     base, floor = host_in_overheads(base, run.device, dispatch.per_op_s)
     threads = None if run.device.is_cuda else thread_section(run.journal)
     if threads and (flag := gap.threads_not_scaling(threads.threads, threads.speedup)):
         run.flags.append(flag)
-    return Host(first_touch, layout, dispatch, threads, base, floor)
+    return Host(first_touch, layout, gemv, dispatch, threads, base, floor)
 
 
 def _first_touch(machine: Machine) -> dict:
@@ -296,6 +299,16 @@ def _first_touch(machine: Machine) -> dict:
             "fresh_median_s": ft.fresh.median_s, "reused_median_s": ft.reused.median_s,
             "fresh_iqr_s": ft.fresh.iqr_s, "n": ft.fresh.n,
             "mmap_threshold_bytes": machine.allocator.mmap_threshold_bytes}
+
+
+def _gemv(run: RunContext) -> dict:
+    """A matrix-vector product's weight stream from DRAM (measure.bandwidth.measure_gemv)."""
+    from chipcal.measure import bandwidth as probe
+
+    rate = probe.measure_gemv(max_time_s=0.25 if run.config.smoke else 1.0)
+    return {"bytes_per_s": rate.bytes_per_s, "weight_bytes": rate.weight_bytes, "shape": rate.shape,
+            "median_s": rate.latency.median_s,
+            "iqr_s": rate.latency.iqr_s, "n": rate.latency.n}
 
 
 def _layout() -> dict:

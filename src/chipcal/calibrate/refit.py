@@ -147,6 +147,7 @@ def refit(doc: CalibrationDocument, chip, progress=None) -> Refit:
         onchip_bandwidth_ratio=onchip / model_bw if onchip else defaults.onchip_bandwidth_ratio, source="refit")
     base = doc.first_touch.charged_in(base) if doc.first_touch else base
     base = doc.layout.charged_in(base) if doc.layout else base
+    base = doc.gemv.charged_in(base) if doc.gemv else base
     recorded = doc.observations
     progress.phase("characterizing the recorded layers, chains and models",
                    len(recorded.layers) + len(recorded.chains) + len(recorded.models))
@@ -154,7 +155,7 @@ def refit(doc: CalibrationDocument, chip, progress=None) -> Refit:
     chains = _observations(recorded.chains, default_chains(), progress.step)
     workloads = []
     for row in recorded.models:
-        workloads.append(characterize_model(row.model, batch=row.batch, fuse=False))
+        workloads.append(characterize_model(row.model, batch=row.batch, partition="eager"))
         progress.step(f"{row.model} batch {row.batch}")
     base, floor = host_in_overheads(base, doc.device, doc.dispatch.per_op_s if doc.dispatch else None)
     k = folds(doc.quick, bool(doc.smoke))

@@ -44,7 +44,7 @@ def plan_models(run: RunContext, chip) -> tuple[list[ModelPlan], list[cd.Skipped
     plan, skipped = [], []
     for name in config.models:
         for batch in config.batches:
-            workload = characterize_model(name, batch=batch, fuse=False)  # eager: one kernel per op
+            workload = characterize_model(name, batch=batch, partition="eager")  # eager: one kernel per op
             call_s = timed_latency_s(workload, chip, config.precision, defaults, MODEL_FP32_MODE)
             if call_s > config.max_call_s:
                 skipped.append(cd.SkippedModel(model=name, batch=batch, predicted_call_s=call_s,

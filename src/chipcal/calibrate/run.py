@@ -7,7 +7,7 @@ calibrate.rounds, calibrate.outcome), in this order (fit data and validation dat
 3. bandwidth: the probe -> bandwidth_efficiency = measured / model bandwidth (and the fit's prior);
 4. power (where a source exists): idle, triad and each native GEMM precision held until clock and
    power settle (measure.sustained) -> static power, pJ/byte and pJ/FLOP per precision (calibrate.sustain);
-5. host probes: first touch, layout reorders, dispatch cost, thread scaling;
+5. host probes: first touch, layout reorders, GEMV rate, dispatch cost, thread scaling;
 6. layers and models: timing rounds, interleaved: micro-layers, layer chains, whole torchvision models;
 7. fit: the micro-layers and chains -> per-op-class efficiency and overhead, switch cost;
 8. validate: the models predicted (calibrated and default) vs measured; gap flags;

@@ -9,6 +9,9 @@ Models: torchvision names; LLMs (a preset or PATH/config.json, random weights: o
 prefill or decode step, `--phase`, `--context`, `--new-tokens`, src/chipcal/measure/llm.py); your own model
 (path/to/file.py:factory or package.module:factory, which is executed; docs/llm.md).
 `--by-layer`: each leaf module's time inside the pass too, and alone (src/chipcal/measure/layer_times.py).
+`--runtime compiled`: torch.compile of the model (reduce-overhead on CUDA, default mode on a CPU;
+src/chipcal/measure/models.py), its compile time in `compile_s`. `--generate`: an LLM's Hugging Face
+`generate` timed end to end, per output token (src/chipcal/measure/llm.py), instead of one decode step.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from chipcal.cli.common import (
     write_notes,
 )
 from chipcal.measure.device import Device
-from chipcal.measure.models import FP32_SWITCHES, MODEL_FP32_MODE, MODEL_PRECISIONS
+from chipcal.measure.models import FP32_SWITCHES, MODEL_FP32_MODE, MODEL_PRECISIONS, MODEL_RUNTIMES
 from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.workload.llm_config import PHASES, is_llm, load_llm_config
 from chipcal.model.workload.user_model import is_user_model
@@ -52,7 +55,8 @@ FIELDS = ("model", "batch", "precision", "device", "flop", "latency_s", "latency
           "efficiency_vs_physics", "efficiency", "peak", "energy_j", "energy_per_sample_j", "avg_power_w",
           "idle_power_w", "power_source", "power_note", "chip", "fingerprint", "torch_version", "threads",
           "other_cpus", "fp32_mode", "cudnn_allow_tf32", "float32_matmul_precision", "cudnn_benchmark", "note",
-          "phase", "context", "new_tokens", "cached_tokens", "tokens_per_s")
+          "phase", "context", "new_tokens", "cached_tokens", "tokens_per_s", "runtime", "compile_mode", "compile_s",
+          "prefill_s")
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -66,6 +70,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="LLMs: prompt tokens per sequence (default 512)")
     p.add_argument("--new-tokens", type=positive_int, default=128, metavar="M",
                    help="LLMs: tokens generated; a decode step is timed at context N + (M-1)//2 (default 128)")
+    p.add_argument("--generate", action="store_true",
+                   help="LLMs, decode: time Hugging Face generate end to end, per output token ((call of M "
+                        "tokens - its prefill) / (M - 1)), instead of one decode step")
+    p.add_argument("--runtime", choices=MODEL_RUNTIMES, default="eager",
+                   help="eager (default) or compiled: torch.compile (reduce-overhead on CUDA, the default mode "
+                        "on a CPU); torchvision and your own models")
     p.add_argument("--device", type=device_arg, default="cpu", help="cpu (default), cuda or cuda:N")
     p.add_argument("--batch", type=positive_int_list, default=[1], help="comma-separated batch sizes (default 1)")
     p.add_argument("--precision", type=csv_choices("precision", MODEL_PRECISIONS), default=["fp32"],
@@ -111,17 +121,22 @@ def _measure(name: str, batch: int, precision: str, args: argparse.Namespace, po
     from chipcal.measure.models import measure_model, measure_module
 
     if is_llm(name):
-        from chipcal.measure.llm import measure_llm
+        from chipcal.measure.llm import measure_generate, measure_llm
         from chipcal.model.workload.llm_config import step_key
 
         config = load_llm_config(name)
         step = source.llm_step(step_key(config, "eager", args.phase, batch, args.context, args.new_tokens,
                                         precision))
+        fields = {"phase": args.phase, "context": args.context, "new_tokens": args.new_tokens,
+                  "cached_tokens": step.cached}
+        if args.generate:
+            g = measure_generate(config, batch, args.context, args.new_tokens, step.workload.flop, precision,
+                                 args.device, max_time_s=args.max_time, fp32_mode=args.fp32_mode)
+            return g.step, fields | {"tokens_per_s": batch / g.step.latency.median_s, "prefill_s": g.prefill.median_s}
         m = measure_llm(config, args.phase, batch, args.context, args.new_tokens, step.workload.flop, precision,
                         args.device, power=power, max_time_s=args.max_time, fp32_mode=args.fp32_mode)
         tokens = batch * (args.context if args.phase == "prefill" else 1)
-        return m, {"phase": args.phase, "context": args.context, "new_tokens": args.new_tokens,
-                   "cached_tokens": step.cached, "tokens_per_s": tokens / m.latency.median_s}
+        return m, fields | {"tokens_per_s": tokens / m.latency.median_s}
     if is_user_model(name):
         from chipcal.model.workload.user_model import characterize_user_model, load_user_model
 
@@ -129,9 +144,9 @@ def _measure(name: str, batch: int, precision: str, args: argparse.Namespace, po
         flop = characterize_user_model(name, batch).flop
         return measure_module(module, inputs, flop, name=name, batch=batch, precision=precision, device=args.device,
                               power=power, max_time_s=args.max_time, fp32_mode=args.fp32_mode,
-                              by_layer=args.by_layer), {}
+                              by_layer=args.by_layer, runtime=args.runtime), {}
     return measure_model(name, batch, precision, args.device, power=power, max_time_s=args.max_time,
-                         fp32_mode=args.fp32_mode, by_layer=args.by_layer), {}
+                         fp32_mode=args.fp32_mode, by_layer=args.by_layer, runtime=args.runtime), {}
 
 
 def _ratio(value, reference):
@@ -155,7 +170,7 @@ def record(m, ref, measured_peak, peak_kind: str, fp, other_cpus: float | None =
         energy_j=m.energy_j, energy_per_sample_j=m.energy_per_sample_j, avg_power_w=m.avg_power_w,
         idle_power_w=m.power.idle_w if m.power else None, power_source=m.power_source,
         power_note=m.power_note, chip=ref.chip, fingerprint=fp.slug, torch_version=fp.torch_version,
-        other_cpus=other_cpus,
+        other_cpus=other_cpus, runtime=m.runtime, compile_mode=m.compile_mode, compile_s=m.compile_s,
         **({"fp32_mode": m.numerics.fp32_mode, "cudnn_allow_tf32": m.numerics.cudnn_allow_tf32,
             "float32_matmul_precision": m.numerics.float32_matmul_precision,
             "cudnn_benchmark": m.numerics.cudnn_benchmark} if m.numerics else {}),
@@ -209,11 +224,19 @@ def unsupported_record(model: str, batch: int, precision: str, device: Device, n
     return row
 
 
+def _label(row: dict) -> str:
+    """A row's model column: the model, its runtime when not eager, an LLM's phase and context."""
+    if row["phase"] is None:
+        return row["model"] if row["runtime"] in (None, "eager") else f"{row['model']} {row['runtime']}"
+    if row["runtime"] == "generate":
+        return f"{row['model']} generate {row['context']}+{row['new_tokens']}"
+    return f"{row['model']} {row['phase']}@{row['cached_tokens']}"
+
+
 def _display(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     return pd.DataFrame({
-        "model": [r["model"] if r["phase"] is None else f"{r['model']} {r['phase']}@{r['cached_tokens']}"
-                  for r in rows],
+        "model": [_label(r) for r in rows],
         "batch": frame["batch"], "prec": frame["precision"],
         "GFLOP": frame["flop"].astype(float) / 1e9, "latency ms": frame["latency_s"].astype(float) * 1e3,
         "IQR ms": frame["latency_iqr_s"].astype(float) * 1e3, "n": frame["n"],
@@ -245,6 +268,15 @@ def _body(args: argparse.Namespace) -> int:
     models = _models(args.model)
     if args.by_layer and any(is_llm(m) for m in models):
         raise UsageError("--by-layer: torchvision and user models only (an LLM step is timed as a whole)")
+    if args.by_layer and args.runtime != "eager":
+        raise UsageError("--by-layer times an eager model: forward hooks would split a compiled graph")
+    if args.runtime != "eager" and any(is_llm(m) for m in models):
+        raise UsageError("--runtime compiled: torchvision and user models only (an LLM is timed eager, "
+                         "as a step or with --generate)")
+    if args.generate and (args.phase != "decode" or not all(is_llm(m) for m in models)):
+        raise UsageError("--generate times an LLM's decode: give LLM models and --phase decode")
+    if args.generate and args.new_tokens < 2:
+        raise UsageError("--generate needs --new-tokens of at least 2 (one decode forward)")
     from chipcal.measure.allocator import pin_allocator
     from chipcal.measure.models import UnsupportedPrecision
     from chipcal.measure.power import UnavailableSource, open_power_source

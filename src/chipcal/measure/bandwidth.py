@@ -368,6 +368,42 @@ def measure_first_touch(size_bytes: int = 64 * 2**20, max_time_s: float = 1.0) -
     return FirstTouch(size_bytes, fresh, reused)
 
 
+@dataclass(frozen=True)
+class GemvRate:
+    """Matrix-vector products streaming their weights from DRAM (measure_gemv)."""
+
+    shape: str
+    weight_bytes: int
+    latency: Measurement
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.weight_bytes / self.latency.median_s
+
+
+GEMV_HIDDEN = 2048          # a 1B-class decoder's hidden size
+
+
+def measure_gemv(weight_bytes: int = 256 * 2**20, max_time_s: float = 1.0) -> GemvRate:
+    """Time one call = `F.linear` of one fp32 row by a wide and by a tall weight matrix, half of
+    `weight_bytes` each (N x 2048 and 2048 x N, N = bytes / 16 KiB: an MLP's up and down
+    projections), as an LLM's decode at batch 1 runs its linear layers. 256 MiB is far above any
+    CPU cache here, so each call streams its weights from DRAM (roofline.gemv_stream_s); the pair
+    averages the two shapes' rates, which differ by up to ~30 % (2-vCPU Zen 4 VM: one 256 MiB wide
+    matrix alone 15-18 GB/s from minute to minute, the pair 18.4-18.5). The weights are ones: the
+    values do not change the time, and filling them draws no random numbers."""
+    import torch
+
+    linear = torch.nn.functional.linear
+    n = weight_bytes // (2 * 4 * GEMV_HIDDEN)
+    wide, tall = torch.ones(n, GEMV_HIDDEN), torch.ones(GEMV_HIDDEN, n)
+    x, y = torch.ones(1, GEMV_HIDDEN), torch.ones(1, n)
+    with torch.inference_mode():
+        latency = time_callable(lambda: (linear(x, wide), linear(y, tall)), max_time_s=max_time_s, min_samples=5)
+    return GemvRate(f"1x{GEMV_HIDDEN} by {n}x{GEMV_HIDDEN} and 1x{n} by {GEMV_HIDDEN}x{n}, fp32 (F.linear)",
+                    2 * n * GEMV_HIDDEN * 4, latency)
+
+
 def onchip_bandwidth(bw, os_llc_bytes: int | None = None) -> float | None:
     """Last-level-cache bandwidth from the probe: the median over working sets within 8x below
     the cache knee (the plateau the knee ends). Where the probe found no knee, the last-level

@@ -10,13 +10,22 @@ runtime, llm_config.StepPlan): a DynamicCache, `logits_to_keep=1`, greedy argmax
              new token per sequence, argmax, then the cache is cropped back to that context, so
              every sample times the same step
 
+    generate `model.generate` end to end as users time it (measure_generate): greedy, `min_new_tokens`
+             = `max_new_tokens` = M, no EOS, `pad_token_id` 0, an attention mask of ones, after a
+             4-token warm-up call. One sample = one call of M tokens, T; the prefill is timed the
+             same way as a call of one token (the prompt's forward and one pass of the loop), P;
+             the time per output token is (T − median P) / (M − 1): the M − 1 decode forwards and
+             generate's own work around each (logits processors, stopping criteria, input_ids and
+             mask concatenation, cache bookkeeping, the host sync that ends every token)
+
 Each call is one sample of a distribution (measure.timing: median, CI, n), bounded in time as
-every model timing is (measure.timing.budget_s). Generate's own per-token bookkeeping
-(stopping criteria, attention-mask and input_ids concatenation) is not timed: on a CPU it is
-about 34 small ops, well under 1 % of a step.
+every model timing is (measure.timing.budget_s). The step timing leaves generate's own
+per-token work out; the generate timing includes it, so the two differ by exactly that.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -29,12 +38,17 @@ from chipcal.measure.models import (
     power_provenance,
 )
 from chipcal.measure.power import PowerSource
-from chipcal.measure.timing import budget_s, time_callable
-from chipcal.model.errors import UnsupportedPrecision
+from chipcal.measure.timing import Measurement, budget_s, time_callable
+from chipcal.model.errors import ChipcalError, UnsupportedPrecision
 from chipcal.model.workload.llm import build_llm, cache_argument, transformers_module
 from chipcal.model.workload.llm_config import LlmConfig, decode_cached, trace_dtype
 
 LLM_MEASURE_PRECISIONS = ("fp32", "bf16", "fp16")
+GENERATE_WARMUP_TOKENS = 4
+
+
+class GenerateTooShort(ChipcalError, ValueError):
+    """A generate call of M tokens took no longer than its prefill: no time per token to derive."""
 
 
 def _step(config: LlmConfig, model, phase: str, batch: int, context: int, new_tokens: int, device: Device, seed: int):
@@ -99,3 +113,71 @@ def measure_llm(config: LlmConfig, phase: str, batch: int, context: int, new_tok
     return ModelMeasurement(model=config.name, batch=batch, precision=precision, device=str(device), flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,
                             power_source=source, power_note=note, numerics=switches)
+
+
+def _generate_call(config: LlmConfig, model, batch: int, context: int, tokens: int, device: Device, seed: int):
+    """One `generate` call of `tokens` new tokens per sequence, as measure_generate times it."""
+    gen = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(config.vocab, (batch, context), generator=gen).to(str(device))
+    mask = torch.ones_like(prompt)
+
+    def call():
+        with torch.inference_mode():
+            return model.generate(prompt, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
+                                  do_sample=False, eos_token_id=None, pad_token_id=0)
+    return call
+
+
+def per_token(whole: Measurement, prefill_s: float, new_tokens: int) -> Measurement:
+    """Time per output token of each generate sample: (T − P) / (M − 1) (module docstring)."""
+    samples = [(t - prefill_s) / (new_tokens - 1) for t in whole.samples_s]
+    if min(samples) <= 0:
+        raise GenerateTooShort(f"a generate call of {new_tokens} tokens took no longer than its prefill "
+                               f"({min(whole.samples_s):.3g} s against {prefill_s:.3g} s): give more new tokens")
+    m = Measurement.from_samples(samples, method=f"generate of {new_tokens} tokens less its prefill, / "
+                                 f"{new_tokens - 1}; {whole.method}", threads=whole.threads,
+                                 clocks_hz=whole.clocks_hz, other_cpus=whole.other_cpus)
+    return replace(m, warnings=tuple(dict.fromkeys(m.warnings + whole.warnings)))   # each note once
+
+
+@dataclass(frozen=True)
+class GenerateMeasurement:
+    """A generate timing: the time per output token (a ModelMeasurement whose latency is per
+    token, its flop the decode step's) and the prefill it was derived with (module docstring)."""
+
+    step: ModelMeasurement
+    prefill: Measurement
+    whole: Measurement
+
+
+def measure_generate(config: LlmConfig, batch: int, context: int, new_tokens: int, flop: int,
+                     precision: str = "fp32", device: Device = CPU, *, max_time_s: float = 5.0,
+                     min_samples: int = 3, threads: int | None = None, clock_probe=None, seed: int = 0,
+                     fp32_mode: str = MODEL_FP32_MODE) -> GenerateMeasurement:
+    """Time HF `generate` end to end (module docstring): `new_tokens` ≥ 2 per call, `flop` the
+    decode step's work. The prefill gets a quarter of `max_time_s`, the calls of `new_tokens`
+    the rest (budget_s: room for `min_samples` calls). No power is read: a generate call's
+    energy mixes the prefill's with the tokens'."""
+    if precision not in LLM_MEASURE_PRECISIONS:
+        raise UnsupportedPrecision(f"LLM timing runs {', '.join(LLM_MEASURE_PRECISIONS)}, not {precision}")
+    if new_tokens < 2:
+        raise GenerateTooShort("generate is timed over at least 2 new tokens (one decode forward)")
+    config.check_positions(context + new_tokens)
+    with numerics(precision, device, fp32_mode) as switches:
+        try:
+            model = build_llm(config, trace_dtype(precision), str(device), seed=seed)
+            _generate_call(config, model, batch, context, GENERATE_WARMUP_TOKENS, device, seed)()
+        except (RuntimeError, NotImplementedError) as exc:
+            raise first_call_failure(exc, f"{config.name} generate", batch, precision, device) from None
+        first = _generate_call(config, model, batch, context, 1, device, seed)
+        whole_fn = _generate_call(config, model, batch, context, new_tokens, device, seed)
+        timing = {"device": device, "warmup": 0, "threads": threads, "clock_probe": clock_probe}
+        prefill = time_callable(first, min_samples=min_samples, max_time_s=max_time_s / 4, **timing)
+        budget = budget_s(whole_fn, device, max_time_s, min_samples, warm=True)
+        whole = time_callable(whole_fn, min_samples=min_samples, max_time_s=budget, **timing)
+    latency = per_token(whole, prefill.median_s, new_tokens)
+    step = ModelMeasurement(model=config.name, batch=batch, precision=precision, device=str(device), flop=int(flop),
+                            latency=latency, delivered_flop_per_s=flop / latency.median_s, power=None,
+                            power_source="unavailable", power_note="not read for generate: a call's energy "
+                            "mixes the prefill's with the tokens'", numerics=switches, runtime="generate")
+    return GenerateMeasurement(step, prefill, whole)

@@ -10,11 +10,19 @@ does by default (`fp32_mode` "pytorch": cuDNN convolutions in TF32, matmuls in f
 defaults, set explicitly), or "strict" (TF32 off for both) or "tf32" (on for both); each
 measurement records the switches it ran with (`Numerics`). cuDNN autotuning (`cudnn.benchmark`) is
 on, its search absorbed by the warm-up calls.
+
+Runtime: "eager" times the module as it is; "compiled" times `torch.compile(module, mode=...)` as
+users run it: mode "reduce-overhead" on CUDA (Inductor's kernels replayed as a CUDA graph),
+the default mode on a CPU (CUDA graphs exist only on CUDA; Inductor generates C++/OpenMP kernels
+and calls oneDNN/MKL for convolutions and GEMMs). Dynamo's caches are reset first, so every row
+compiles afresh and never falls back to eager past the recompile limit; the first call compiles,
+and its time is recorded as `compile_s` (not a sample).
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -25,6 +33,7 @@ from chipcal.measure.timing import Measurement, budget_s, time_callable
 from chipcal.model.errors import OutOfMemory, UnsupportedPrecision
 
 MODEL_PRECISIONS = ("fp32", "bf16", "fp16")
+MODEL_RUNTIMES = ("eager", "compiled")
 # what fp32 means in measure_model's timings by default (model.estimate.numerics.FP32_MODES)
 MODEL_FP32_MODE = "pytorch"
 # the TF32 switches of each fp32 mode: (torch.backends.cudnn.allow_tf32, float32 matmul precision)
@@ -55,6 +64,9 @@ class ModelMeasurement:
     power_note: str                   # why power is unavailable, or the reading's method
     numerics: Numerics | None = None  # the switches it ran with
     layers: LayerTimes | None = None  # each leaf module's time inside the pass (by_layer)
+    runtime: str = "eager"            # MODEL_RUNTIMES; "generate" for an LLM timed end to end
+    compile_mode: str | None = None   # torch.compile's mode of a compiled row
+    compile_s: float | None = None    # its first call: tracing, code generation, the first run
 
     @property
     def energy_j(self) -> float | None:
@@ -114,10 +126,28 @@ def numerics(precision: str, device: Device, fp32_mode: str = MODEL_FP32_MODE) -
         torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = prior[1], prior[2]
 
 
+def compile_mode(device: Device) -> str:
+    """torch.compile's mode for `device` (module docstring, Runtime)."""
+    return "reduce-overhead" if device.is_cuda else "default"
+
+
+def _runnable(model, runtime: str, device: Device):
+    """`model` itself (eager), or compiled (module docstring) after a reset of Dynamo's caches."""
+    import torch
+
+    if runtime not in MODEL_RUNTIMES:
+        raise ValueError(f"unknown runtime {runtime!r}; valid: {', '.join(MODEL_RUNTIMES)}")
+    if runtime == "eager":
+        return model
+    torch._dynamo.reset()
+    return torch.compile(model, mode=compile_mode(device))
+
+
 def measure_module(module, example_input, flop: int, *, name: str, batch: int, precision: str = "fp32",
                    device: Device = CPU, power: PowerSource | None = None, max_time_s: float = 5.0,
                    min_samples: int = 10, threads: int | None = None,
-                   clock_probe=None, fp32_mode: str = MODEL_FP32_MODE, by_layer: bool = False) -> ModelMeasurement:
+                   clock_probe=None, fp32_mode: str = MODEL_FP32_MODE, by_layer: bool = False,
+                   runtime: str = "eager") -> ModelMeasurement:
     """Time `module(example_input)` at `precision` on `device`; energy when `power` is available;
     with `by_layer`, each leaf module's time inside the pass too, in a second budget of
     `max_time_s`, and alone on its inputs in a third (measure.layer_times).
@@ -127,10 +157,13 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
     The timing budget is `max_time_s`, stretched up to 4× for slow passes so that at least 6
     samples (the fewest with a 95% CI of the median) fit.
 
-    `flop` is the work of one forward pass (2 per MAC). Raises OutOfMemory when the model or
-    its first forward pass does not fit, UnsupportedPrecision when the first forward pass
-    fails otherwise at this precision on this device.
+    `flop` is the work of one forward pass (2 per MAC). `runtime`: eager or compiled (module
+    docstring; `by_layer` needs eager: hooks split a compiled graph). Raises OutOfMemory when the
+    model or its first forward pass does not fit, UnsupportedPrecision when the first forward
+    pass fails otherwise at this precision on this device.
     """
+    if by_layer and runtime != "eager":
+        raise ValueError("by_layer times an eager module: forward hooks would split a compiled graph")
     import torch
     from torch.utils._pytree import tree_map
 
@@ -150,18 +183,25 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
             raise oom_error(name, batch, precision, device, exc) from None
         raise
 
+    run = _runnable(model, runtime, device)
+
     def forward():
-        return model(*x)
+        return run(*x)
 
     with numerics(precision, device, fp32_mode) as switches:
         try:
             with torch.inference_mode():
+                start = time.perf_counter()
                 forward()
+                if device.is_cuda:
+                    torch.cuda.synchronize()
+                first_s = time.perf_counter() - start
         except (RuntimeError, NotImplementedError) as exc:
             raise first_call_failure(exc, name, batch, precision, device) from None
         budget = budget_s(forward, device, max_time_s, min(min_samples, 6), warm=True)   # the call above warmed it
-        latency = time_callable(forward, device=device, min_samples=min_samples, max_time_s=budget, warmup=0,
-                                threads=threads, clock_probe=clock_probe)
+        # a CUDA graph tree records on the second call and replays from the third (torch/_inductor/cudagraph_trees.py)
+        latency = time_callable(forward, device=device, min_samples=min_samples, max_time_s=budget,
+                                warmup=0 if runtime == "eager" else 2, threads=threads, clock_probe=clock_probe)
         reading = None
         if power is not None and power.available:
             def timed_forward():
@@ -175,7 +215,9 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
     source, note = power_provenance(power, reading)
     return ModelMeasurement(model=name, batch=batch, precision=precision, device=str(device), flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,
-                            power_source=source, power_note=note, numerics=switches, layers=layers)
+                            power_source=source, power_note=note, numerics=switches, layers=layers,
+                            runtime=runtime, compile_mode=compile_mode(device) if runtime == "compiled" else None,
+                            compile_s=first_s if runtime == "compiled" else None)
 
 
 def first_call_failure(exc: Exception, name: str, batch: int, precision: str, device: Device) -> Exception:
@@ -199,9 +241,9 @@ def power_provenance(power: PowerSource | None, reading) -> tuple[str, str]:
 def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: Device = CPU, *,
                   power: PowerSource | None = None, max_time_s: float = 5.0, min_samples: int = 10,
                   threads: int | None = None, clock_probe=None, flop: int | None = None,
-                  fp32_mode: str = MODEL_FP32_MODE, by_layer: bool = False) -> ModelMeasurement:
+                  fp32_mode: str = MODEL_FP32_MODE, by_layer: bool = False, runtime: str = "eager") -> ModelMeasurement:
     """Build torchvision model `name` (weights=None), count its FLOP, and measure it at `batch`
-    under `fp32_mode` (module docstring), each leaf module too with `by_layer` (measure_module).
+    under `fp32_mode` and `runtime` (module docstring), each leaf module too with `by_layer` (measure_module).
 
     `flop` (2 per MAC) skips the count when the caller has characterized the model already.
     """
@@ -220,4 +262,4 @@ def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: De
         raise
     return measure_module(module, x, flop, name=name, batch=batch, precision=precision, device=device,
                           power=power, max_time_s=max_time_s, min_samples=min_samples, threads=threads,
-                          clock_probe=clock_probe, fp32_mode=fp32_mode, by_layer=by_layer)
+                          clock_probe=clock_probe, fp32_mode=fp32_mode, by_layer=by_layer, runtime=runtime)

@@ -1,6 +1,6 @@
 """Workload characterizations cached on disk, so repeated predictions need no torch.
 
-Each (model, batch, fused|eager) is characterized once (torch, meta tensors) and stored under
+Each (model, batch, partition: eager|fused|codegen) is characterized once (torch, meta tensors) and stored under
 the `workloads/` folder of chipcal's cache root (src/chipcal/measure/cache.py: $CHIPCAL_CACHE_DIR, else
 $XDG_CACHE_HOME/chipcal, else ~/.cache/chipcal), keyed by a hash of the workload code
 and the torch/torchvision/transformers versions: a change to either invalidates the entry. An
@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 
 from chipcal.measure.cache import source_digest, workload_dir, write_json_atomic
+from chipcal.model.workload.fusion import PARTITIONS
 
 FORMAT = "chipcal.workload/1"
 SAFE_MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,63}")   # every torchvision model name has this shape
@@ -96,12 +97,12 @@ class WorkloadSource:
                 self._dir = path
         return self._dir
 
-    def _path(self, model: str, batch: int, fuse: bool) -> Path | None:
+    def _path(self, model: str, batch: int, partition: str) -> Path | None:
         """The entry's file, or None when the name cannot safely be part of a file name."""
         directory = self._directory()
         if directory is None or not SAFE_MODEL_NAME.fullmatch(model) or type(batch) is not int or batch <= 0:
             return None
-        return directory / f"{model}-b{batch}-{'fused' if fuse else 'eager'}-{self.key}.json"
+        return directory / f"{model}-b{batch}-{partition}-{self.key}.json"
 
     def llm_step(self, key):
         """The LlmStep `key` (llm_config.StepKey) names, from the cache or characterized now
@@ -124,30 +125,33 @@ class WorkloadSource:
         self.memo[key] = step
         return step
 
-    def get(self, model: str, batch: int, fuse: bool = True):
+    def get(self, model: str, batch: int, partition: str = "fused"):
         """The Workload of torchvision model or MLPerf network `model`, or of the user's
-        `file.py:factory` (never stored on disk: its code can change), at `batch`."""
-        if (model, batch, fuse) in self.memo:
-            return self.memo[(model, batch, fuse)]
+        `file.py:factory` (never stored on disk: its code can change), at `batch`, partitioned into
+        the kernels of a runtime (model.workload.fusion.PARTITIONS; mapping.params.runtime_partition)."""
+        if partition not in PARTITIONS:
+            raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
+        if (model, batch, partition) in self.memo:
+            return self.memo[(model, batch, partition)]
         from chipcal.model.workload.user_model import is_user_model
 
         if is_user_model(model):
             from chipcal.model.workload.user_model import characterize_user_model
 
             self.notify(f"characterizing {model} at batch {batch} (runs your file; torch, meta tensors)...")
-            self.memo[(model, batch, fuse)] = characterize_user_model(model, batch, fuse)
-            return self.memo[(model, batch, fuse)]
-        path = self._path(model, batch, fuse) if self.use_cache else None
-        header = {"model": model, "batch": batch, "fused": fuse}
+            self.memo[(model, batch, partition)] = characterize_user_model(model, batch, partition)
+            return self.memo[(model, batch, partition)]
+        path = self._path(model, batch, partition) if self.use_cache else None
+        header = {"model": model, "batch": batch, "partition": partition}
         workload = self._load(path, header, "workload") if path else None
         if workload is None:
-            workload = self._characterize(model, batch, fuse)
+            workload = self._characterize(model, batch, partition)
             if path:
                 self._store(path, header, "workload", workload)
-        self.memo[(model, batch, fuse)] = workload
+        self.memo[(model, batch, partition)] = workload
         return workload
 
-    def _characterize(self, model: str, batch: int, fuse: bool):
+    def _characterize(self, model: str, batch: int, partition: str):
         """A torchvision classification model, or an MLPerf network (model.workload.mlperf_networks),
         characterized now; an unknown name is refused in one line, before the note."""
         from chipcal.model.workload import (
@@ -165,8 +169,8 @@ class WorkloadSource:
             raise UnknownModelError(model, [*classification_models(), *NETWORKS])
         self.notify(f"characterizing {model} at batch {batch} (torch, meta tensors)...")
         if is_mlperf_network(model):
-            return characterize_network(model, batch, fuse)
-        return characterize_model(model, batch, fuse=fuse)
+            return characterize_network(model, batch, partition)
+        return characterize_model(model, batch, partition=partition)
 
     def _load(self, path: Path, header: dict, kind: str):
         """The cached record (`kind` "workload" or "llm_step"), or None (a miss, or any problem

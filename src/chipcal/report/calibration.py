@@ -155,6 +155,10 @@ def _validation_text(doc: CalibrationDocument) -> str:
     if doc.layout:
         lines.append(f"Layout passes and weight reorders charged around each convolution (measure.layout): "
                      f"{doc.layout.passes:g} passes; {doc.layout.detail}.")
+    if doc.gemv:
+        lines.append(f"A matrix-vector product's weight stream (measure.bandwidth.measure_gemv, {doc.gemv.shape}): "
+                     f"{doc.gemv.bytes_per_s / 1e9:.1f} GB/s (median of {doc.gemv.n} calls of "
+                     f"{doc.gemv.median_s * 1e3:.2f} ms), the rate at which an LLM's decode at batch 1 reads its weights.")
     return "\n".join(lines)
 
 

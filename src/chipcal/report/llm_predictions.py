@@ -35,7 +35,8 @@ def llm_rows(preds: Sequence[LlmPrediction]) -> list[dict]:
             rows.append(row | {"tok/s": "unsupported"})
             continue
         rows.append(row | {
-            "tok/s": _rate(p.tokens_per_s), "TTFT_ms": f"{p.time_to_first_token_s * 1e3:.4g}",
+            "tok/s": _rate(p.tokens_per_s), "step_tok/s": _rate(p.step_tokens_per_s),
+            "TTFT_ms": f"{p.time_to_first_token_s * 1e3:.4g}",
             "TPOT_ms": "-" if p.phase == "prefill" else f"{p.time_per_output_token_s * 1e3:.4g}",
             "bw_bound": _rate(p.bandwidth_bound_tokens_per_s), "host_bound": _rate(p.host_bound_tokens_per_s),
             "bound": p.bottleneck, "mem_GB": f"{p.memory_bytes / GB:.4g}" + ("" if p.fits_in_memory else "!"),
@@ -57,8 +58,10 @@ def _bound_note(p: LlmPrediction) -> str:
     host = ("no per-op host cost (captured graph)" if not math.isfinite(p.host_bound_tokens_per_s) else
             f"host bound {_rate(p.host_bound_tokens_per_s)} tok/s ({p.host_ops_per_step} host-issued ops "
             f"per step, {p.host_per_op_s * 1e6:.3g} us each on average)")
+    loop = (f" (generate end to end; the decode forward alone {_rate(p.step_tokens_per_s)} tok/s, "
+            f"generate adds {p.generate_loop_ops} ops per token)" if p.generate_loop_ops else "")
     return (f"{p.model} on {p.chip}, {p.phase} at batch {p.batch}, {p.precision}, {p.runtime}: "
-            f"{_rate(p.tokens_per_s)} tok/s = {share:.0%} of the bandwidth bound "
+            f"{_rate(p.tokens_per_s)} tok/s{loop} = {share:.0%} of the bandwidth bound "
             f"{_rate(p.bandwidth_bound_tokens_per_s)} tok/s; {host}; bottleneck {p.bottleneck}; "
             f"weights {p.weight_bytes / GB:.4g} GB, KV cache {p.kv_cache_bytes / GB:.3g} GB")
 

@@ -31,7 +31,7 @@ from chipcal.calibrate.accuracy import abs_quantile
 from chipcal.model.errors import ChipcalError
 from chipcal.model.estimate.prediction import predict
 from chipcal.model.mapping.base import MAC_CLASSES
-from chipcal.model.mapping.params import FamilyParams, params_for, runtime_fuses
+from chipcal.model.mapping.params import FamilyParams, params_for, runtime_partition
 from chipcal.model.precision import PRECISIONS
 
 RUNTIME_MODEL = {
@@ -207,11 +207,11 @@ class Comparison:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def compare(rows: Sequence[Measurement], workload: Callable[[str, int, bool], object], registry,
+def compare(rows: Sequence[Measurement], workload: Callable[[str, int, str], object], registry,
             params: Callable[[object, str, str], FamilyParams] | None = None,
             host_overhead_s: float | None = None,
             host_by_framework: dict[tuple[str, str], float] | None = None) -> tuple[Comparison, ...]:
-    """Predict every row. `workload(model, batch, fuse)` returns the characterized workload;
+    """Predict every row. `workload(model, batch, partition)` returns the characterized workload;
     `params(chip, runtime, framework)` the parameters to use (default: mapping.params_for);
     `host_overhead_s` the per-op host cost of every eager row, or `host_by_framework` that of the
     rows of a (host class, framework generation) (others: their default, estimate.host)."""
@@ -226,7 +226,7 @@ def compare(rows: Sequence[Measurement], workload: Callable[[str, int, bool], ob
         host = (host_overhead_s if host_by_framework is None
                 else host_by_framework.get((host_class(chip), m.framework_generation)))
         # a row's fp32 is what its label says: fp32 math (the sources name TF32 rows tf32)
-        p = predict(workload(m.model, m.batch, runtime_fuses(rt)), chip, m.precision, params=fam,
+        p = predict(workload(m.model, m.batch, runtime_partition(rt)), chip, m.precision, params=fam,
                     runtime=rt, host_overhead_s=host, autocast=m.autocast, fp32_mode="strict",
                     framework=gen)
         published = m.latency_s
@@ -339,7 +339,7 @@ def trial_params(values: dict[str, float]) -> Callable[[object, str, str], Famil
     return params
 
 
-def fit_defaults(rows: Sequence[Measurement], workload: Callable[[str, int, bool], object], registry,
+def fit_defaults(rows: Sequence[Measurement], workload: Callable[[str, int, str], object], registry,
                  on_evaluation: Callable[[], object] | None = None):
     """Fit the server host's per-op cost (PyTorch 1.x rows, PyTorch 2.x rows), the GPU MAC-efficiency scale, the GPU per-kernel cycles
     and the GPU K-loop cycles per byte (held near its prior, FIT_PRIOR_SIGMA) to `rows` (the `fit`

@@ -57,7 +57,7 @@ SCENARIO_NOT_PREDICTED = {
 }
 OFFLINE_BATCHES = (1, 8, 32, 64, 128, 256, 512, 1024, 2048)
 
-Workloads = Callable[[str, int, bool], object]      # (network, batch, fused) -> Workload
+Workloads = Callable[[str, int, str], object]      # (network, batch, partition) -> Workload
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads,
     if not chip.supports(precision):
         return Excluded(row, f"{chip.name} has no {precision} engine")
     if row.scenario == "SingleStream":
-        p = predict(workloads(network, 1, True), chip, precision)
+        p = predict(workloads(network, 1, "fused"), chip, precision)
         return Checked(row, chip.name, 1, row.value, p.latency_s, p.bottleneck)
     best = saturation(network, chip, precision)
     if best is None:
@@ -147,7 +147,7 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads,
 
 def _saturation(network: str, chip, precision: str, workloads: Workloads) -> Prediction | None:
     """The prediction of highest throughput among the batches whose peak memory fits the device."""
-    fits = [p for p in (predict(workloads(network, b, True), chip, precision) for b in OFFLINE_BATCHES)
+    fits = [p for p in (predict(workloads(network, b, "fused"), chip, precision) for b in OFFLINE_BATCHES)
             if p.fits_in_memory]
     return max(fits, key=lambda p: p.throughput_per_s, default=None)
 

@@ -35,7 +35,7 @@ def _of(comparisons: Sequence[Comparison]) -> SplitComparison:
     return SplitComparison(tuple(comparisons), summarize(comparisons))
 
 
-def compare_splits(rows: Sequence[Measurement], split: str, workload: Callable[[str, int, bool], object],
+def compare_splits(rows: Sequence[Measurement], split: str, workload: Callable[[str, int, str], object],
                    registry: Registry, every_split: bool = False) -> tuple[SplitComparison, dict[str, SplitComparison]]:
     """The rows of `split` ('all': every row) compared and summarized; with `every_split`, every
     row is compared and each of SPLITS comes back apart too (else {}). EmptySplit when `split`

@@ -14,11 +14,11 @@ from chipcal.model.chip import Chip
 from chipcal.model.estimate.llm import LlmPrediction, predict_llm
 from chipcal.model.estimate.opportunities import Opportunity, opportunities
 from chipcal.model.estimate.prediction import Prediction, predict
-from chipcal.model.mapping.params import CalibrationParams, params_for, runtime_fuses
+from chipcal.model.mapping.params import CalibrationParams, params_for, runtime_partition
 from chipcal.model.workload.llm_config import StepKey, load_llm_config, step_key
 from chipcal.model.workload.types import LlmStep, Workload
 
-Workloads = Callable[[str, int, bool], Workload]     # (model, batch, fused) -> Workload
+Workloads = Callable[[str, int, str], Workload]     # (model, batch, partition) -> Workload
 
 
 def predict_all(models: Sequence[str], chips: Sequence[Chip], batches: Sequence[int],
@@ -36,7 +36,7 @@ def predict_all(models: Sequence[str], chips: Sequence[Chip], batches: Sequence[
             for chip in chips:
                 calibrated = calibration is not None and calibration.applies_to(chip.name, chip.active_mode)
                 chip_runtime = calibration.runtime if calibrated else runtime
-                w = workload(model, batch, runtime_fuses(chip_runtime))
+                w = workload(model, batch, runtime_partition(chip_runtime))
                 for precision in precisions:
                     out.append((chip, predict(w, chip, precision, calibration=calibration,
                                               runtime=chip_runtime, host_overhead_s=host_overhead_s,
@@ -51,8 +51,9 @@ def opportunities_all(pairs: Sequence[tuple[Chip, Prediction]], calibration: Cal
     found = {}
     for i, (chip, p) in enumerate(pairs):
         params = params_for(chip.name, chip.kind, calibration, chip.active_mode, p.runtime, p.framework)
-        found[i] = opportunities(p, workload(p.model, p.batch, p.fused), chip, params,
-                                 workload_at=lambda b, m=p.model, f=p.fused: workload(m, b, f),
+        part = runtime_partition(p.runtime)
+        found[i] = opportunities(p, workload(p.model, p.batch, part), chip, params,
+                                 workload_at=lambda b, m=p.model, f=part: workload(m, b, f),
                                  target_utilization=target_utilization)
     return found
 

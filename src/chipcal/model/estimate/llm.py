@@ -9,6 +9,9 @@ cache and memory fit, from two characterized forwards (a prefill, a decode step)
                             token's queue starts empty
     tokens_per_s            decode: B / time_per_output_token_s (summed over the batch);
                             prefill: B × N / time_to_first_token_s
+    step_tokens_per_s       decode: B / the decode forward alone, without generate's own ops (what
+                            a timing of the step measures, measure.llm); equal to tokens_per_s
+                            where no loop ops are issued (a captured graph)
     bandwidth_bound_tokens_per_s  tokens of the step / (bytes it must move / spec DRAM bandwidth):
                             weights read (a mixture of experts: the experts touched) + KV cache
                             read + KV cache written; nothing else, no efficiency
@@ -195,6 +198,7 @@ class LlmPrediction:
     status: str
     reason: str = ""
     tokens_per_s: float = NAN
+    step_tokens_per_s: float = NAN
     time_to_first_token_s: float = NAN
     time_per_output_token_s: float = NAN
     bandwidth_bound_tokens_per_s: float = NAN
@@ -265,7 +269,7 @@ def predict_llm(config: LlmConfig, prefill: LlmStep, decode: LlmStep | None, chi
     compute = compute_precision(precision)
     scheme = WEIGHT_ONLY.get(precision)
 
-    def run(step: LlmStep) -> tuple[Prediction, Workload, tuple[tuple[float, float], ...]]:
+    def run(step: LlmStep, loop: bool = True) -> tuple[Prediction, Workload, tuple[tuple[float, float], ...]]:
         step_runtime = "eager" if step_plan(runtime, step.phase).host_issued else "compiled"
         chosen = params or params_for(chip.name, chip.kind, calibration, chip.active_mode, step_runtime, framework)
         if scheme is not None:
@@ -273,7 +277,7 @@ def predict_llm(config: LlmConfig, prefill: LlmStep, decode: LlmStep | None, chi
                              / (8 * BYTES_PER_ELEMENT[scheme.compute]))
         workload = weight_only(step.workload, scheme) if scheme else step.workload
         trailing = (loop_op(chip, compute, chosen),) * GENERATE_LOOP_OPS \
-            if runtime == "eager" and chip.supports(compute) else ()
+            if loop and runtime == "eager" and chip.supports(compute) else ()
         return predict(workload, chip, compute, params=chosen, runtime=step_runtime,
                        host_overhead_s=host_overhead_s, host_source=host_source, framework=framework,
                        fp32_mode=fp32_mode, trailing_ops=trailing), workload, trailing
@@ -293,6 +297,7 @@ def predict_llm(config: LlmConfig, prefill: LlmStep, decode: LlmStep | None, chi
     else:
         pred, workload, trailing = run(decode)
         step, tokens = decode, batch
+    forward = run(decode, loop=False)[0] if decode is not None and trailing else pred
     counts = step_counts(config, step, workload, precision)
     host_issued = step_plan(runtime, step.phase).host_issued
     host_ops = len(workload.subgraphs) + len(trailing) if host_issued else 0    # as predict queued them
@@ -304,7 +309,9 @@ def predict_llm(config: LlmConfig, prefill: LlmStep, decode: LlmStep | None, chi
         model=config.name, chip=chip_label(chip), kind=chip.kind, phase=phase, batch=batch, context=context,
         new_tokens=new_tokens, precision=precision, compute_precision=compute,
         weight_format=scheme.label() if scheme else precision, runtime=runtime, status=STATUS_OK,
-        tokens_per_s=tokens / pred.latency_s, time_to_first_token_s=first.latency_s,
+        tokens_per_s=tokens / pred.latency_s,
+        step_tokens_per_s=tokens / forward.latency_s if decode is not None else NAN,
+        time_to_first_token_s=first.latency_s,
         time_per_output_token_s=pred.latency_s if decode is not None else NAN,
         bandwidth_bound_tokens_per_s=bandwidth_bound, host_bound_tokens_per_s=host_bound,
         bottleneck="host" if host_paced else pred.bottleneck, params=prefill.params, weight_bytes=weights, kv_bytes_per_token=kv_per_token,

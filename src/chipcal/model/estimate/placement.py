@@ -60,10 +60,13 @@ def layout_passes(subgraph, chip: Chip, numerics: OpNumerics, family_passes: flo
                   memory_format: str, framework: str) -> float:
     """Layout passes around `subgraph` (prediction's module docstring, Layout): a GPU's NCHW tensor-core
     convolution under an eager framework of the corpus's generation transposes its input and
-    output (1); today's PyTorch none (its efficiency carries NCHW); a CPU's are its FamilyParams'
-    (`family_passes`: oneDNN's reorders); else 0."""
+    output (1); today's PyTorch none (its efficiency carries NCHW); a CPU's under an eager
+    runtime are its FamilyParams' (`family_passes`: oneDNN's reorders of NCHW tensors); a CPU's
+    under a graph runtime none (TorchInductor keeps a convolution network channels-last on a CPU
+    with oneDNN, torch/_inductor/graph.py `decide_layout_opt`, which oneDNN convolves in place;
+    a vendor compiler picks its own layout); else 0."""
     if chip.kind != "gpu":
-        return family_passes
+        return family_passes if runtime in HOST_RUNTIMES else 0.0
     if (runtime not in HOST_RUNTIMES or memory_format != "nchw" or framework == DEFAULT_FRAMEWORK
             or subgraph.op_class not in TF32_CONV_CLASSES):
         return 0.0

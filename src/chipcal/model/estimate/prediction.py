@@ -204,7 +204,7 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
     else the family defaults (mapping.params.params_for). `host_overhead_s` overrides the per-op
     host cost of an eager runtime (estimate/host.py; `host_source` says where it came from), else
     the default of the `framework` generation. The workload should be partitioned for the
-    runtime (mapping.params.runtime_fuses). `autocast`, `fp32_mode` and `memory_format`: the
+    runtime (mapping.params.runtime_partition). `autocast`, `fp32_mode` and `memory_format`: the
     module docstring (Numerics, Layout). `repeated`: the time per call of back-to-back calls (a
     timer's average, host.run_queue) instead of one call's latency. A run whose average power at the
     listed clocks exceeds the TDP is predicted at the power-limited clock (throttle.py; bottleneck "power").

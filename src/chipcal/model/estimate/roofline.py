@@ -49,6 +49,12 @@
                    pins it at 1 GiB, measure.allocator), and the kernel's first write to each
                    page faults. Serial with the kernel's own work; 0 where the
                    parameters have no first-touch rate (measured by calibration, measure.bandwidth)
+    memory_time of a matrix-vector product (a GEMM with one row, weights not on chip) is at least
+                   weight bytes / gemv_bytes_per_s where the parameters have that rate: a CPU BLAS
+                   GEMV streams its weights far below a streaming kernel's rate (2-vCPU Zen 4 VM,
+                   two threads: F.linear of 1 x 2048 by 8192 x 2048 fp32, 67 MB, 18-23 GB/s; gpt2's
+                   768 -> 50257 head 12.5 GB/s; the triad 48 GB/s), and an LLM's decode at batch 1
+                   is such products; measured by calibration (measure.bandwidth.measure_gemv)
     bottleneck   = overhead if overhead ≥ max(compute, memory), else the larger of the two
     (a convolution's bytes include the runtime's layout reorders, layout_passes: mapping.base.traffic)
 
@@ -252,6 +258,16 @@ def first_touch_s(output_bytes: float, params: FamilyParams) -> float:
 POINTWISE_CLASSES = ("conv1x1", "matmul")     # their weights take weight_layout's pointwise rate
 
 
+def gemv_stream_s(subgraph, weight_bytes: float, weights_on_chip: bool, params: FamilyParams) -> float:
+    """Time a matrix-vector product (a GEMM with one row) takes to stream its weights at the
+    GEMV rate (module docstring); 0 for other kernels, weights held on chip, and where the
+    parameters have no rate (the DRAM stream prices it)."""
+    gemv = subgraph.gemm is not None and subgraph.gemm.m <= 1
+    if not gemv or weights_on_chip or not params.gemv_bytes_per_s:
+        return 0.0
+    return weight_bytes / params.gemv_bytes_per_s
+
+
 def weight_layout_s(subgraph, weight_bytes: float, params: FamilyParams) -> float:
     """Per-call weight reorder of a convolution, or pack of a GEMM's weight operand (module
     docstring), `weight_bytes` at the precision's element size; 0 for other ops, for a
@@ -340,6 +356,7 @@ def _kernel_time(subgraph, chip: Chip, alloc, engine, params: FamilyParams, ctx:
     memory = memory_time_s(alloc.dram_bytes, alloc.onchip_bytes, ctx.bandwidth_bytes_per_s, params)
     kernel = flop > 0 or alloc.onchip_bytes > 0
     overhead, host_issue = kernel_fixed_costs(chip, params, subgraph.op_class, engine.clock_hz) if kernel else (0.0, 0.0)
+    memory = max(memory, gemv_stream_s(subgraph, weights, weights_on_chip, params))
     memory += first_touch_s(subgraph.output_bytes * s_out, params) if kernel else 0.0
     reorder = weight_layout_s(subgraph, weights, params) if kernel else 0.0
     streams = _serial_streams_s(subgraph, chip, alloc, params, ctx, weights, weights_on_chip)

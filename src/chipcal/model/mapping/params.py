@@ -44,6 +44,11 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
                            keeps NCHW and oneDNN reorders a conv's input to a channel-blocked layout
                            and its output back (1 pass each: layout_passes 1); 0: not charged; a CPU
                            calibration counts them in oneDNN's trace (measure.layout)
+    gemv_bytes_per_s       rate (weight bytes per second) at which a matrix-vector product (a GEMM with
+                           one row: an LLM's decode at batch 1) streams weights that are not on chip;
+                           None: the DRAM rate (bandwidth × bandwidth_efficiency). On a CPU a BLAS
+                           GEMV reads far below a streaming kernel's rate (here ~19 against 48 GB/s);
+                           a CPU calibration measures it (measure.bandwidth.measure_gemv)
     weight_layout_bytes_per_s, pointwise_weight_layout_bytes_per_s
                            rate (weight bytes per second) at which the runtime reorders a k x k (k > 1)
                            or a 1x1 convolution's weights into the kernel's layout before every call,
@@ -84,9 +89,13 @@ FRAMEWORKS = ("pytorch2", "pytorch1")
 DEFAULT_FRAMEWORK = "pytorch2"
 
 
-def runtime_fuses(runtime: str) -> bool:
-    """True when `runtime` launches fused subgraphs (the workload is partitioned with fuse=True)."""
-    return runtime != "eager"
+def runtime_partition(runtime: str) -> str:
+    """The partition (workload.fusion.PARTITIONS) of the kernels `runtime` launches: eager one per
+    op, fused a vendor compiler's fused subgraphs, compiled TorchInductor's (library GEMMs,
+    convolutions and attention with nothing fused into them, the other ops generated and fused:
+    torch/_inductor/kernel/conv.py lowers a convolution to the extern aten.convolution unless
+    max-autotune is on; eval batch norm decomposes to pointwise ops, torch/_decomp)."""
+    return {"eager": "eager", "fused": "fused", "compiled": "codegen"}[runtime]
 class CalibrationError(ChipcalError, ValueError):
     """A calibration directory or its parameters are unusable; the message says which and why."""
 
@@ -138,6 +147,7 @@ class FamilyParams:
     overhead_cycles: float = 0.0
     # first write into a freshly mapped buffer (page faults), bytes/s; None: not charged
     first_touch_bytes_per_s: float | None = None
+    gemv_bytes_per_s: float | None = None
     fresh_allocation_bytes: float = FRESH_ALLOCATION_BYTES
     layout_passes: float = 0.0
     network_memory_factor: float = 1.0
@@ -182,7 +192,7 @@ class FamilyParams:
                            _number("network_memory_factor", self.network_memory_factor, allow_zero=False))
         object.__setattr__(self, "k_loop_cycles_per_byte",
                            _number("k_loop_cycles_per_byte", self.k_loop_cycles_per_byte, allow_zero=True))
-        for name in ("weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s"):
+        for name in ("weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s", "gemv_bytes_per_s"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _number(name, getattr(self, name), allow_zero=False))
 
@@ -230,7 +240,7 @@ class FamilyParams:
             **({"k_loop_cycles_per_byte": self.k_loop_cycles_per_byte}                 # absent: 0
                if self.k_loop_cycles_per_byte else {}),
             **{name: getattr(self, name) for name in ("weight_layout_bytes_per_s",      # absent: None
-                                                      "pointwise_weight_layout_bytes_per_s")
+                                                      "pointwise_weight_layout_bytes_per_s", "gemv_bytes_per_s")
                if getattr(self, name) is not None},
             **({"tensor_efficiency": dict(self.tensor_efficiency)}                     # absent: None
                if self.tensor_efficiency is not None else {}),
@@ -250,7 +260,7 @@ class FamilyParams:
                                       "first_touch_bytes_per_s", "fresh_allocation_bytes", "layout_passes",
                                       "network_memory_factor", "k_loop_cycles_per_byte",
                                       "weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s",
-                                      "tensor_efficiency", "host_call_s")
+                                      "gemv_bytes_per_s", "tensor_efficiency", "host_call_s")
                     if k in d}
         return cls(**{k: d[k] for k in keys}, **optional)
 

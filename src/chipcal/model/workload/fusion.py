@@ -34,6 +34,17 @@ from chipcal.model.workload.types import Op
 
 _EPILOGUE_AFTER = ("gemm", "bn", "norm", "elementwise", "softmax")
 
+# How a runtime groups ops into kernels (module docstring): one kernel per op (eager), a vendor
+# compiler's fused subgraphs (fused: TensorRT, XLA, oneDNN graph), TorchInductor's (codegen)
+PARTITIONS = ("eager", "fused", "codegen")
+
+
+def partition_options(name: str) -> dict[str, bool]:
+    """characterize's `fuse` and `codegen` for partition `name` (PARTITIONS)."""
+    if name not in PARTITIONS:
+        raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}, got {name!r}")
+    return {"fuse": name != "eager", "codegen": name == "codegen"}
+
 
 def role(op: Op) -> str:
     if not op.terms:

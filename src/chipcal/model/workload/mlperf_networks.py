@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from chipcal.model.workload.characterization import characterize
+from chipcal.model.workload.fusion import partition_options
 from chipcal.model.workload.types import Workload
 
 RETINANET = "retinanet_800"
@@ -47,12 +48,13 @@ class _RetinaNetForward(torch.nn.Module):
 NETWORKS = {RETINANET: (_RetinaNetForward, (3, 800, 800))}     # name -> (builder, (C, H, W) of a sample)
 
 
-def characterize_network(name: str, batch: int = 1, fuse: bool = True) -> Workload:
-    """The Workload of MLPerf network `name` at `batch` (module docstring), built on the meta device."""
+def characterize_network(name: str, batch: int = 1, partition: str = "fused") -> Workload:
+    """The Workload of MLPerf network `name` at `batch` (module docstring), built on the meta
+    device, partitioned as `partition` (fusion.PARTITIONS)."""
     if batch <= 0:
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
     build, sample = NETWORKS[name]
     with torch.device("meta"):
         network = build().eval()
     example = torch.empty((batch, *sample), device="meta")
-    return characterize(network, example, model_name=name, fuse=fuse)
+    return characterize(network, example, model_name=name, **partition_options(partition))

@@ -16,6 +16,7 @@ import torch
 
 from chipcal.model.errors import UnknownName
 from chipcal.model.workload.characterization import characterize
+from chipcal.model.workload.fusion import partition_options
 from chipcal.model.workload.types import Workload
 
 
@@ -91,10 +92,10 @@ def _input_size(name: str, input_size) -> tuple[int, ...]:
     return size
 
 
-def characterize_model(name: str, batch: int = 1, input_size=None, fuse: bool = True) -> Workload:
+def characterize_model(name: str, batch: int = 1, input_size=None, partition: str = "fused") -> Workload:
     """Characterize torchvision model `name` at `batch` × input_size (default: default_input_size).
 
-    `fuse=False` partitions for an eager runtime (one kernel per op), see `characterize`.
+    `partition`: the kernels of a runtime (fusion.PARTITIONS; "eager": one kernel per op).
 
     The model is built on the meta device (no weights are allocated or initialized) unless its
     constructor needs real tensors (regnet computes its widths with tensors), then on the CPU with
@@ -109,4 +110,4 @@ def characterize_model(name: str, batch: int = 1, input_size=None, fuse: bool = 
         with _uninitialized():
             model = build_model(name)
     example = torch.empty((batch, *size), device="meta")
-    return characterize(model, example, model_name=name, fuse=fuse)
+    return characterize(model, example, model_name=name, **partition_options(partition))

@@ -104,12 +104,14 @@ def load_user_model(spec: str, batch: int | None = None) -> tuple[object, tuple]
     return module.eval(), tuple(inputs)
 
 
-def characterize_user_model(spec: str, batch: int | None = None, fuse: bool = True):
-    """The Workload of the user's model on its example inputs (capture errors: one line each)."""
+def characterize_user_model(spec: str, batch: int | None = None, partition: str = "fused"):
+    """The Workload of the user's model on its example inputs, partitioned as `partition`
+    (fusion.PARTITIONS; capture errors: one line each)."""
     from chipcal.model.workload.characterization import CaptureError, characterize
+    from chipcal.model.workload.fusion import partition_options
 
     module, inputs = load_user_model(spec, batch)
     try:
-        return characterize(module, inputs, model_name=spec, fuse=fuse)
+        return characterize(module, inputs, model_name=spec, **partition_options(partition))
     except CaptureError as exc:
         raise UserModelError(f"{spec}: the module does not run on its inputs ({exc.reasons[-1]})") from None
