@@ -136,6 +136,9 @@ def fake_machine(request, monkeypatch, tmp_path):
     steady = Measurement.from_samples([0.01] * 5)
     monkeypatch.setattr(bandwidth_mod, "measure_first_touch",       # 64 MiB: 10 ms fresh, 10 ms reused
                         lambda: bandwidth_mod.FirstTouch(64 * 2**20, steady, steady))
+    monkeypatch.setattr(bandwidth_mod, "measure_gemv",              # 256 MiB in 12.8 ms: 20.97 GB/s
+                        lambda max_time_s=1.0: bandwidth_mod.GemvRate("synthetic", 256 * 2**20,
+                                                                      Measurement.from_samples([0.0128] * 5)))
     monkeypatch.setattr(models, "measure_model", measure_model)
     monkeypatch.setattr(layout, "conv_layout_passes",       # the truth's reorders, not this host's
                         lambda: layout.LayoutPasses(truth.layout_passes, "synthetic", *TRUE_WEIGHT_REORDER))
@@ -186,8 +189,9 @@ def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
     fam = doc["parameters"]["family_params"]
     assert doc["chip"]["memory_bandwidth_bytes_per_s"] == TRUE_BW
     assert fam["bandwidth_efficiency"] == pytest.approx(1.0)
-    # the layout probe's weight reorders are recorded and charged as measured
+    # the layout probe's weight reorders are recorded and charged as measured, and so is the GEMV rate
     assert (doc["layout"]["weight_bytes_per_s"], fam["weight_layout_bytes_per_s"]) == (TRUE_WEIGHT_REORDER[0],) * 2
+    assert doc["gemv"]["bytes_per_s"] == fam["gemv_bytes_per_s"] == pytest.approx(268_435_456 / 0.0128)
     assert fam["pointwise_weight_layout_bytes_per_s"] == TRUE_WEIGHT_REORDER[1]
     # layers: the calibrated predictor reproduces the (noisy) layer times to a few percent
     layer_err = [abs(r["predicted_s"] / r["median_s"] - 1) for r in doc["observations"]["layers"]]

@@ -72,6 +72,12 @@ class CalibrationConfig:
         return 2 if self.quick or self.smoke else 3
 
     @property
+    def users_run_time_s(self) -> float:
+        """Wall budget of a GPU run's compiled and generate rows (calibrate.users_run): issue 55's
+        ~90 s on top of a --quick run, twice that for the main job, a tenth for --smoke."""
+        return 9.0 if self.smoke else 90.0 if self.quick else 180.0
+
+    @property
     def layer_time_s(self) -> float:
         return 0.05 if self.smoke else 0.4 if self.quick else 1.8
 

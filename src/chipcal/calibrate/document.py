@@ -385,6 +385,34 @@ class GemvSection(Record):
 
 
 @record
+class UsersRunRow(Record):
+    """One row of what users run (calibrate.users_run): measured and predicted seconds per call
+    (compiled: a forward pass; step and generate: per output token)."""
+
+    kind: str                     # "compiled" | "step" | "generate"
+    model: str
+    batch: int
+    mode: str                     # compiled: "bf16" weights or "autocast"; the decoder: "bf16"
+    measured_s: float
+    n: int
+    cv: float
+    predicted_s: float
+    error: float                  # predicted / measured - 1
+    context: int | None = field(default=None, metadata=OMIT_NONE)
+    new_tokens: int | None = field(default=None, metadata=OMIT_NONE)
+    compile_s: float | None = field(default=None, metadata=OMIT_NONE)
+
+
+@record
+class UsersRunSection(Record):
+    """What users run on a GPU, within the phase's wall budget; `skipped` the rows that did not fit."""
+
+    rows: tuple[UsersRunRow, ...]
+    skipped: tuple[str, ...]
+    budget_s: float
+
+
+@record
 class NonFiniteValues(Record):
     """Written by calibrate.store when a number was NaN/inf: where, and why it is null."""
 
@@ -470,6 +498,8 @@ class CalibrationDocument(Record):
     layout: LayoutSection | None = field(default=None, metadata=OMIT_NONE)
     # None: a GPU run, or one from before the GEMV rate was measured (a GEMV streams at the DRAM rate)
     gemv: GemvSection | None = field(default=None, metadata=OMIT_NONE)
+    # a GPU run's compiled and generate rows (calibrate.users_run); None: a CPU run, or an older one
+    users_run: UsersRunSection | None = field(default=None, metadata=OMIT_NONE)
     throttle_note: str | None = None
     crossval: CrossValSection | None = field(default=None, metadata=OMIT_NONE)
     rerun: RerunSection | None = field(default=None, metadata=OMIT_NONE)

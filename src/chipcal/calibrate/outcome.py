@@ -144,6 +144,7 @@ class Phases:
     rounds: Rounds
     fitted: Fitted
     validated: Validated
+    users_run: cd.UsersRunSection | None = None
 
 
 def write(run: RunContext, done: Phases, created: str) -> cd.CalibrationDocument:
@@ -186,7 +187,7 @@ def write(run: RunContext, done: Phases, created: str) -> cd.CalibrationDocument
         dispatch=done.host.dispatch, threads=done.host.threads, first_touch=done.host.first_touch, gemv=done.host.gemv,
         layout=done.host.layout, throttle_note=done.sweep.gemm.throttle_note, crossval=micro.crossval.section(),
         model_fp32_mode=MODEL_FP32_MODE, peak_rss_bytes=peak_rss, phases=run.clock.times(),
-        node=this_node(), smoke=config.smoke or None,
+        node=this_node(), smoke=config.smoke or None, users_run=done.users_run,
     )
 
 

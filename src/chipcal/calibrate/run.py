@@ -11,6 +11,8 @@ calibrate.rounds, calibrate.outcome), in this order (fit data and validation dat
 6. layers and models: timing rounds, interleaved: micro-layers, layer chains, whole torchvision models;
 7. fit: the micro-layers and chains -> per-op-class efficiency and overhead, switch cost;
 8. validate: the models predicted (calibrated and default) vs measured; gap flags;
+   on a GPU then what users run (calibrate.users_run): torch.compile of validation models and an
+   LLM's decode step and generate end to end, each predicted beside it, within a wall budget;
 9. write: the typed CalibrationDocument (calibrate.document; docs/calibration.md has its fields).
 Every step's observations go to the journal as they are measured (calibrate.journal), so that a
 resumed run continues at the first step its journal does not hold; the wall and CPU seconds of
@@ -22,7 +24,7 @@ from __future__ import annotations
 import datetime as _dt
 
 from chipcal.calibrate import document as cd
-from chipcal.calibrate import outcome, probes, rounds
+from chipcal.calibrate import outcome, probes, rounds, users_run
 from chipcal.calibrate.config import CalibrationConfig
 from chipcal.calibrate.context import Progress, RunContext, SilentProgress
 from chipcal.calibrate.journal import NoJournal
@@ -41,9 +43,10 @@ def run_calibration(config: CalibrationConfig, progress: Progress | None = None,
     timed = rounds.time_rounds(run, memory.chip)
     fitted = outcome.fit(run, memory.chip, host, timed)
     validated = outcome.validate(run, memory.chip, sweep, timed, fitted)
+    users = users_run.users_run(run, memory.chip, fitted.micro.params)
     if flag := outcome.bandwidth_flag(memory):
         run.flags.append(flag)
-    done = outcome.Phases(machine, sweep, memory, power, host, timed, fitted, validated)
+    done = outcome.Phases(machine, sweep, memory, power, host, timed, fitted, validated, users)
     return outcome.write(run, done, now_utc())
 
 

@@ -65,6 +65,7 @@ class ModelMeasurement:
     numerics: Numerics | None = None  # the switches it ran with
     layers: LayerTimes | None = None  # each leaf module's time inside the pass (by_layer)
     runtime: str = "eager"            # MODEL_RUNTIMES; "generate" for an LLM timed end to end
+    autocast: bool = False            # the forward ran under bf16 autocast (fp32 weights)
     compile_mode: str | None = None   # torch.compile's mode of a compiled row
     compile_s: float | None = None    # its first call: tracing, code generation, the first run
 
@@ -147,7 +148,7 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
                    device: Device = CPU, power: PowerSource | None = None, max_time_s: float = 5.0,
                    min_samples: int = 10, threads: int | None = None,
                    clock_probe=None, fp32_mode: str = MODEL_FP32_MODE, by_layer: bool = False,
-                   runtime: str = "eager") -> ModelMeasurement:
+                   runtime: str = "eager", autocast: bool = False) -> ModelMeasurement:
     """Time `module(example_input)` at `precision` on `device`; energy when `power` is available;
     with `by_layer`, each leaf module's time inside the pass too, in a second budget of
     `max_time_s`, and alone on its inputs in a third (measure.layer_times).
@@ -158,7 +159,8 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
     samples (the fewest with a 95% CI of the median) fit.
 
     `flop` is the work of one forward pass (2 per MAC). `runtime`: eager or compiled (module
-    docstring; `by_layer` needs eager: hooks split a compiled graph). Raises OutOfMemory when the
+    docstring; `by_layer` needs eager: hooks split a compiled graph). `autocast`: every call under
+    `torch.autocast(device, torch.bfloat16)`, the weights at `precision` (fp32 as AMP keeps them). Raises OutOfMemory when the
     model or its first forward pass does not fit, UnsupportedPrecision when the first forward
     pass fails otherwise at this precision on this device.
     """
@@ -186,7 +188,10 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
     run = _runnable(model, runtime, device)
 
     def forward():
-        return run(*x)
+        if not autocast:
+            return run(*x)
+        with torch.autocast(device.kind, dtype=torch.bfloat16):
+            return run(*x)
 
     with numerics(precision, device, fp32_mode) as switches:
         try:
@@ -216,7 +221,8 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
     return ModelMeasurement(model=name, batch=batch, precision=precision, device=str(device), flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,
                             power_source=source, power_note=note, numerics=switches, layers=layers,
-                            runtime=runtime, compile_mode=compile_mode(device) if runtime == "compiled" else None,
+                            runtime=runtime, autocast=autocast,
+                            compile_mode=compile_mode(device) if runtime == "compiled" else None,
                             compile_s=first_s if runtime == "compiled" else None)
 
 
@@ -241,7 +247,8 @@ def power_provenance(power: PowerSource | None, reading) -> tuple[str, str]:
 def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: Device = CPU, *,
                   power: PowerSource | None = None, max_time_s: float = 5.0, min_samples: int = 10,
                   threads: int | None = None, clock_probe=None, flop: int | None = None,
-                  fp32_mode: str = MODEL_FP32_MODE, by_layer: bool = False, runtime: str = "eager") -> ModelMeasurement:
+                  fp32_mode: str = MODEL_FP32_MODE, by_layer: bool = False, runtime: str = "eager",
+                  autocast: bool = False) -> ModelMeasurement:
     """Build torchvision model `name` (weights=None), count its FLOP, and measure it at `batch`
     under `fp32_mode` and `runtime` (module docstring), each leaf module too with `by_layer` (measure_module).
 
@@ -262,4 +269,5 @@ def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: De
         raise
     return measure_module(module, x, flop, name=name, batch=batch, precision=precision, device=device,
                           power=power, max_time_s=max_time_s, min_samples=min_samples, threads=threads,
-                          clock_probe=clock_probe, fp32_mode=fp32_mode, by_layer=by_layer, runtime=runtime)
+                          clock_probe=clock_probe, fp32_mode=fp32_mode, by_layer=by_layer, runtime=runtime,
+                          autocast=autocast)

@@ -217,6 +217,7 @@ def report_blocks(doc: CalibrationDocument, plots: tuple[str, ...] | None = None
                 str(r.n), si(r.delivered_flop_per_s, "FLOP/s"), si(r.predicted_s, "s"),
                 f"{100 * r.error:+.1f}%", si(r.predicted_default_s, "s")] for r in doc.observations.models]),
         Paragraph(_validation_text(doc)),
+        *_users_run_blocks(doc.users_run),
         Heading("Power"),
         *_power_blocks(doc.power),
         Heading("Flags"),
@@ -227,6 +228,24 @@ def report_blocks(doc: CalibrationDocument, plots: tuple[str, ...] | None = None
         *_phase_blocks(doc),
     ]
     return blocks
+
+
+def _users_run_blocks(section) -> list[Block]:
+    """A GPU run's compiled and generate rows (calibrate.users_run) with the eager validation
+    above them: predicted against measured; nothing for a CPU run."""
+    if section is None:
+        return []
+    rows = [[r.kind, r.model, str(r.batch), r.mode, "" if r.context is None else f"{r.context}+{r.new_tokens}",
+             si(r.measured_s, "s"), str(r.n), si(r.predicted_s, "s"), f"{100 * r.error:+.1f}%",
+             "" if r.compile_s is None else f"{r.compile_s:.1f} s"] for r in section.rows]
+    skipped = (f" Not run within the {section.budget_s:.0f} s budget: {', '.join(section.skipped)}."
+               if section.skipped else "")
+    return [Heading("What users run: torch.compile and generate (never used in the fit)"),
+            Paragraph("torch.compile (reduce-overhead) with bf16 weights or under bf16 autocast, seconds per "
+                      "forward pass; an LLM's decode step alone and Hugging Face generate end to end, seconds per "
+                      "output token; each predicted with this run's parameters (docs/runtimes.md)." + skipped),
+            table(["kind", "model", "batch", "mode", "context+new", "measured", "n", "predicted", "error",
+                   "compile"], rows)]
 
 
 def _phase_blocks(doc: CalibrationDocument) -> list[Block]:

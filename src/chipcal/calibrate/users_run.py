@@ -1,0 +1,137 @@
+"""What users run on a GPU (issue 55), measured by `chipcal calibrate --device cuda` after its
+validation and predicted beside it with the run's own parameters:
+
+* torch.compile (`reduce-overhead`) of COMPILED_MODELS at COMPILED_BATCHES, with bf16 weights and
+  with fp32 weights under bf16 autocast (measure.models, runtime "compiled");
+* one small decoder (DECODER, random weights, bf16) at two contexts: the decode step alone and
+  Hugging Face `generate` end to end, as time per output token (measure.llm).
+
+Compiling dominates the phase (each graph tens of seconds on a cold Inductor cache), and no
+recorded run says how long it takes, so the phase runs inside a wall budget
+(CalibrationConfig.users_run_time_s): before each row it checks that the row, priced at the
+longest row of its kind so far, still fits, and lists every row that does not as skipped. The
+decoder's rows come first (no compile), then the compiled rows, largest batch first: the case
+where issue 55 saw compiled predicted 2x too fast. A CPU run has no such phase (a CPU's compiled
+and generate checks are measure_model_efficiency runs, docs/runtimes.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from chipcal.calibrate import document as cd
+from chipcal.calibrate.context import RunContext
+
+COMPILED_MODELS = ("resnet50", "vit_b_16", "mobilenet_v2")
+COMPILED_BATCHES = (64, 8, 1)
+COMPILED_MODES = ("bf16", "autocast")        # bf16 weights; fp32 weights under bf16 autocast
+DECODER = "llama-3.2-1b"
+DECODER_CONTEXTS = (128, 2048)
+NEW_TOKENS = 32
+ROW_TIME_S = 1.0                              # timing budget of one row, compile excluded
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One row to measure: what it is and how to measure and predict it."""
+
+    kind: str            # "compiled" | "step" | "generate"
+    model: str
+    batch: int
+    mode: str            # a compiled row's COMPILED_MODES; "bf16" for the decoder
+    context: int = 0
+
+    @property
+    def label(self) -> str:
+        what = f"{self.model} b{self.batch} {self.mode}"
+        return f"{self.kind} {what}" + (f" @{self.context}+{NEW_TOKENS}" if self.context else "")
+
+
+def plan(models: tuple[str, ...]) -> list[Planned]:
+    """The rows in the order they run (module docstring): the decoder's, then the compiled rows of
+    the COMPILED_MODELS among the run's validation `models`, largest batch first."""
+    rows = [Planned(kind, DECODER, 1, "bf16", context) for context in DECODER_CONTEXTS for kind in ("step", "generate")]
+    return rows + [Planned("compiled", m, b, mode) for b in COMPILED_BATCHES for m in COMPILED_MODELS
+                   if m in models for mode in COMPILED_MODES]
+
+
+def run_rows(planned: list[Planned], budget_s: float, measure: Callable[[Planned], cd.UsersRunRow],
+             clock: Callable[[], float] = time.monotonic, progress: Callable[[str], None] = lambda _: None
+             ) -> tuple[list[cd.UsersRunRow], list[str]]:
+    """Each planned row measured while it fits the budget (module docstring): (rows, skipped labels)."""
+    start, longest = clock(), {}
+    rows, skipped = [], []
+    for entry in planned:
+        began = clock()
+        if began - start + longest.get(entry.kind, 0.0) > budget_s:
+            skipped.append(entry.label)
+        else:
+            rows.append(measure(entry))
+            longest[entry.kind] = max(longest.get(entry.kind, 0.0), clock() - began)
+        progress(entry.label)
+    return rows, skipped
+
+
+def measure_row(run: RunContext, chip, params, entry: Planned) -> cd.UsersRunRow:
+    """One row measured on the run's device and predicted with `params` on `chip`."""
+    if entry.kind == "compiled":
+        return _compiled(run, chip, params, entry)
+    return _decoder(run, chip, params, entry)
+
+
+def _compiled(run: RunContext, chip, params, entry: Planned) -> cd.UsersRunRow:
+    from chipcal.measure.models import measure_model
+    from chipcal.measure.workloads import WorkloadSource
+    from chipcal.model.estimate.prediction import predict
+
+    autocast = entry.mode == "autocast"
+    workload = WorkloadSource().get(entry.model, entry.batch, "codegen")
+    m = measure_model(entry.model, entry.batch, "fp32" if autocast else "bf16", run.device,
+                      flop=workload.flop, max_time_s=ROW_TIME_S, min_samples=5, runtime="compiled",
+                      autocast=autocast)
+    predicted = predict(workload, chip, "bf16", params=params, runtime="compiled", autocast=autocast).latency_s
+    return _row(entry, m.latency, predicted, compile_s=m.compile_s)
+
+
+def _decoder(run: RunContext, chip, params, entry: Planned) -> cd.UsersRunRow:
+    from chipcal.measure.llm import measure_generate, measure_llm
+    from chipcal.measure.workloads import WorkloadSource
+    from chipcal.model.estimate.llm import predict_llm
+    from chipcal.model.workload.llm_config import load_llm_config, step_key
+
+    config, source = load_llm_config(entry.model), WorkloadSource()
+    steps = [source.llm_step(step_key(config, "eager", phase, entry.batch, entry.context, NEW_TOKENS, "bf16"))
+             for phase in ("prefill", "decode")]
+    p = predict_llm(config, *steps, chip, "bf16", "eager", entry.context, NEW_TOKENS, params=params)
+    if entry.kind == "generate":
+        latency = measure_generate(config, entry.batch, entry.context, NEW_TOKENS, steps[1].workload.flop, "bf16",
+                                   run.device, max_time_s=ROW_TIME_S).step.latency
+        return _row(entry, latency, entry.batch / p.tokens_per_s)
+    latency = measure_llm(config, "decode", entry.batch, entry.context, NEW_TOKENS, steps[1].workload.flop,
+                          "bf16", run.device, max_time_s=ROW_TIME_S).latency
+    return _row(entry, latency, entry.batch / p.step_tokens_per_s)
+
+
+def _row(entry: Planned, latency, predicted_s: float, compile_s: float | None = None) -> cd.UsersRunRow:
+    return cd.UsersRunRow(kind=entry.kind, model=entry.model, batch=entry.batch, mode=entry.mode,
+                          context=entry.context or None, new_tokens=NEW_TOKENS if entry.context else None,
+                          measured_s=latency.median_s, n=latency.n, cv=latency.cv, predicted_s=predicted_s,
+                          error=predicted_s / latency.median_s - 1, compile_s=compile_s)
+
+
+def users_run(run: RunContext, chip, params) -> cd.UsersRunSection | None:
+    """The phase (module docstring); None on a CPU. Journaled as a whole."""
+    if not run.device.is_cuda:
+        return None
+    run.clock.start("what users run: compiled, generate")
+    planned = plan(run.config.models)
+    budget = run.config.users_run_time_s
+    run.progress.phase(f"what users run: compiled and generate, within {budget:.0f} s", len(planned))
+
+    def measure() -> dict:
+        rows, skipped = run_rows(planned, budget, lambda e: measure_row(run, chip, params, e), progress=run.step)
+        return cd.UsersRunSection(rows=tuple(rows), skipped=tuple(skipped), budget_s=budget).to_dict()
+
+    return cd.UsersRunSection.from_dict(run.journaled("users_run", measure))

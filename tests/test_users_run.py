@@ -1,0 +1,156 @@
+"""A GPU calibration's compiled and generate rows (issue 55, calibrate.users_run): the plan, the wall
+budget with a fake clock, each row's prediction beside a faked measurement on a CUDA device, the
+journal, the document and the report. No GPU: the measurements are stand-ins, the predictions real."""
+
+from __future__ import annotations
+
+import pytest
+
+from chipcal.calibrate import document as cd
+from chipcal.calibrate import users_run as ur
+from chipcal.calibrate.config import QUICK_MODELS, CalibrationConfig
+from chipcal.calibrate.context import RunContext, SilentProgress
+from chipcal.calibrate.journal import NoJournal
+from chipcal.calibrate.phases import PhaseClock
+from chipcal.measure.device import Device
+from chipcal.measure.timing import Measurement
+from chipcal.model.mapping.params import default_params
+from chipcal.model.registry import load_registry
+
+CUDA = Device("cuda", 0)
+
+
+def test_the_decoder_first_then_compiled_rows_largest_batch_first():
+    planned = ur.plan(QUICK_MODELS)
+    assert [(p.kind, p.context) for p in planned[:4]] == [("step", 128), ("generate", 128), ("step", 2048),
+                                                          ("generate", 2048)]
+    compiled = planned[4:]
+    # 3 models x 3 batches x (bf16 weights, autocast)
+    assert len(compiled) == 18 and {p.kind for p in compiled} == {"compiled"}
+    assert [p.batch for p in compiled[:6]] == [64] * 6 and compiled[0].label == "compiled resnet50 b64 bf16"
+    assert ur.plan(("resnet18",))[4:] == []            # no compiled model among the run's
+
+
+def test_rows_run_while_they_fit_the_budget():
+    """Decoder rows take 5 s each and compiled rows 30 s, with a budget of 90 s: the 4 decoder rows
+    (20 s), two compiled rows (80 s); the third would end at 80 + 30 > 90, so it and the rest are
+    skipped, and so is every row after it, each priced at the longest of its kind so far."""
+    now = [0.0]
+    cost = {"step": 5.0, "generate": 5.0, "compiled": 30.0}
+
+    def measure(entry):
+        now[0] += cost[entry.kind]
+        return entry
+
+    planned = ur.plan(QUICK_MODELS)
+    rows, skipped = ur.run_rows(planned, 90.0, measure, clock=lambda: now[0])
+    assert len(rows) == 6 and rows[4:] == planned[4:6]
+    assert skipped == [p.label for p in planned[6:]] and now[0] == 80.0
+
+
+def fake_latency(seconds: float) -> Measurement:
+    return Measurement.from_samples([seconds] * 5)
+
+
+@pytest.fixture
+def h100():
+    return load_registry().get("h100-sxm5")
+
+
+def test_a_compiled_row_is_the_compiled_prediction_beside_the_measurement(monkeypatch, h100):
+    """The row's prediction is the `compiled` runtime's of Inductor's partition at bf16, with the
+    autocast casts for an autocast row; the measurement is asked for as torch.compile on CUDA."""
+    from chipcal.measure import models
+    from chipcal.measure.workloads import WorkloadSource
+    from chipcal.model.estimate.prediction import predict
+
+    asked = {}
+
+    def measure_model(name, batch, precision, device, **kw):
+        asked.update(name=name, batch=batch, precision=precision, device=device, **kw)
+        return models.ModelMeasurement(model=name, batch=batch, precision=precision, device=str(device), flop=1,
+                                       latency=fake_latency(2e-3), delivered_flop_per_s=1.0, power=None,
+                                       power_source="unavailable", power_note="", runtime="compiled", compile_s=31.0)
+
+    monkeypatch.setattr(models, "measure_model", measure_model)
+    run = RunContext(CalibrationConfig(device=CUDA, quick=True), SilentProgress(), NoJournal(), PhaseClock())
+    params = default_params("gpu")
+    row = ur.measure_row(run, h100, params, ur.Planned("compiled", "resnet18", 8, "autocast"))
+    assert asked["runtime"] == "compiled" and asked["autocast"] and asked["precision"] == "fp32"
+    assert asked["device"] == CUDA
+    expected = predict(WorkloadSource().get("resnet18", 8, "codegen"), h100, "bf16", params=params,
+                       runtime="compiled", autocast=True).latency_s
+    assert row.predicted_s == pytest.approx(expected) and row.measured_s == pytest.approx(2e-3)
+    assert row.error == pytest.approx(expected / 2e-3 - 1) and row.compile_s == 31.0
+
+
+def test_decoder_rows_predict_the_step_and_generate_rates(monkeypatch, h100):
+    """A step row is priced at the forward alone (step_tokens_per_s), a generate row at generate's
+    rate: the same request, two predictions."""
+    pytest.importorskip("transformers")
+    from chipcal.measure import llm
+    from chipcal.measure.workloads import WorkloadSource
+    from chipcal.model.estimate.llm import predict_llm
+    from chipcal.model.workload.llm_config import load_llm_config, step_key
+
+    step_m = llm.ModelMeasurement(model="gpt2", batch=1, precision="bf16", device="cuda:0", flop=1,
+                                  latency=fake_latency(0.010), delivered_flop_per_s=1.0, power=None,
+                                  power_source="unavailable", power_note="")
+    monkeypatch.setattr(llm, "measure_llm", lambda *a, **k: step_m)
+    monkeypatch.setattr(llm, "measure_generate", lambda *a, **k: llm.GenerateMeasurement(
+        step_m, fake_latency(0.05), fake_latency(0.4)))
+    run = RunContext(CalibrationConfig(device=CUDA, quick=True), SilentProgress(), NoJournal(), PhaseClock())
+    params = default_params("gpu")
+    step = ur.measure_row(run, h100, params, ur.Planned("step", "gpt2", 1, "bf16", 128))
+    generate = ur.measure_row(run, h100, params, ur.Planned("generate", "gpt2", 1, "bf16", 128))
+    config, source = load_llm_config("gpt2"), WorkloadSource()
+    steps = [source.llm_step(step_key(config, "eager", ph, 1, 128, ur.NEW_TOKENS, "bf16")) for ph in ("prefill", "decode")]
+    p = predict_llm(config, *steps, h100, "bf16", "eager", 128, ur.NEW_TOKENS, params=params)
+    assert step.predicted_s == pytest.approx(1 / p.step_tokens_per_s)
+    assert generate.predicted_s == pytest.approx(1 / p.tokens_per_s) and generate.predicted_s > step.predicted_s
+    assert step.context == 128 and step.new_tokens == ur.NEW_TOKENS and step.compile_s is None
+
+
+class Journal:
+    def __init__(self):
+        self.steps = {}
+
+    def get(self, step):
+        return self.steps.get(step)
+
+    def put(self, step, data):
+        self.steps[step] = data
+
+
+def test_the_phase_runs_on_cuda_only_and_a_resumed_run_reads_it_back(monkeypatch, h100):
+    measured = []
+
+    def measure_row(run, chip, params, entry):
+        measured.append(entry.label)
+        return cd.UsersRunRow(kind=entry.kind, model=entry.model, batch=entry.batch, mode=entry.mode,
+                              measured_s=1e-3, n=5, cv=0.01, predicted_s=1.1e-3, error=0.1)
+
+    monkeypatch.setattr(ur, "measure_row", measure_row)
+    cpu = RunContext(CalibrationConfig(quick=True), SilentProgress(), NoJournal(), PhaseClock())
+    assert ur.users_run(cpu, h100, default_params("gpu")) is None and measured == []
+    journal = Journal()
+    gpu = RunContext(CalibrationConfig(device=CUDA, quick=True), SilentProgress(), journal, PhaseClock())
+    first = ur.users_run(gpu, h100, default_params("gpu"))
+    assert first.budget_s == 90.0 and len(first.rows) == 22 and not first.skipped     # the stand-in takes no time
+    again = ur.users_run(RunContext(gpu.config, SilentProgress(), journal, PhaseClock()), h100, default_params("gpu"))
+    assert again == first and len(measured) == 22                                       # read back, not measured
+
+
+def test_the_section_round_trips_and_is_reported():
+    from recorded import reference_document
+
+    from chipcal.report.calibration import render_markdown
+
+    section = cd.UsersRunSection(rows=(cd.UsersRunRow(kind="compiled", model="resnet50", batch=64, mode="bf16",
+                                                      measured_s=0.0092, n=12, cv=0.02, predicted_s=0.0066,
+                                                      error=0.0066 / 0.0092 - 1, compile_s=41.0),),
+                                 skipped=("compiled vit_b_16 b1 autocast",), budget_s=90.0)
+    assert cd.UsersRunSection.from_dict(section.to_dict()) == section
+    doc = cd.CalibrationDocument.from_dict({**reference_document(), "users_run": section.to_dict()})
+    text = render_markdown(doc)
+    assert "What users run" in text and "-28.3%" in text and "compiled vit_b_16 b1 autocast" in text
