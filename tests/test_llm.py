@@ -235,7 +235,11 @@ def predict_llama(source, registry, runtime, batch, context=2048, new=128, preci
     return predict_llm(config, *steps, registry.get(chip), precision, runtime, context, new)
 
 
+LLAMA_3_8B = pytest.mark.xdist_group("llama-3-8b-steps")    # one worker characterizes its steps once
+
+
 @pytest.mark.slow
+@LLAMA_3_8B
 @pytest.mark.parametrize("batch", [1, 8])
 def test_llama_3_8b_decode_on_h100_compiled_is_near_the_bandwidth_bound_eager_host_bound(source, registry, batch):
     compiled = predict_llama(source, registry, "compiled", batch)
@@ -252,18 +256,20 @@ def test_llama_3_8b_decode_on_h100_compiled_is_near_the_bandwidth_bound_eager_ho
     assert eager.tokens_per_s < 0.5 * eager.bandwidth_bound_tokens_per_s
 
 
+@LLAMA_3_8B
 @pytest.mark.parametrize("runtime", ["eager", "compiled"])
 def test_the_step_alone_and_generate_are_both_predicted(source, registry, runtime):
-    """Eager on an H100, host-bound: generate's 34 loop ops are issued after the forward's, each at
-    about the host's mean cost per op, so the step alone is faster by about 34 of those; a captured
-    graph issues no loop ops, and the two rates agree."""
-    p = predict_llama(source, registry, runtime, 1, model="llama-3.2-1b")
+    """Eager on an H100, host-bound: generate's 34 loop ops are issued after the forward's, so the
+    step alone is faster, by less than 34 of the forward's mean op (a loop op is an empty kernel,
+    cheaper to issue than the forward's GEMMs and attention); a captured graph issues no loop ops,
+    and the two rates agree."""
+    p = predict_llama(source, registry, runtime, 1)       # llama-3-8b, the steps the test above characterized
     if runtime == "compiled":
         assert p.step_tokens_per_s == p.tokens_per_s and p.generate_loop_ops == 0
         return
     assert p.bottleneck == "host" and p.generate_loop_ops == GENERATE_LOOP_OPS
     gap_s = 1 / p.tokens_per_s - 1 / p.step_tokens_per_s
-    assert gap_s == pytest.approx(GENERATE_LOOP_OPS * p.host_per_op_s, rel=0.35)
+    assert 0 < gap_s < GENERATE_LOOP_OPS * p.host_per_op_s
 
 
 H200_DECODE = Path(__file__).parent / "machines" / "nvidia-h200" / "llm-decode.json"
