@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from chipcal.model.estimate.llm import DEVICES_NOTE, WEIGHT_ONLY, LlmPrediction
 
 GB = 1e9
-LLM_LEGEND = ("tok/s: decode tokens per second summed over the batch (prefill: prompt tokens per second); "
-              "TTFT: time to first token; TPOT: time per output token; bw_bound: what moving the weights and "
+LLM_LEGEND = ("tok/s: decode tokens per second summed over the batch, generate end to end (prefill: prompt "
+              "tokens per second); step_tok/s: the decode forward alone, as a step timing measures it; TTFT: time to first token; TPOT: time per output token; bw_bound: what moving the weights and "
               "KV cache at the spec DRAM bandwidth allows; host_bound: what the host issuing every op allows "
               "(- : a captured graph, no per-op host cost); mem: weights + KV cache + activations, ! = exceeds "
               "one device's memory; dev: devices whose memory holds it (a memory bound, not a parallel-speed claim)")
