@@ -48,6 +48,23 @@ def test_rows_run_while_they_fit_the_budget():
     assert skipped == [p.label for p in planned[6:]] and now[0] == 80.0
 
 
+def test_a_failing_row_is_skipped_with_its_reason_and_the_rest_run():
+    from chipcal.model.workload.llm_config import TransformersMissing
+
+    def measure(entry):
+        if entry.kind != "compiled":
+            raise TransformersMissing(entry.model)
+        if entry.batch == 64 and entry.model == "vit_b_16":
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
+        return entry
+
+    planned = ur.plan(QUICK_MODELS)
+    rows, skipped = ur.run_rows(planned, 90.0, measure, clock=lambda: 0.0)
+    assert len(rows) == 18 - 2 and len(skipped) == 4 + 2
+    assert skipped[0].startswith("step llama-3.2-1b b1 bf16 @128+32 (") and "transformers" in skipped[0]
+    assert skipped[4] == "compiled vit_b_16 b64 bf16 (CUDA out of memory. Tried to allocate 2.00 GiB)"
+
+
 def fake_latency(seconds: float) -> Measurement:
     return Measurement.from_samples([seconds] * 5)
 

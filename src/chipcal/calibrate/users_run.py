@@ -11,8 +11,10 @@ recorded run says how long it takes, so the phase runs inside a wall budget
 (CalibrationConfig.users_run_time_s): before each row it checks that the row, priced at the
 longest row of its kind so far, still fits, and lists every row that does not as skipped. The
 decoder's rows come first (no compile), then the compiled rows, largest batch first: the case
-where issue 55 saw compiled predicted 2x too fast. A CPU run has no such phase (a CPU's compiled
-and generate checks are measure_model_efficiency runs, docs/runtimes.md).
+where issue 55 saw compiled predicted 2x too fast. A row that fails (out of memory, a compile
+error, no transformers for the decoder) is listed as skipped with its reason, and the run goes on:
+this phase comes after every fitted figure, and must not lose them. A CPU run has no such phase
+(a CPU's compiled and generate checks are measure_model_efficiency runs, docs/runtimes.md).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 from chipcal.calibrate import document as cd
 from chipcal.calibrate.context import RunContext
+from chipcal.model.errors import ChipcalError
 
 COMPILED_MODELS = ("resnet50", "vit_b_16", "mobilenet_v2")
 COMPILED_BATCHES = (64, 8, 1)
@@ -68,10 +71,18 @@ def run_rows(planned: list[Planned], budget_s: float, measure: Callable[[Planned
         if began - start + longest.get(entry.kind, 0.0) > budget_s:
             skipped.append(entry.label)
         else:
-            rows.append(measure(entry))
+            try:
+                rows.append(measure(entry))
+            except (ChipcalError, RuntimeError, ImportError) as exc:
+                skipped.append(f"{entry.label} ({_first_line(exc)})")
             longest[entry.kind] = max(longest.get(entry.kind, 0.0), clock() - began)
         progress(entry.label)
     return rows, skipped
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:160] if text else type(exc).__name__
 
 
 def measure_row(run: RunContext, chip, params, entry: Planned) -> cd.UsersRunRow:
