@@ -234,6 +234,33 @@ def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fake_machine", ["avx2"], indirect=True)      # plumbing: one machine is enough
+def test_the_users_run_phase_gets_the_fitted_parameters_and_its_rows_are_written(fake_machine, small_suite,
+                                                                                monkeypatch):
+    """calibrate.users_run is handed the run's chip and fitted parameters after the validation, and
+    what it returns is the document's users_run section (on this CPU it returns None: the stand-in
+    here plays a GPU run's phase; tests/test_users_run.py covers the phase itself)."""
+    from chipcal.calibrate import document as cd
+    from chipcal.calibrate import users_run
+
+    chip, _ = fake_machine
+    section = cd.UsersRunSection(rows=(cd.UsersRunRow(kind="step", model="gpt2", batch=1, mode="bf16",
+                                                      measured_s=0.01, n=5, cv=0.01, predicted_s=0.011, error=0.1,
+                                                      context=128, new_tokens=32),), skipped=(), budget_s=90.0)
+    handed = {}
+
+    def phase(run, chip_, params):
+        handed.update(chip=chip_, params=params, validated=[p.phase for p in run.clock.times()])
+        return section
+
+    monkeypatch.setattr(users_run, "users_run", phase)
+    doc = calrun.run_calibration(CalibrationConfig(quick=True, models=("resnet18",), batches=(1,)))
+    assert doc.users_run == section and cd.CalibrationDocument.from_dict(doc.to_dict()).users_run == section
+    assert handed["chip"].name == chip.name and "validation" in handed["validated"]
+    fitted = doc.parameters.family_params
+    assert dataclasses.replace(handed["params"], source=fitted.source) == fitted
+
+
 def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machine, small_suite, tmp_path):
     from chipcal.calibrate.store import load_calibration
     from chipcal.model.estimate.prediction import predict
