@@ -10,6 +10,7 @@ Compiling dominates the phase (each graph tens of seconds on a cold Inductor cac
 recorded run says how long it takes, so the phase runs inside a wall budget
 (CalibrationConfig.users_run_time_s): before each row it checks that the row, priced at the
 longest row of its kind so far, still fits, and lists every row that does not as skipped. The
+first row of a kind has no price yet, so the phase can overrun by that one row (a compile). The
 decoder's rows come first (no compile), then the compiled rows, largest batch first: the case
 where issue 55 saw compiled predicted 2x too fast. A row that fails (out of memory, a compile
 error, no transformers for the decoder) is listed as skipped with its reason, and the run goes on:
