@@ -133,6 +133,22 @@ def test_calibration_flag_applies_to_its_chip(cli, hand_mlp, tmp_path):
     assert rows["a100-sxm4-80gb"]["params_source"].startswith("default:")
 
 
+def test_an_asked_runtime_applies_to_the_calibrated_chip_too(cli, hand_mlp, tmp_path):
+    """A calibration fitted under eager: without --runtime its chip is predicted eager (the others
+    fused); `--runtime compiled` predicts every chip compiled, the calibrated one with its
+    calibrated parameters (it once kept the calibration's runtime, whatever was asked)."""
+    fitted = custom_params("gpu", efficiency=0.1, overhead_s=1e-3, source="calibration: test")
+    (tmp_path / "calibration.json").write_text(json.dumps(
+        {"schema": CALIBRATION_SCHEMA, "parameters": {"chip": "h100-sxm5", "runtime": "eager",
+                                                      "family_params": fitted.to_dict()}}))
+    argv = ["--model", "mlp1024", "--hardware", "h100-sxm5,a100-sxm4-80gb", "--calibration", str(tmp_path), "--json"]
+    rows = {r["chip"]: r for r in json.loads(cli(predict_main, argv)[1])}
+    assert (rows["h100-sxm5"]["runtime"], rows["a100-sxm4-80gb"]["runtime"]) == ("eager", "fused")
+    rows = {r["chip"]: r for r in json.loads(cli(predict_main, [*argv, "--runtime", "compiled"])[1])}
+    assert {r["runtime"] for r in rows.values()} == {"compiled"}
+    assert rows["h100-sxm5"]["params_source"] == "calibration: test"
+
+
 def test_resnet50_over_the_whole_registry(cli):
     rc, out, err = cli(predict_main, ["--model", "resnet50", "--hardware", "all", "--json"])
     assert rc == 0, err

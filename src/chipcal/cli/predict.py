@@ -107,9 +107,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--calibration", metavar="DIR",
                    help="calibration directory written by `chipcal calibrate` (applies to its chip only)")
     p.add_argument("--runtime", choices=RUNTIMES, default=None,
-                   help="fused: one kernel per fused subgraph (TensorRT/XLA); compiled: torch.compile with "
-                        "CUDA graphs; eager: one kernel per op, each issued by the host (PyTorch eager). "
-                        "A calibrated chip uses its calibration's runtime. Default fused; LLMs: compiled "
+                   help="fused: one kernel per fused subgraph (TensorRT/XLA); compiled: torch.compile "
+                        "(TorchInductor's kernels, replayed as CUDA graphs on a GPU); eager: one kernel per op, each issued by the host (PyTorch eager). "
+                        "Not given: a calibrated chip uses its calibration's runtime, others fused; LLMs: compiled "
                         "(static KV cache, CUDA graphs) or eager (Hugging Face generate), default compiled")
     p.add_argument("--phase", choices=PHASES, default=None,
                    help="LLMs: prefill (time to first token) or decode (tokens/s; default)")
@@ -246,7 +246,7 @@ def run_models(args: argparse.Namespace, chips: list[Chip], calibration: Calibra
     precisions = args.precision or ["fp32"]
     _check_model_args(args, precisions)
     pairs = predict_all(args.model, chips, args.batch, precisions, calibration, source.get,
-                        args.runtime or "fused", host_s, args.autocast, fp32_mode=args.fp32_mode,
+                        args.runtime, host_s, args.autocast, fp32_mode=args.fp32_mode,
                         memory_format=args.memory_format, framework=args.framework, host_source=host_source)
     preds = [p for _, p in pairs]
     found = (opportunities_all(pairs, calibration, source.get, args.target_utilization) if args.explain else {})

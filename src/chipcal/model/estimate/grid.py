@@ -23,19 +23,21 @@ Workloads = Callable[[str, int, str], Workload]     # (model, batch, partition) 
 
 def predict_all(models: Sequence[str], chips: Sequence[Chip], batches: Sequence[int],
                 precisions: Sequence[str], calibration: CalibrationParams | None,
-                workload: Workloads, runtime: str = "fused",
+                workload: Workloads, runtime: str | None = None,
                 host_overhead_s: float | None = None, autocast: bool = False,
                 **launch) -> list[tuple[Chip, Prediction]]:
     """Every (model, batch, chip, precision) prediction with its chip; each model characterized
-    once per batch and runtime, not once per chip. The calibrated chip is predicted under the
-    runtime its calibration was fitted on; every other chip under `runtime`. `autocast` and
-    `launch` (fp32_mode, memory_format, framework, host_source): estimate/prediction.predict."""
+    once per batch and runtime, not once per chip. Every chip is predicted under `runtime`; None
+    (not asked for): the calibrated chip under the runtime its calibration was fitted on, every
+    other chip under `fused`. The calibration's parameters apply to its chip under either.
+    `autocast` and `launch` (fp32_mode, memory_format, framework, host_source):
+    estimate/prediction.predict."""
     out = []
     for model in models:
         for batch in batches:
             for chip in chips:
                 calibrated = calibration is not None and calibration.applies_to(chip.name, chip.active_mode)
-                chip_runtime = calibration.runtime if calibrated else runtime
+                chip_runtime = runtime or (calibration.runtime if calibrated else "fused")
                 w = workload(model, batch, runtime_partition(chip_runtime))
                 for precision in precisions:
                     out.append((chip, predict(w, chip, precision, calibration=calibration,
