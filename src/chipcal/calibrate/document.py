@@ -23,6 +23,13 @@ from dataclasses import field
 from pathlib import Path
 
 from chipcal.calibrate.flags import Flag
+from chipcal.calibrate.host_records import (
+    DispatchSection,
+    FirstTouchSection,
+    GemvSection,
+    LayoutSection,
+    ThreadsSection,
+)
 from chipcal.calibrate.phases import PhaseTime
 from chipcal.calibrate.power_records import HoldRow, PowerRow, PowerSection
 from chipcal.calibrate.records import LAST, OMIT_NONE, Record, record
@@ -31,7 +38,6 @@ from chipcal.measure.device import Device
 from chipcal.measure.node import Node
 from chipcal.measure.system import Fingerprint
 from chipcal.model.local import LOCAL_CHIP_NAME
-from chipcal.model.mapping.base import CONV_CLASSES
 from chipcal.model.mapping.params import RUNTIMES, CalibrationError, CalibrationParams, FamilyParams
 
 SCHEMA_1 = "chipcal.calibration/1"
@@ -299,89 +305,6 @@ class Skipped(Record):
 
     gemm_shapes: tuple[SkippedShape, ...] = ()
     models: tuple[SkippedModel, ...] = ()
-
-
-@record
-class DispatchSection(Record):
-    """The host's per-op dispatch cost under the eager runtime (measure.dispatch)."""
-
-    per_op_s: float | None
-    iqr_s: float | None
-    n: int
-    method: str
-
-
-@record
-class ThreadsSection(Record):
-    """How many cores' worth the torch threads gave during the run (measure.threads)."""
-
-    threads: int
-    speedup: float                 # time with 1 thread / time with `threads`; ideal = threads
-    one_thread_s: float
-    all_threads_s: float
-    method: str
-
-
-@record
-class LayoutSection(Record):
-    """Layout passes around each CPU convolution, counted in oneDNN's trace (measure.layout)."""
-
-    passes: float
-    detail: str
-    # weight reorders per call, weight bytes per second (k x k, 1x1); absent in runs before they were timed
-    weight_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)
-    pointwise_weight_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)
-    # seconds per oneDNN convolution call outside its primitives; absent in runs before it was timed
-    call_overhead_s: float | None = field(default=None, metadata=OMIT_NONE)
-
-    def charged_in(self, params: FamilyParams) -> FamilyParams:
-        """`params` charging the layout passes and weight reorders this run measured
-        (model.mapping.base.traffic, model.estimate.roofline.weight_layout_s), with the measured
-        fixed cost of a oneDNN call as every convolution class's overhead (the layer fit's prior)."""
-        overhead = dict(params.overhead_s)
-        if self.call_overhead_s:
-            overhead.update({c: self.call_overhead_s for c in CONV_CLASSES})
-        return dataclasses.replace(params, layout_passes=self.passes, overhead_s=overhead,
-                                   weight_layout_bytes_per_s=self.weight_bytes_per_s,
-                                   pointwise_weight_layout_bytes_per_s=self.pointwise_weight_bytes_per_s)
-
-
-@record
-class FirstTouchSection(Record):
-    """First write into freshly mapped memory (measure.bandwidth.measure_first_touch)."""
-
-    bytes_per_s: float | None
-    size_bytes: int
-    fresh_median_s: float | None
-    reused_median_s: float | None
-    fresh_iqr_s: float | None
-    n: int
-    # the allocator's, pinned by the run (measure.allocator); None: glibc's dynamic threshold
-    mmap_threshold_bytes: int | None = field(default=None, metadata=OMIT_NONE)
-
-    def charged_in(self, params: FamilyParams) -> FamilyParams:
-        """`params` charging first touch as this run found it: at the measured rate, for blocks at or
-        above the mmap threshold the run's allocator had (glibc's 32 MiB ceiling when it was not pinned)."""
-        if not self.bytes_per_s:
-            return params
-        return dataclasses.replace(params, first_touch_bytes_per_s=self.bytes_per_s,
-                                   fresh_allocation_bytes=self.mmap_threshold_bytes or params.fresh_allocation_bytes)
-
-
-@record
-class GemvSection(Record):
-    """A matrix-vector product streaming its weights from DRAM (measure.bandwidth.measure_gemv)."""
-
-    bytes_per_s: float
-    weight_bytes: int
-    shape: str
-    median_s: float
-    iqr_s: float
-    n: int
-
-    def charged_in(self, params: FamilyParams) -> FamilyParams:
-        """`params` pricing a matrix-vector product's weights at the measured rate (roofline.gemv_stream_s)."""
-        return dataclasses.replace(params, gemv_bytes_per_s=self.bytes_per_s)
 
 
 @record

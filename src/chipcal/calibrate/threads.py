@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chipcal.calibrate.document import ThreadsSection
+from chipcal.calibrate.host_records import ThreadsSection
 
 
 def thread_section(journal) -> ThreadsSection | None:
