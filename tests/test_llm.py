@@ -10,12 +10,11 @@ import math
 from pathlib import Path
 
 import pytest
+from tiny_llm import TINY, TINY_MOE, write_config
 
 pytest.importorskip("transformers")
 
 from chipcal.measure.device import CPU
-from chipcal.measure.llm import GenerateTooShort, per_token  # noqa: E402
-from chipcal.measure.timing import Measurement  # noqa: E402
 from chipcal.measure.workloads import WorkloadSource  # noqa: E402
 from chipcal.model.estimate.llm import (  # noqa: E402
     GENERATE_LOOP_OPS,
@@ -32,12 +31,6 @@ from chipcal.model.workload.llm_config import (  # noqa: E402
     parse_config,
     step_key,
 )
-
-# A Llama-shaped model small enough to characterize in well under a second.
-TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 1024,
-        "tie_word_embeddings": False}
-TINY_MOE = {**TINY, "model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2}
 
 
 def tiny(fields=TINY, name="tiny"):
@@ -328,9 +321,7 @@ def test_llama_3_70b_needs_two_h100s_in_bf16_and_one_in_int4(source, registry):
 
 @pytest.fixture
 def tiny_config(tmp_path):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(TINY))
-    return str(path)
+    return write_config(tmp_path)
 
 
 def predict_main(argv):
@@ -459,55 +450,3 @@ def test_a_cached_llm_prediction_imports_neither_torch_nor_transformers(source, 
     assert first.returncode == 0, first.stderr                       # characterizes and caches
     again = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env)
     assert again.stdout.strip().splitlines()[-1] == "0 False False", again.stderr
-
-
-# --- generate, end to end (issue 55) ------------------------------------------------------------
-
-def test_time_per_token_is_the_call_less_its_prefill_over_the_decode_forwards():
-    """Calls of 1.0, 1.2 and 1.1 s for 10 tokens with a 0.1 s prefill: 9 decode forwards each,
-    so 0.9 / 9 = 0.1, 1.1 / 9 and 1.0 / 9 s per token; the median is the 1.1 s call's."""
-    m = per_token(Measurement.from_samples([1.0, 1.2, 1.1]), 0.1, 10)
-    assert m.samples_s == pytest.approx((0.1, 1.1 / 9, 1.0 / 9))
-    assert m.median_s == pytest.approx(1.0 / 9) and m.n == 3
-
-
-def test_a_call_no_longer_than_its_prefill_is_refused():
-    with pytest.raises(GenerateTooShort, match="no longer than its prefill"):
-        per_token(Measurement.from_samples([0.5, 0.6]), 0.55, 4)
-
-
-@pytest.mark.timing
-def test_measure_model_efficiency_times_generate_end_to_end(cli, tiny_config, monkeypatch, tmp_path):
-    """A tiny Llama's generate of 6 tokens after a 16-token prompt: the row is per output token,
-    its prefill recorded beside it, and the whole call is longer than the prefill by the 5 decode
-    forwards the per-token time stands for."""
-    from chipcal.cli import measure_model_efficiency as mme
-
-    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path))
-    rc, out, err = cli(lambda a: mme.main(a), ["--model", tiny_config, "--generate", "--context", "16",
-                                               "--new-tokens", "6", "--max-time", "1", "--no-power",
-                                               "--peak", "spec", "--json"])
-    assert rc == 0, err
-    (row,) = json.loads(out)
-    assert row["runtime"] == "generate" and row["phase"] == "decode" and row["n"] >= 3
-    assert row["tokens_per_s"] == pytest.approx(1 / row["latency_s"])
-    assert 0 < row["prefill_s"] and row["compile_s"] is None and row["power_source"] == "unavailable"
-
-
-@pytest.mark.parametrize("argv, says", [
-    (["--phase", "prefill", "--generate"], "--generate times an LLM's decode"),
-    (["--generate", "--new-tokens", "1"], "--new-tokens of at least 2"),
-    (["--runtime", "compiled"], "--runtime compiled: torchvision and user models only"),
-])
-def test_generate_and_compiled_usage_errors_exit_2_with_one_line(cli, tiny_config, argv, says):
-    from chipcal.cli import measure_model_efficiency as mme
-
-    rc, out, err = cli(lambda a: mme.main(a), ["--model", tiny_config, *argv, "--no-power"])
-    assert rc == 2 and says in err and len(err.strip().splitlines()) == 1 and not out
-
-
-def test_by_layer_needs_the_eager_runtime(cli):
-    from chipcal.cli import measure_model_efficiency as mme
-
-    rc, _, err = cli(lambda a: mme.main(a), ["--model", "resnet18", "--runtime", "compiled", "--by-layer"])
-    assert rc == 2 and "hooks would split a compiled graph" in err

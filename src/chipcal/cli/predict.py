@@ -108,8 +108,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="calibration directory written by `chipcal calibrate` (applies to its chip only)")
     p.add_argument("--runtime", choices=RUNTIMES, default=None,
                    help="fused: one kernel per fused subgraph (TensorRT/XLA); compiled: torch.compile "
-                        "(TorchInductor's kernels, replayed as CUDA graphs on a GPU); eager: one kernel per op, each issued by the host (PyTorch eager). "
-                        "Not given: a calibrated chip uses its calibration's runtime, others fused; LLMs: compiled "
+                        "(TorchInductor's kernels, replayed as CUDA graphs on a GPU); eager: one kernel per "
+                        "op, each issued by the host (PyTorch eager). Not given: a calibrated chip uses its "
+                        "calibration's runtime, others fused; LLMs: compiled "
                         "(static KV cache, CUDA graphs) or eager (Hugging Face generate), default compiled")
     p.add_argument("--phase", choices=PHASES, default=None,
                    help="LLMs: prefill (time to first token) or decode (tokens/s; default)")
