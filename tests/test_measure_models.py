@@ -90,3 +90,19 @@ def test_input_larger_than_the_address_space_is_out_of_memory():
     # allocator refuses at once (no pages are touched, whatever the overcommit policy).
     with pytest.raises(OutOfMemory, match="resnet18 at batch 1000000000000"):
         measure_model("resnet18", batch=10**12, flop=1)
+
+
+def test_a_compiled_module_is_timed_compiled_with_its_compile_time_apart():
+    """`runtime="compiled"` times torch.compile of the module (the default mode on a CPU): a Linear
+    with bias lowers to one extern addmm, so no C++ is compiled; the first call's time is kept as
+    compile_s, not as a sample; under autocast the row says so."""
+    torch.manual_seed(0)
+    layer, x = nn.Linear(64, 32), torch.randn(4, 64)
+    m = measure_module(layer, x, 2 * 4 * 64 * 32, name="linear", batch=4, max_time_s=0.05, min_samples=3,
+                       runtime="compiled")
+    assert (m.runtime, m.compile_mode, m.autocast) == ("compiled", "default", False)
+    assert m.compile_s > 0 and m.latency.n >= 3
+    eager = measure_module(layer, x, 1, name="linear", batch=4, max_time_s=0.05, min_samples=3, autocast=True)
+    assert (eager.runtime, eager.compile_s, eager.autocast) == ("eager", None, True)
+    with pytest.raises(ValueError, match="hooks would split a compiled graph"):
+        measure_module(layer, x, 1, name="linear", batch=4, runtime="compiled", by_layer=True)
