@@ -233,15 +233,19 @@ def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
         assert {"parameters", "stderr", "residuals", "r2", "n", "model"} <= set(fit)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("fake_machine", ["avx2"], indirect=True)      # plumbing: one machine is enough
-def test_the_users_run_phase_gets_the_fitted_parameters_and_its_rows_are_written(fake_machine, small_suite,
-                                                                                monkeypatch):
-    """calibrate.users_run is handed the run's chip and fitted parameters after the validation, and
-    what it returns is the document's users_run section (on this CPU it returns None: the stand-in
-    here plays a GPU run's phase; tests/test_users_run.py covers the phase itself)."""
+def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machine, small_suite, tmp_path,
+                                                                      monkeypatch):
+    """The document, written and read back, and its calibration applied to its chip only. A GPU
+    run's users_run phase is stood in (on this CPU it returns None; tests/test_users_run.py covers
+    it): it is handed the run's chip and fitted parameters after the validation, and what it
+    returns is written as the document's section and reported."""
     from chipcal.calibrate import document as cd
     from chipcal.calibrate import users_run
+    from chipcal.calibrate.store import load_calibration
+    from chipcal.model.estimate.prediction import predict
+    from chipcal.model.registry import load_registry
+    from chipcal.model.workload import characterize_model
+    from chipcal.report.calibration import run_writers
 
     chip, _ = fake_machine
     section = cd.UsersRunSection(rows=(cd.UsersRunRow(kind="step", model="gpt2", batch=1, mode="bf16",
@@ -254,23 +258,11 @@ def test_the_users_run_phase_gets_the_fitted_parameters_and_its_rows_are_written
         return section
 
     monkeypatch.setattr(users_run, "users_run", phase)
-    doc = calrun.run_calibration(CalibrationConfig(quick=True, models=("resnet18",), batches=(1,)))
-    assert doc.users_run == section and cd.CalibrationDocument.from_dict(doc.to_dict()).users_run == section
-    assert handed["chip"].name == chip.name and "validation" in handed["validated"]
-    fitted = doc.parameters.family_params
-    assert dataclasses.replace(handed["params"], source=fitted.source) == fitted
-
-
-def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machine, small_suite, tmp_path):
-    from chipcal.calibrate.store import load_calibration
-    from chipcal.model.estimate.prediction import predict
-    from chipcal.model.registry import load_registry
-    from chipcal.model.workload import characterize_model
-    from chipcal.report.calibration import run_writers
-
-    chip, _ = fake_machine
     resident_before = psutil.Process().memory_info().rss
     doc = calrun.run_calibration(CalibrationConfig(quick=True, models=("resnet18",), batches=(1,)))
+    assert doc.users_run == section and handed["chip"].name == chip.name and "validation" in handed["validated"]
+    fitted = doc.parameters.family_params
+    assert dataclasses.replace(handed["params"], source=fitted.source) == fitted
     # the peak resident memory it records lies between what this process held before it and the
     # kernel's high-water mark read from /proc afterwards (VmHWM, a second interface to it); the
     # kernel syncs each thread's resident-page count every 64 page events, so allow 4 MiB of lag
@@ -283,7 +275,7 @@ def test_written_calibration_round_trips_and_applies_to_its_chip_only(fake_machi
     assert store.load(run_dir) == doc          # the typed document survives the disk
     for name in ("report.md", "report.html", "gemm_efficiency.png", "predicted_vs_measured.png", "roofline.png"):
         assert (run_dir / name).stat().st_size > 0
-    assert "Validation" in (run_dir / "report.md").read_text()
+    assert "Validation" in (run_dir / "report.md").read_text() and "What users run" in (run_dir / "report.md").read_text()
     report = (run_dir / "report.md").read_text()
     assert "peak resident memory" in report and f"{doc.peak_rss_bytes / 1e9:.2f} GB" in report
 

@@ -42,7 +42,7 @@ def test_measure_model_efficiency_times_generate_end_to_end(cli, tiny_config, mo
 
     monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path))
     rc, out, err = cli(lambda a: mme.main(a), ["--model", tiny_config, "--generate", "--context", "16",
-                                               "--new-tokens", "6", "--max-time", "1", "--no-power",
+                                               "--new-tokens", "6", "--max-time", "0.5", "--no-power",
                                                "--peak", "spec", "--json"])
     assert rc == 0, err
     (row,) = json.loads(out)
