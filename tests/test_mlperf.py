@@ -214,11 +214,10 @@ def test_mlperf_retinanet_macs_agree_with_torchs_flop_counter():
 
     from chipcal.model.workload.mlperf_networks import NETWORKS, RETINANET, characterize_network
 
-    build, sample = NETWORKS[RETINANET]
     with torch.device("meta"):
-        network = build().eval()
+        network = NETWORKS[RETINANET].build().eval()
     with FlopCounterMode(display=False) as counter, torch.no_grad():
-        network(torch.empty((1, *sample), device="meta"))
+        network(*NETWORKS[RETINANET].example(1))
     workload = characterize_network(RETINANET, 1)
     assert 2 * workload.macs == counter.get_total_flops()
     assert workload.flop > 2 * workload.macs and workload.params == sum(p.numel() for p in network.parameters())

@@ -3,28 +3,36 @@ latency of one sample (SingleStream), each against what the submission measured.
 
 What is predicted, and how (MLPerf Inference rules, "Scenarios"):
 - Offline: all samples are available at once, so a serving engine runs at saturation. The
-  prediction is the highest per-device throughput over batch sizes OFFLINE_BATCHES whose peak
+  prediction is the highest per-device throughput over the benchmark's batch sizes whose peak
   memory fits the device, under the fused runtime (one kernel per fused subgraph, as TensorRT,
   MIGraphX, XLA and OpenVINO compile a network) at the precision submitted, at the clock the
   chip's TDP allows. The measured figure is the system's divided by its accelerators (a CPU-only
   system: its sockets).
 - SingleStream: one sample at a time; the prediction is batch 1's latency, against LoadGen's
   90th-percentile latency.
+A benchmark whose sample is many network calls (3D-UNet: a CT case is 8 to 144 sub-volumes;
+validate.mlperf_benchmarks) divides the Offline throughput of calls by the mean calls per sample,
+and times its SingleStream sample at the 90th percentile of calls, run at the batch of highest
+throughput up to that many calls.
 A row is excluded, with its reason, where chipcal cannot characterize the benchmark's network, where
 the scenario is not predicted (Server: the load at a latency limit; MultiStream), where its chip
 lacks the precision, or where it ran at a power cap (a MaxQ row: the cap each submitter set is not
-in the results, and a prediction at the TDP is not the same question). No efficiency is fitted to these rows here: the figures are the physics with
-the family defaults, so the error is an honest out-of-sample one.
+in the results, and a prediction at the TDP is not the same question). The predictions are the physics with the family defaults, fitted on none of
+these rows. Beside them, each Offline row carries its software stack's efficiency fitted with
+leave-one-accelerator-out cross-validation (validate.mlperf_stack), and its held-out error.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from chipcal.calibrate.accuracy import abs_quantile
 from chipcal.model.estimate.prediction import Prediction, predict
 from chipcal.model.registry import Registry
+from chipcal.validate.mlperf_benchmarks import Benchmark, benchmarks
+from chipcal.validate.mlperf_stack import Observed, family_of, held_out_factors, stack_of
 from chipcal.validate.mlperf import (
     NOT_IN_REGISTRY,
     MlperfRow,
@@ -33,17 +41,9 @@ from chipcal.validate.mlperf import (
     per_accelerator,
 )
 
-# benchmark -> (chipcal's network, the precision the closed division submits it at)
-NETWORKS = {"resnet50": ("resnet50", "int8"), "retinanet": ("retinanet_800", "int8")}
 # why the other v4.1 benchmarks are not predicted yet
 NOT_CHARACTERIZED = {
-    "bert-99": "BERT-Large is an encoder: chipcal builds decoder LLMs from configs only",
-    "bert-99.9": "BERT-Large is an encoder: chipcal builds decoder LLMs from configs only",
-    "3d-unet-99": "3D U-Net (KiTS19 volumes) is not among the characterized networks",
-    "3d-unet-99.9": "3D U-Net (KiTS19 volumes) is not among the characterized networks",
     "stable-diffusion-xl": "the SDXL UNet needs diffusers, which chipcal does not build",
-    "dlrm-v2-99": "DLRM v2's embedding tables are not characterized",
-    "dlrm-v2-99.9": "DLRM v2's embedding tables are not characterized",
     "gptj-99": "LLM serving (continuous batching, many devices) is the LLM-serving issue's",
     "gptj-99.9": "LLM serving (continuous batching, many devices) is the LLM-serving issue's",
     "llama2-70b-99": "LLM serving (continuous batching, many devices) is the LLM-serving issue's",
@@ -55,7 +55,6 @@ SCENARIO_NOT_PREDICTED = {
     "Server": "Server: the highest load within a latency limit is not predicted yet",
     "MultiStream": "MultiStream: the latency of 8-sample queries is not predicted yet",
 }
-OFFLINE_BATCHES = (1, 8, 32, 64, 128, 256, 512, 1024, 2048)
 
 Workloads = Callable[[str, int, str], object]      # (network, batch, partition) -> Workload
 
@@ -63,7 +62,9 @@ Workloads = Callable[[str, int, str], object]      # (network, batch, partition)
 @dataclass(frozen=True)
 class Checked:
     """A row predicted: per-accelerator measured and predicted (samples/s, or seconds for a
-    latency), the batch the prediction ran at, and its relative error (predicted / measured - 1)."""
+    latency), the batch the prediction ran at, and its relative error (predicted / measured - 1).
+    An Offline row also carries its stack's factor fitted on the other accelerators
+    (validate.mlperf_stack) and the error with it, `held_out_error`; a latency row keeps 1."""
 
     row: MlperfRow
     chip: str
@@ -71,16 +72,22 @@ class Checked:
     measured: float
     predicted: float
     bottleneck: str
+    stack_factor: float = 1.0
 
     @property
     def error(self) -> float:
         return self.predicted / self.measured - 1
 
+    @property
+    def held_out_error(self) -> float:
+        return self.predicted * self.stack_factor / self.measured - 1
+
     def record(self) -> dict:
         """A flat record: the row's provenance, measured and predicted per accelerator (SI units)."""
         return {**_provenance(self.row), "chip": self.chip, "status": "predicted", "batch": self.batch,
                 "measured": self.measured, "predicted": self.predicted, "error": self.error,
-                "bottleneck": self.bottleneck, "reason": None}
+                "stack": stack_of(self.row), "stack_factor": self.stack_factor,
+                "held_out_error": self.held_out_error, "bottleneck": self.bottleneck, "reason": None}
 
 
 @dataclass(frozen=True)
@@ -90,7 +97,8 @@ class Excluded:
 
     def record(self) -> dict:
         return {**_provenance(self.row), "chip": chip_of(self.row), "status": "excluded", "batch": None,
-                "measured": per_accelerator(self.row), "predicted": None, "error": None, "bottleneck": None,
+                "measured": per_accelerator(self.row), "predicted": None, "error": None,
+                "stack": stack_of(self.row), "stack_factor": None, "held_out_error": None, "bottleneck": None,
                 "reason": self.reason}
 
 
@@ -106,24 +114,35 @@ def check(rows: Sequence[MlperfRow], registry: Registry, workloads: Workloads,
           on_row: Callable[[], None] = lambda: None) -> tuple[list[Checked], list[Excluded]]:
     """Every row predicted or excluded with its reason (module docstring), in the rows' order."""
     checked, excluded = [], []
-    known: dict[tuple[str, str, str], Prediction | None] = {}     # every row of a chip shares its saturation
+    known: dict[tuple, Prediction | None] = {}     # every row of a chip shares its saturation
 
-    def saturation(network: str, chip, precision: str) -> Prediction | None:
-        key = (network, chip.name, precision)
+    def saturation(bench: Benchmark, chip, precision: str, most: int | None = None) -> Prediction | None:
+        key = (bench.network, chip.name, precision, most)
         if key not in known:
-            known[key] = _saturation(network, chip, precision, workloads)
+            known[key] = _saturation(bench, chip, precision, workloads, most)
         return known[key]
 
     for row in rows:
         outcome = _one(row, registry, workloads, saturation)
         (checked if isinstance(outcome, Checked) else excluded).append(outcome)
         on_row()
-    return checked, excluded
+    return _with_stack_factors(checked), excluded
 
 
-def _one(row: MlperfRow, registry: Registry, workloads: Workloads,
-         saturation: Callable[[str, object, str], Prediction | None]) -> Checked | Excluded:
-    if row.benchmark not in NETWORKS:
+def _with_stack_factors(checked: list[Checked]) -> list[Checked]:
+    """Each Offline row with its stack's factor fitted on the other accelerators' Offline rows."""
+    offline = [i for i, c in enumerate(checked) if c.row.scenario == "Offline"]
+    observed = [Observed(checked[i].chip, stack_of(checked[i].row), family_of(checked[i].row.benchmark),
+                         math.log(checked[i].measured / checked[i].predicted)) for i in offline]
+    out = list(checked)
+    for i, f in zip(offline, held_out_factors(observed)):
+        out[i] = replace(checked[i], stack_factor=f)
+    return out
+
+
+def _one(row: MlperfRow, registry: Registry, workloads: Workloads, saturation) -> Checked | Excluded:
+    bench = benchmarks().get(row.benchmark)
+    if bench is None:
         return Excluded(row, NOT_CHARACTERIZED.get(row.benchmark, f"benchmark {row.benchmark} is not characterized"))
     if row.scenario not in PREDICTED_SCENARIOS:
         return Excluded(row, SCENARIO_NOT_PREDICTED[row.scenario])
@@ -133,26 +152,43 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads,
     if name is None or name not in registry.names:
         return Excluded(row, NOT_IN_REGISTRY.get(name, f"{device_name(row)}: no registry chip"))
     chip = registry.get(name)
-    network, precision = NETWORKS[row.benchmark]
-    if not chip.supports(precision):
-        return Excluded(row, f"{chip.name} has no {precision} engine")
+    precision = bench.precision_on(chip, stack_of(row))
+    if precision is None:
+        return Excluded(row, f"{chip.name} has no {' or '.join(bench.precisions)} engine")
     if row.scenario == "SingleStream":
-        p = predict(workloads(network, 1, "fused"), chip, precision)
-        return Checked(row, chip.name, 1, row.value, p.latency_s, p.bottleneck)
-    best = saturation(network, chip, precision)
+        return _single_stream(row, chip, bench, precision, workloads, saturation)
+    best = saturation(bench, chip, precision)
     if best is None:
-        return Excluded(row, f"{network} fits {chip.name}'s memory at no batch of {OFFLINE_BATCHES}")
-    return Checked(row, chip.name, best.batch, per_accelerator(row), best.throughput_per_s, best.bottleneck)
+        return Excluded(row, f"{bench.network} fits {chip.name}'s memory at no batch of {bench.batches}")
+    return Checked(row, chip.name, best.batch, per_accelerator(row), best.throughput_per_s / bench.calls_per_sample,
+                   best.bottleneck)
 
 
-def _saturation(network: str, chip, precision: str, workloads: Workloads) -> Prediction | None:
-    """The prediction of highest throughput among the batches whose peak memory fits the device."""
-    fits = [p for p in (predict(workloads(network, b, "fused"), chip, precision) for b in OFFLINE_BATCHES)
+def _single_stream(row: MlperfRow, chip, bench: Benchmark, precision: str, workloads: Workloads,
+                   saturation) -> Checked | Excluded:
+    """One sample's latency: one call at batch 1, or a many-call sample's calls at the batch of
+    highest throughput up to that many (module docstring)."""
+    if bench.calls_p90 == 1:
+        p = predict(workloads(bench.network, 1, "fused"), chip, precision)
+        return Checked(row, chip.name, 1, row.value, p.latency_s, p.bottleneck)
+    best = saturation(bench, chip, precision, bench.calls_p90)
+    if best is None:
+        return Excluded(row, f"{bench.network} fits {chip.name}'s memory at no batch of {bench.batches}")
+    return Checked(row, chip.name, best.batch, row.value, bench.calls_p90 / best.throughput_per_s, best.bottleneck)
+
+
+def _saturation(bench: Benchmark, chip, precision: str, workloads: Workloads,
+                most: int | None = None) -> Prediction | None:
+    """The prediction of highest throughput among the benchmark's batches (up to `most`) whose
+    peak memory fits the device."""
+    batches = [b for b in bench.batches if most is None or b <= most]
+    fits = [p for p in (predict(workloads(bench.network, b, "fused"), chip, precision) for b in batches)
             if p.fits_in_memory]
     return max(fits, key=lambda p: p.throughput_per_s, default=None)
 
 
-def error_figures(checked: Sequence[Checked]) -> tuple[int, float | None, float | None]:
-    """(n, median |error|, p90 |error|) of the predicted rows (None with no row)."""
-    return (len(checked), abs_quantile((c.error for c in checked), 50),
-            abs_quantile((c.error for c in checked), 90))
+def error_figures(checked: Sequence[Checked], held_out: bool = False) -> tuple[int, float | None, float | None]:
+    """(n, median |error|, p90 |error|) of the predicted rows (None with no row): the physics'
+    errors, or with `held_out` the errors with each row's held-out stack factor."""
+    errors = [c.held_out_error if held_out else c.error for c in checked]
+    return len(errors), abs_quantile(errors, 50), abs_quantile(errors, 90)

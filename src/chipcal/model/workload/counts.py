@@ -16,7 +16,9 @@ Non-MAC work, FLOP per output element unless noted (a transcendental counts as 1
 Data movement (views, copies, cat, pad, gather, nearest upsampling, factories) is 0 FLOP;
 views move no bytes.
 Partial accesses: an embedding lookup reads the rows it gathers (one per index, at most the
-table), not the table; the in-place indexed writes index_copy_, index_put_ and index_add_
+table), not the table; a bag of them (embedding_bag, as DLRM pools its tables) likewise, writes
+its pooled rows only (not its index bookkeeping) and counts 1 FLOP per gathered element beyond
+the first of each bag (a sum); the in-place indexed writes index_copy_, index_put_ and index_add_
 write (and index_add_ reads) as many elements of their target as their source holds, not the
 target (a KV-cache update writes one token's keys, not the cache). index_add_ is 1 FLOP per
 source element.
@@ -134,6 +136,14 @@ def _embedding(target, named, reads, writes) -> Part:
                  tensor_parallelism(writes[0] if writes else None), reads, writes, touched=touched)
 
 
+def _embedding_bag(target, named, reads, writes) -> Part:
+    weight, indices, pooled = named["weight"], named["indices"], writes[0]
+    touched = {id(weight): _rows(weight, indices.numel())}
+    flop = max(indices.numel() * weight.shape[-1] - pooled.numel(), 0)
+    return _part(target, "embedding_bag", "reshape", "data", "data", 0, flop, None, tensor_parallelism(pooled),
+                 reads, writes[:1], touched=touched)
+
+
 def _indexed_write(target, base, named, reads, writes) -> Part:
     """index_copy_ / index_put_ / index_add_ on `self`: the source's worth of `self` is written
     (index_add_ also reads it), not all of it."""
@@ -223,6 +233,8 @@ def count_aten(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: obje
         return [_indexed_write(target, base, _named(func, args, kwargs), reads, writes)]
     if base == "embedding":
         return [_embedding(target, _named(func, args, kwargs), reads, writes)]
+    if base == "_embedding_bag":
+        return [_embedding_bag(target, _named(func, args, kwargs), reads, writes)]
     if base in ALLOCATIONS:
         return [_part(target, base, "reshape", "data", "data", 0, 0, None, tensor_parallelism(first_out),
                       reads, writes, moves_data=False)]
