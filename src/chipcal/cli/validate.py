@@ -123,6 +123,12 @@ def _mlperf(args: argparse.Namespace) -> int:
                 _, median, p90 = mlperf_check.error_figures(these, held_out=True)
                 line += f"; held out: median {median:.1%}, p90 {p90:.1%}"
             print(line)
+    powered = [c for c in checked if c.power_error is not None]
+    if powered:
+        _, throughput, _ = mlperf_check.error_figures(powered, held_out=True)
+        power = max(abs(c.power_error) for c in powered)
+        print(f"  MaxQ (at the power limit): {len(powered)} rows, held-out throughput median |error| {throughput:.1%}; "
+              f"system power |error| at most {power:.1%} (node power fitted on the system's other benchmarks)")
     for reason, count in Counter(e.reason for e in excluded).most_common():
         print(f"  excluded {count}: {reason}")
     return 0

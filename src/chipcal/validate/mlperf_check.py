@@ -16,9 +16,10 @@ and times its SingleStream sample at the 90th percentile of calls, run at the ba
 throughput up to that many calls.
 A row is excluded, with its reason, where chipcal cannot characterize the benchmark's network, where
 the scenario is not predicted (Server: the load at a latency limit; MultiStream), where its chip
-lacks the precision, or where it ran at a power cap (a MaxQ row: the cap each submitter set is not
-in the results, and a prediction at the TDP is not the same question). The predictions are the physics with the family defaults, fitted on none of
-these rows. Beside them, each Offline row carries its software stack's efficiency fitted with
+lacks the precision, or where it is a power submission (MaxQ) whose accelerators' power limit its
+submitter's configs do not give. A MaxQ row whose limit is known (validate.mlperf_power) is
+predicted at that limit, and its system's average power beside it.
+The predictions are the physics with the family defaults, fitted on none of these rows. Beside them, each Offline row carries its software stack's efficiency fitted with
 leave-one-accelerator-out cross-validation (validate.mlperf_stack), and its held-out error.
 """
 
@@ -30,8 +31,10 @@ from dataclasses import dataclass, replace
 
 from chipcal.calibrate.accuracy import abs_quantile
 from chipcal.model.estimate.prediction import Prediction, predict
+from chipcal.model.estimate.throttle import with_power_limit
 from chipcal.model.registry import Registry
 from chipcal.validate.mlperf_benchmarks import Benchmark, benchmarks
+from chipcal.validate.mlperf_power import node_power_w, power_limit_w
 from chipcal.validate.mlperf_stack import Observed, family_of, held_out_factors, stack_of
 from chipcal.validate.mlperf import (
     NOT_IN_REGISTRY,
@@ -72,11 +75,27 @@ class Checked:
     measured: float
     predicted: float
     bottleneck: str
+    precision: str
     stack_factor: float = 1.0
+    power_limit_w: float | None = None      # a MaxQ row's accelerators' limit (validate.mlperf_power)
+    device_power_w: float | None = None     # predicted average power of one accelerator at the limit
+    node_power_w: float | None = None       # the system's non-accelerator power, fitted on its other rows
 
     @property
     def error(self) -> float:
         return self.predicted / self.measured - 1
+
+    @property
+    def predicted_power_w(self) -> float | None:
+        """The system's average power: its accelerators' predicted power plus the node's."""
+        if self.device_power_w is None or self.node_power_w is None:
+            return None
+        return self.row.accelerators * self.device_power_w + self.node_power_w
+
+    @property
+    def power_error(self) -> float | None:
+        predicted = self.predicted_power_w
+        return None if predicted is None or not self.row.avg_power_w else predicted / self.row.avg_power_w - 1
 
     @property
     def held_out_error(self) -> float:
@@ -85,9 +104,12 @@ class Checked:
     def record(self) -> dict:
         """A flat record: the row's provenance, measured and predicted per accelerator (SI units)."""
         return {**_provenance(self.row), "chip": self.chip, "status": "predicted", "batch": self.batch,
+                "precision": self.precision,
                 "measured": self.measured, "predicted": self.predicted, "error": self.error,
                 "stack": stack_of(self.row), "stack_factor": self.stack_factor,
-                "held_out_error": self.held_out_error, "bottleneck": self.bottleneck, "reason": None}
+                "held_out_error": self.held_out_error, "power_limit_w": self.power_limit_w,
+                "measured_power_w": self.row.avg_power_w, "predicted_power_w": self.predicted_power_w,
+                "power_error": self.power_error, "bottleneck": self.bottleneck, "reason": None}
 
 
 @dataclass(frozen=True)
@@ -97,9 +119,11 @@ class Excluded:
 
     def record(self) -> dict:
         return {**_provenance(self.row), "chip": chip_of(self.row), "status": "excluded", "batch": None,
+                "precision": None,
                 "measured": per_accelerator(self.row), "predicted": None, "error": None,
-                "stack": stack_of(self.row), "stack_factor": None, "held_out_error": None, "bottleneck": None,
-                "reason": self.reason}
+                "stack": stack_of(self.row), "stack_factor": None, "held_out_error": None, "power_limit_w": None,
+                "measured_power_w": self.row.avg_power_w, "predicted_power_w": None, "power_error": None,
+                "bottleneck": None, "reason": self.reason}
 
 
 def _provenance(row: MlperfRow) -> dict:
@@ -117,7 +141,7 @@ def check(rows: Sequence[MlperfRow], registry: Registry, workloads: Workloads,
     known: dict[tuple, Prediction | None] = {}     # every row of a chip shares its saturation
 
     def saturation(bench: Benchmark, chip, precision: str, most: int | None = None) -> Prediction | None:
-        key = (bench.network, chip.name, precision, most)
+        key = (bench.network, chip.name, chip.tdp_w, precision, most)
         if key not in known:
             known[key] = _saturation(bench, chip, precision, workloads, most)
         return known[key]
@@ -126,14 +150,22 @@ def check(rows: Sequence[MlperfRow], registry: Registry, workloads: Workloads,
         outcome = _one(row, registry, workloads, saturation)
         (checked if isinstance(outcome, Checked) else excluded).append(outcome)
         on_row()
-    return _with_stack_factors(checked), excluded
+    return _with_node_power(_with_stack_factors(checked)), excluded
+
+
+def _with_node_power(checked: list[Checked]) -> list[Checked]:
+    """Each MaxQ row with its system's non-accelerator power fitted on the system's other rows."""
+    measured = [(c.row.system, family_of(c.row.benchmark), c.row.avg_power_w - c.row.accelerators * c.device_power_w)
+                for c in checked if c.device_power_w is not None and c.row.avg_power_w]
+    return [replace(c, node_power_w=node_power_w(c.row.system, family_of(c.row.benchmark), measured))
+            if c.device_power_w is not None else c for c in checked]
 
 
 def _with_stack_factors(checked: list[Checked]) -> list[Checked]:
     """Each Offline row with its stack's factor fitted on the other accelerators' Offline rows."""
     offline = [i for i, c in enumerate(checked) if c.row.scenario == "Offline"]
     observed = [Observed(checked[i].chip, stack_of(checked[i].row), family_of(checked[i].row.benchmark),
-                         math.log(checked[i].measured / checked[i].predicted)) for i in offline]
+                         checked[i].precision, math.log(checked[i].measured / checked[i].predicted)) for i in offline]
     out = list(checked)
     for i, f in zip(offline, held_out_factors(observed)):
         out[i] = replace(checked[i], stack_factor=f)
@@ -146,12 +178,15 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads, saturation) -
         return Excluded(row, NOT_CHARACTERIZED.get(row.benchmark, f"benchmark {row.benchmark} is not characterized"))
     if row.scenario not in PREDICTED_SCENARIOS:
         return Excluded(row, SCENARIO_NOT_PREDICTED[row.scenario])
-    if row.avg_power_w is not None:
-        return Excluded(row, "a power submission (MaxQ): run at a power cap the results do not record")
     name = chip_of(row)
     if name is None or name not in registry.names:
         return Excluded(row, NOT_IN_REGISTRY.get(name, f"{device_name(row)}: no registry chip"))
     chip = registry.get(name)
+    cap = power_limit_w(row)
+    if row.avg_power_w is not None:
+        if cap is None:
+            return Excluded(row, "a power submission (MaxQ) whose power limit its submitter's configs do not give")
+        chip = with_power_limit(chip, cap)
     precision = bench.precision_on(chip, stack_of(row))
     if precision is None:
         return Excluded(row, f"{chip.name} has no {' or '.join(bench.precisions)} engine")
@@ -161,7 +196,8 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads, saturation) -
     if best is None:
         return Excluded(row, f"{bench.network} fits {chip.name}'s memory at no batch of {bench.batches}")
     return Checked(row, chip.name, best.batch, per_accelerator(row), best.throughput_per_s / bench.calls_per_sample,
-                   best.bottleneck)
+                   best.bottleneck, precision, power_limit_w=cap if row.avg_power_w is not None else None,
+                   device_power_w=best.avg_power_w if row.avg_power_w is not None else None)
 
 
 def _single_stream(row: MlperfRow, chip, bench: Benchmark, precision: str, workloads: Workloads,
@@ -170,11 +206,12 @@ def _single_stream(row: MlperfRow, chip, bench: Benchmark, precision: str, workl
     highest throughput up to that many (module docstring)."""
     if bench.calls_p90 == 1:
         p = predict(workloads(bench.network, 1, "fused"), chip, precision)
-        return Checked(row, chip.name, 1, row.value, p.latency_s, p.bottleneck)
+        return Checked(row, chip.name, 1, row.value, p.latency_s, p.bottleneck, precision)
     best = saturation(bench, chip, precision, bench.calls_p90)
     if best is None:
         return Excluded(row, f"{bench.network} fits {chip.name}'s memory at no batch of {bench.batches}")
-    return Checked(row, chip.name, best.batch, row.value, bench.calls_p90 / best.throughput_per_s, best.bottleneck)
+    return Checked(row, chip.name, best.batch, row.value, bench.calls_p90 / best.throughput_per_s, best.bottleneck,
+                   precision)
 
 
 def _saturation(bench: Benchmark, chip, precision: str, workloads: Workloads,

@@ -36,29 +36,31 @@ def family_of(benchmark: str) -> str:
 
 @dataclass(frozen=True)
 class Observed:
-    """One predicted Offline row: its chip, stack, benchmark family and log(measured / predicted)."""
+    """One predicted Offline row: its chip, stack, benchmark family, the precision it was
+    predicted at, and log(measured / predicted)."""
 
     chip: str
     stack: str
     family: str
+    precision: str
     log_ratio: float
 
 
-def factor(train: Sequence[Observed], stack: str, family: str) -> float:
-    """measured / predicted of `stack` on `family` from `train` (module docstring)."""
-    same_stack = [o.log_ratio for o in train if o.stack == stack]
-    same_bench = [o.log_ratio for o in train if o.stack == stack and o.family == family]
-    pool = same_bench or same_stack
+def factor(train: Sequence[Observed], stack: str, family: str, precision: str) -> float:
+    """measured / predicted of `stack` on `family` at `precision` from `train` (module docstring)."""
+    same_stack = [o for o in train if o.stack == stack]
+    same_bench = [o.log_ratio for o in same_stack if (o.family, o.precision) == (family, precision)]
+    pool = same_bench or [o.log_ratio for o in same_stack]
     return math.exp(statistics.median(pool)) if pool else 1.0
 
 
 def held_out_factors(observed: Sequence[Observed]) -> list[float]:
     """Each row's factor, fitted on the rows of every other accelerator."""
-    cache: dict[tuple[str, str, str], float] = {}
+    cache: dict[tuple[str, str, str, str], float] = {}
     out = []
     for o in observed:
-        key = (o.chip, o.stack, o.family)
+        key = (o.chip, o.stack, o.family, o.precision)
         if key not in cache:
-            cache[key] = factor([t for t in observed if t.chip != o.chip], o.stack, o.family)
+            cache[key] = factor([t for t in observed if t.chip != o.chip], o.stack, o.family, o.precision)
         out.append(cache[key])
     return out
