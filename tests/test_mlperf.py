@@ -187,24 +187,6 @@ def test_cli_refuses_an_unknown_accelerator_and_corpus_options_in_one_line(tree,
     assert rc == 2 and "--mlperf takes --json, --csv and --plot only" in err
 
 
-def test_v41_predicted_rows_against_mlperf(v41):
-    """The physics with the family defaults (nothing fitted on these rows) against MLPerf v4.1's
-    measurements. resnet50 holds issue 52's target, median |error| <= 15 %, p90 <= 35 %. RetinaNet
-    does not: its Offline rows run ~33 % fast on the data-centre GPUs (its box decoding and NMS are
-    not counted); held at its figures of 2026-11-29 (median 33 %, p90 67 %) so it gets no worse."""
-    from chipcal.calibrate.accuracy import abs_quantile
-    from chipcal.measure.workloads import WorkloadSource
-    from chipcal.validate import mlperf_check
-
-    checked, excluded = mlperf_check.check(v41, load_registry(), WorkloadSource().get)
-    assert len(checked) + len(excluded) == len(v41) and all(e.reason for e in excluded)
-    assert {c.row.scenario for c in checked} == {"Offline", "SingleStream"}
-    by = {b: [c.error for c in checked if c.row.benchmark == b] for b in ("resnet50", "retinanet")}
-    assert len(by["resnet50"]) >= 40 and len(by["retinanet"]) >= 40
-    assert abs_quantile(by["resnet50"], 50) <= 0.15 and abs_quantile(by["resnet50"], 90) <= 0.35
-    assert abs_quantile(by["retinanet"], 50) <= 0.35 and abs_quantile(by["retinanet"], 90) <= 0.70
-
-
 def test_mlperf_retinanet_macs_agree_with_torchs_flop_counter():
     """MLPerf's RetinaNet (ResNeXt50-32x4d FPN, 264 classes, 800 x 800) counted by chipcal and by a
     second tool, torch.utils.flop_counter (2 FLOP per MAC of its convolutions and matmuls): the same

@@ -1,26 +1,27 @@
-"""MLPerf Inference rows predicted: per-accelerator throughput at saturation (Offline) and the
-latency of one sample (SingleStream), each against what the submission measured.
+"""MLPerf Inference rows predicted, per accelerator, against what the submission measured.
 
-What is predicted, and how (MLPerf Inference rules, "Scenarios"):
-- Offline: all samples are available at once, so a serving engine runs at saturation. The
-  prediction is the highest per-device throughput over the benchmark's batch sizes whose peak
-  memory fits the device, under the fused runtime (one kernel per fused subgraph, as TensorRT,
-  MIGraphX, XLA and OpenVINO compile a network) at the precision submitted, at the clock the
-  chip's TDP allows. The measured figure is the system's divided by its accelerators (a CPU-only
-  system: its sockets).
-- SingleStream: one sample at a time; the prediction is batch 1's latency, against LoadGen's
-  90th-percentile latency.
-A benchmark whose sample is many network calls (3D-UNet: a CT case is 8 to 144 sub-volumes;
-validate.mlperf_benchmarks) divides the Offline throughput of calls by the mean calls per sample,
-and times its SingleStream sample at the 90th percentile of calls, run at the batch of highest
-throughput up to that many calls.
-A row is excluded, with its reason, where chipcal cannot characterize the benchmark's network, where
-the scenario is not predicted (Server: the load at a latency limit; MultiStream), where its chip
-lacks the precision, or where it is a power submission (MaxQ) whose accelerators' power limit its
-submitter's configs do not give. A MaxQ row whose limit is known (validate.mlperf_power) is
-predicted at that limit, and its system's average power beside it.
-The predictions are the physics with the family defaults, fitted on none of these rows. Beside them, each Offline row carries its software stack's efficiency fitted with
-leave-one-accelerator-out cross-validation (validate.mlperf_stack), and its held-out error.
+What is predicted, and how (MLPerf Inference rules, "Scenarios"; validate.mlperf_scenarios):
+- Offline: all samples are available at once, so a serving engine runs at saturation: the
+  highest throughput over the benchmark's batch sizes whose peak memory fits the device, under
+  the fused runtime (one kernel per fused subgraph, as TensorRT, MIGraphX, XLA and OpenVINO
+  compile a network) at the precision submitted, at the clock the chip's TDP allows.
+- Server: queries arrive at random; the highest throughput among those batches whose
+  99th-percentile latency, taken as twice the batch's run time (a query waits for the batch
+  running when it arrives, then runs in the next), stays within the benchmark's limit.
+- SingleStream: one sample at a time: batch 1's latency, against LoadGen's 90th percentile.
+The measured figure is the system's divided by its accelerators (a CPU-only system: its sockets).
+A benchmark whose sample is many network calls (3D-UNet, DLRM: validate.mlperf_benchmarks)
+divides a throughput of calls by the mean calls per sample, and times its SingleStream sample at
+the 90th percentile of calls, run at the batch of highest throughput up to that many calls.
+A MaxQ row whose accelerators' power limit its submitter published (validate.mlperf_power) is
+predicted at that limit, with its system's average power beside it.
+
+The predictions are the physics with the family defaults, fitted on none of these rows. Beside
+them, each throughput row carries its software stack's efficiency fitted on the other
+accelerators' Offline rows (validate.mlperf_stack) and its held-out error with it.
+A row is excluded, with its reason, where chipcal cannot characterize the benchmark's network,
+where the scenario is not predicted (MultiStream), where its chip lacks the precision, or where
+it is a MaxQ row whose power limit is not published.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from chipcal.model.estimate.throttle import with_power_limit
 from chipcal.model.registry import Registry
 from chipcal.validate.mlperf_benchmarks import Benchmark, benchmarks
 from chipcal.validate.mlperf_power import node_power_w, power_limit_w
-from chipcal.validate.mlperf_stack import Observed, family_of, held_out_factors, stack_of
+from chipcal.validate.mlperf_scenarios import Workloads, fitting, saturation, server_choice
+from chipcal.validate.mlperf_stack import Observed, family_of, held_out_factor, stack_of
 from chipcal.validate.mlperf import (
     NOT_IN_REGISTRY,
     MlperfRow,
@@ -53,21 +55,17 @@ NOT_CHARACTERIZED = {
     "llama2-70b-99.9": "LLM serving (continuous batching, many devices) is the LLM-serving issue's",
     "mixtral-8x7b": "LLM serving (continuous batching, many devices) is the LLM-serving issue's",
 }
-PREDICTED_SCENARIOS = ("Offline", "SingleStream")
-SCENARIO_NOT_PREDICTED = {
-    "Server": "Server: the highest load within a latency limit is not predicted yet",
-    "MultiStream": "MultiStream: the latency of 8-sample queries is not predicted yet",
-}
-
-Workloads = Callable[[str, int, str], object]      # (network, batch, partition) -> Workload
-
+PREDICTED_SCENARIOS = ("Offline", "Server", "SingleStream")
+SCENARIO_NOT_PREDICTED = {"MultiStream": "MultiStream: the latency of 8-sample queries is not predicted yet"}
 
 @dataclass(frozen=True)
 class Checked:
     """A row predicted: per-accelerator measured and predicted (samples/s, or seconds for a
     latency), the batch the prediction ran at, and its relative error (predicted / measured - 1).
-    An Offline row also carries its stack's factor fitted on the other accelerators
-    (validate.mlperf_stack) and the error with it, `held_out_error`; a latency row keeps 1."""
+    A throughput row also carries its stack's factor fitted on the other accelerators
+    (validate.mlperf_stack) and its prediction with it, `held_out`; a latency row keeps its own.
+    `options`: a Server row's (batch, latency_s, throughput per sample) to choose among again
+    once the stack's factor is known."""
 
     row: MlperfRow
     chip: str
@@ -80,6 +78,8 @@ class Checked:
     power_limit_w: float | None = None      # a MaxQ row's accelerators' limit (validate.mlperf_power)
     device_power_w: float | None = None     # predicted average power of one accelerator at the limit
     node_power_w: float | None = None       # the system's non-accelerator power, fitted on its other rows
+    held_out: float | None = None
+    options: tuple[tuple[int, float, float], ...] = ()
 
     @property
     def error(self) -> float:
@@ -99,7 +99,7 @@ class Checked:
 
     @property
     def held_out_error(self) -> float:
-        return self.predicted * self.stack_factor / self.measured - 1
+        return (self.predicted if self.held_out is None else self.held_out) / self.measured - 1
 
     def record(self) -> dict:
         """A flat record: the row's provenance, measured and predicted per accelerator (SI units)."""
@@ -138,41 +138,52 @@ def check(rows: Sequence[MlperfRow], registry: Registry, workloads: Workloads,
           on_row: Callable[[], None] = lambda: None) -> tuple[list[Checked], list[Excluded]]:
     """Every row predicted or excluded with its reason (module docstring), in the rows' order."""
     checked, excluded = [], []
-    known: dict[tuple, Prediction | None] = {}     # every row of a chip shares its saturation
+    known: dict[tuple, list[Prediction]] = {}     # every row of a chip shares its batches' predictions
 
-    def saturation(bench: Benchmark, chip, precision: str, most: int | None = None) -> Prediction | None:
-        key = (bench.network, chip.name, chip.tdp_w, precision, most)
+    def options(bench: Benchmark, chip, precision: str) -> list[Prediction]:
+        key = (bench.network, chip.name, chip.tdp_w, precision)
         if key not in known:
-            known[key] = _saturation(bench, chip, precision, workloads, most)
+            known[key] = fitting(bench, chip, precision, workloads)
         return known[key]
 
     for row in rows:
-        outcome = _one(row, registry, workloads, saturation)
+        outcome = _one(row, registry, workloads, options)
         (checked if isinstance(outcome, Checked) else excluded).append(outcome)
         on_row()
     return _with_node_power(_with_stack_factors(checked)), excluded
 
 
 def _with_node_power(checked: list[Checked]) -> list[Checked]:
-    """Each MaxQ row with its system's non-accelerator power fitted on the system's other rows."""
+    """Each MaxQ Offline row with its system's non-accelerator power fitted on the system's other
+    Offline rows (a Server row's power is not compared: its load follows the limit's choice)."""
     measured = [(c.row.system, family_of(c.row.benchmark), c.row.avg_power_w - c.row.accelerators * c.device_power_w)
-                for c in checked if c.device_power_w is not None and c.row.avg_power_w]
+                for c in checked if c.device_power_w is not None]
     return [replace(c, node_power_w=node_power_w(c.row.system, family_of(c.row.benchmark), measured))
             if c.device_power_w is not None else c for c in checked]
 
 
 def _with_stack_factors(checked: list[Checked]) -> list[Checked]:
-    """Each Offline row with its stack's factor fitted on the other accelerators' Offline rows."""
-    offline = [i for i, c in enumerate(checked) if c.row.scenario == "Offline"]
-    observed = [Observed(checked[i].chip, stack_of(checked[i].row), family_of(checked[i].row.benchmark),
-                         checked[i].precision, math.log(checked[i].measured / checked[i].predicted)) for i in offline]
-    out = list(checked)
-    for i, f in zip(offline, held_out_factors(observed)):
-        out[i] = replace(checked[i], stack_factor=f)
+    """Each throughput row with its stack's factor fitted on the other accelerators' Offline rows,
+    and its prediction with it (a Server row chooses its batch again at the factor's speed)."""
+    observed = [Observed(c.chip, stack_of(c.row), family_of(c.row.benchmark), c.precision,
+                         math.log(c.measured / c.predicted)) for c in checked if c.row.scenario == "Offline"]
+    factors: dict[tuple[str, str, str, str], float] = {}
+    out = []
+    for c in checked:
+        if c.row.unit == "latency_s":
+            out.append(c)
+            continue
+        key = (c.chip, stack_of(c.row), family_of(c.row.benchmark), c.precision)
+        if key not in factors:
+            factors[key] = held_out_factor(observed, *key)
+        f = factors[key]
+        held_out = (c.predicted * f if c.row.scenario == "Offline"
+                    else server_choice(c.options, benchmarks()[c.row.benchmark].server_latency_s, f)[2])
+        out.append(replace(c, stack_factor=f, held_out=held_out))
     return out
 
 
-def _one(row: MlperfRow, registry: Registry, workloads: Workloads, saturation) -> Checked | Excluded:
+def _one(row: MlperfRow, registry: Registry, workloads: Workloads, options) -> Checked | Excluded:
     bench = benchmarks().get(row.benchmark)
     if bench is None:
         return Excluded(row, NOT_CHARACTERIZED.get(row.benchmark, f"benchmark {row.benchmark} is not characterized"))
@@ -191,37 +202,40 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads, saturation) -
     if precision is None:
         return Excluded(row, f"{chip.name} has no {' or '.join(bench.precisions)} engine")
     if row.scenario == "SingleStream":
-        return _single_stream(row, chip, bench, precision, workloads, saturation)
-    best = saturation(bench, chip, precision)
-    if best is None:
+        return _single_stream(row, chip, bench, precision, workloads, options)
+    fits = options(bench, chip, precision)
+    if not fits:
         return Excluded(row, f"{bench.network} fits {chip.name}'s memory at no batch of {bench.batches}")
+    if row.scenario == "Server":
+        return _server(row, chip, bench, precision, fits)
+    best = saturation(fits)
+    powered = row.avg_power_w is not None
     return Checked(row, chip.name, best.batch, per_accelerator(row), best.throughput_per_s / bench.calls_per_sample,
-                   best.bottleneck, precision, power_limit_w=cap if row.avg_power_w is not None else None,
-                   device_power_w=best.avg_power_w if row.avg_power_w is not None else None)
+                   best.bottleneck, precision, power_limit_w=cap if powered else None,
+                   device_power_w=best.avg_power_w if powered else None)
+
+
+def _server(row: MlperfRow, chip, bench: Benchmark, precision: str, fits: list[Prediction]) -> Checked | Excluded:
+    choices = tuple((p.batch, p.latency_s, p.throughput_per_s / bench.calls_per_sample) for p in fits)
+    if bench.server_latency_s is None:
+        return Excluded(row, f"{row.benchmark} has no Server latency limit in chipcal")
+    batch, _, throughput = server_choice(choices, bench.server_latency_s)
+    bottleneck = next(p.bottleneck for p in fits if p.batch == batch)
+    return Checked(row, chip.name, batch, per_accelerator(row), throughput, bottleneck, precision, options=choices)
 
 
 def _single_stream(row: MlperfRow, chip, bench: Benchmark, precision: str, workloads: Workloads,
-                   saturation) -> Checked | Excluded:
+                   options) -> Checked | Excluded:
     """One sample's latency: one call at batch 1, or a many-call sample's calls at the batch of
     highest throughput up to that many (module docstring)."""
     if bench.calls_p90 == 1:
         p = predict(workloads(bench.network, 1, "fused"), chip, precision)
         return Checked(row, chip.name, 1, row.value, p.latency_s, p.bottleneck, precision)
-    best = saturation(bench, chip, precision, bench.calls_p90)
+    best = saturation(options(bench, chip, precision), most=bench.calls_p90)
     if best is None:
         return Excluded(row, f"{bench.network} fits {chip.name}'s memory at no batch of {bench.batches}")
     return Checked(row, chip.name, best.batch, row.value, bench.calls_p90 / best.throughput_per_s, best.bottleneck,
                    precision)
-
-
-def _saturation(bench: Benchmark, chip, precision: str, workloads: Workloads,
-                most: int | None = None) -> Prediction | None:
-    """The prediction of highest throughput among the benchmark's batches (up to `most`) whose
-    peak memory fits the device."""
-    batches = [b for b in bench.batches if most is None or b <= most]
-    fits = [p for p in (predict(workloads(bench.network, b, "fused"), chip, precision) for b in batches)
-            if p.fits_in_memory]
-    return max(fits, key=lambda p: p.throughput_per_s, default=None)
 
 
 def error_figures(checked: Sequence[Checked], held_out: bool = False) -> tuple[int, float | None, float | None]:

@@ -54,13 +54,7 @@ def factor(train: Sequence[Observed], stack: str, family: str, precision: str) -
     return math.exp(statistics.median(pool)) if pool else 1.0
 
 
-def held_out_factors(observed: Sequence[Observed]) -> list[float]:
-    """Each row's factor, fitted on the rows of every other accelerator."""
-    cache: dict[tuple[str, str, str, str], float] = {}
-    out = []
-    for o in observed:
-        key = (o.chip, o.stack, o.family, o.precision)
-        if key not in cache:
-            cache[key] = factor([t for t in observed if t.chip != o.chip], o.stack, o.family, o.precision)
-        out.append(cache[key])
-    return out
+def held_out_factor(observed: Sequence[Observed], chip: str, stack: str, family: str, precision: str) -> float:
+    """The factor of `chip`'s rows of `stack`, `family` and `precision`, fitted on the rows of
+    every other accelerator."""
+    return factor([o for o in observed if o.chip != chip], stack, family, precision)
