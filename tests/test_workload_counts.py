@@ -241,6 +241,23 @@ def test_broadcast_footprint_and_views():
     assert flatten.bytes_read == flatten.bytes_written == 0
 
 
+def test_an_embedding_bag_reads_the_rows_it_sums_not_the_table():
+    """DLRM's pooled lookups: 2 bags of 3 rows of a 1000 x 8 fp32 table read 6 rows (192 bytes) and
+    the 6 int64 indices (48), write the 2 pooled rows (64), and add 2 rows per bag (2 x 2 x 8 FLOP)."""
+    class Bag(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Parameter(torch.randn(1000, 8))
+
+        def forward(self, indices):
+            return F.embedding_bag(indices, self.table, mode="sum")
+
+    w = characterize(Bag(), torch.randint(0, 1000, (2, 3)))
+    bag = next(op for op in w.ops if any(t.target.startswith("aten._embedding_bag") for t in op.terms))
+    assert bag.classified and not w.unclassified_ops
+    assert (bag.bytes_read, bag.bytes_written, bag.flop, bag.macs) == (6 * 8 * 4 + 6 * 8, 2 * 8 * 4, 2 * 2 * 8, 0)
+
+
 def test_unclassified_ops_are_flagged_with_zero_counts():
     class Odd(nn.Module):
         def __init__(self):

@@ -136,6 +136,9 @@ def _embedding(target, named, reads, writes) -> Part:
                  tensor_parallelism(writes[0] if writes else None), reads, writes, touched=touched)
 
 
+EMBEDDING_BAGS = ("_embedding_bag", "_embedding_bag_forward_only")   # the latter where no gradient is needed
+
+
 def _embedding_bag(target, named, reads, writes) -> Part:
     weight, indices, pooled = named["weight"], named["indices"], writes[0]
     touched = {id(weight): _rows(weight, indices.numel())}
@@ -233,7 +236,7 @@ def count_aten(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: obje
         return [_indexed_write(target, base, _named(func, args, kwargs), reads, writes)]
     if base == "embedding":
         return [_embedding(target, _named(func, args, kwargs), reads, writes)]
-    if base == "_embedding_bag":
+    if base in EMBEDDING_BAGS:
         return [_embedding_bag(target, _named(func, args, kwargs), reads, writes)]
     if base in ALLOCATIONS:
         return [_part(target, base, "reshape", "data", "data", 0, 0, None, tensor_parallelism(first_out),
