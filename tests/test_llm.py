@@ -334,18 +334,21 @@ def test_predict_an_llm_from_a_config_json(cli, source, tiny_config, monkeypatch
     monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(source._directory().parent))
     rc, out, err = cli(predict_main, ["--model", tiny_config, "--hardware", "h100-sxm5,l4", "--batch", "1,4",
                                       "--context", "64", "--new-tokens", "16", "--precision", "bf16,int4",
-                                      "--runtime", "eager", "--json"])
+                                      "--runtime", "eager", "--json", "--usd-per-hour", "3.6"])
     assert rc == 0, err
     rows = json.loads(out)
     assert len(rows) == 2 * 2 * 2
     for r in rows:
         assert r["status"] == "ok" and r["phase"] == "decode" and r["runtime"] == "eager"
+        assert r["usd_per_million_tokens"] == pytest.approx(1e6 * 0.001 / r["tokens_per_s"])   # $3.6/h = $0.001/s
         assert r["tokens_per_s"] == pytest.approx(r["batch"] / r["time_per_output_token_s"])
         assert r["kv_cache_bytes"] == r["batch"] * 80 * (2 * 2 * 2 * 16 * 2)
         assert r["fits_in_memory"] and r["devices_needed"] == 1 and r["time_to_first_token_s"] > 0
         assert r["bandwidth_bound_tokens_per_s"] > r["tokens_per_s"] and r["bottleneck"] == "host"
-    rc, out, _ = cli(predict_main, ["--model", tiny_config, "--hardware", "h100-sxm5", "--context", "64"])
+    rc, out, _ = cli(predict_main, ["--model", tiny_config, "--hardware", "h100-sxm5", "--context", "64",
+                                    "--usd-per-hour", "3.6"])
     assert rc == 0 and "of the bandwidth bound" in out and "no per-op host cost" in out
+    assert "Cost at $3.6 per device-hour" in out and "$/M tokens" in out
 
 
 @pytest.mark.parametrize("argv, says", [

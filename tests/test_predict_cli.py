@@ -50,6 +50,7 @@ def hand_mlp(monkeypatch):
      "must be a number >= 0"),
     (["--model", "mlp1024", "--hardware", "h100-sxm5", "--runtime", "jit"], "compiled"),
     (["--model", "mlp1024", "--hardware", "h100-sxm5", "--power-limit-w", "0"], "must be a positive number"),
+    (["--model", "mlp1024", "--hardware", "h100-sxm5", "--usd-per-hour", "-2"], "must be a positive number"),
 ])
 def test_usage_errors_exit_2_with_one_line(cli, hand_mlp, argv, says):
     rc, out, err = cli(predict_main, argv)
@@ -90,6 +91,18 @@ def test_fp8_on_v100_is_an_unsupported_row(cli, hand_mlp):
 REQUIRED = ("latency_s", "throughput_per_s", "energy_j", "avg_power_w", "peak_memory_bytes",
             "attained_flop_per_s", "compute_utilization", "bandwidth_utilization", "arithmetic_intensity",
             "units_allocated", "units_total", "bottleneck")
+
+
+def test_a_price_per_device_hour_gives_the_cost_per_1000_inferences(cli, hand_mlp):
+    """$7.2 per device-hour is $0.002 a second: 1,000 inferences cost 2 / (inferences per second);
+    an unsupported row costs nothing."""
+    argv = ["--model", "mlp1024", "--hardware", "h100-sxm5,v100-sxm2", "--precision", "fp8", "--usd-per-hour", "7.2"]
+    rows = {r["chip"]: r for r in json.loads(cli(predict_main, [*argv, "--json"])[1])}
+    h100, v100 = rows["h100-sxm5"], rows["v100-sxm2"]
+    assert h100["usd_per_hour"] == 7.2 and h100["usd_per_1000_inferences"] == pytest.approx(2 / h100["throughput_per_s"])
+    assert v100["status"] == "unsupported" and v100["usd_per_1000_inferences"] is None
+    rc, out, _ = cli(predict_main, argv)
+    assert rc == 0 and "Cost at $7.2 per device-hour (given)" in out and "$/1k inferences" in out
 
 
 def test_json_rows_sweep_batch_and_precision_and_are_deterministic(cli, hand_mlp):

@@ -41,6 +41,7 @@ from chipcal.cli.common import (
 )
 from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.chip import Chip
+from chipcal.model.estimate.cost import usd_per_1000_inferences, usd_per_million_tokens
 from chipcal.model.estimate.grid import LlmRequest, opportunities_all, predict_all, predict_all_llm
 from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, FRAMEWORKS
 from chipcal.model.estimate.llm import LLM_PRECISIONS
@@ -139,6 +140,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--power-limit-w", type=positive_float, metavar="W",
                    help="board power limit every chip is held to (nvidia-smi --power-limit) in place of "
                         "its TDP: a run over it is predicted at the clock that meets it")
+    p.add_argument("--usd-per-hour", type=positive_float, metavar="USD",
+                   help="price per device-hour (an instance's on-demand price / its accelerators): adds the "
+                        "cost per 1,000 inferences, or an LLM's per million tokens, of one device's rate")
     p.add_argument("--by-layer", action="store_true", help="per-subgraph roofline table")
     p.add_argument("--explain", action="store_true",
                    help="energy breakdown, memory timeline and quantified opportunities per row "
@@ -186,6 +190,11 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
                             source.llm_step, calibration, host_s, host_source=host_source,
                             framework=args.framework, fp32_mode=args.fp32_mode)
     records = [p.record() for p in preds]
+    if args.usd_per_hour is not None:
+        for p, record in zip(preds, records, strict=True):
+            rate = p.tokens_per_s if p.fits_in_memory else math.nan
+            record.update(usd_per_hour=args.usd_per_hour, usd_per_million_tokens=_finite(
+                usd_per_million_tokens(args.usd_per_hour, rate)))
     if args.csv:
         _write_csv(args.csv, records)
     if args.json:
@@ -195,7 +204,23 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
     print(llm_predictions.LLM_LEGEND)
     for line in llm_predictions.llm_notes(preds):
         print(line)
+    _print_cost(records, "tokens_per_s", "usd_per_million_tokens", "$/M tokens")
     return 0
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _print_cost(records: list[dict], rate: str, cost: str, label: str) -> None:
+    """The cost table, where --usd-per-hour gave a price (records carry it)."""
+    priced = [r for r in records if cost in r]
+    if not priced:
+        return
+    print(f"\nCost at ${priced[0]['usd_per_hour']:g} per device-hour (given), one device's rate "
+          "(no cost: unsupported, or an LLM that does not fit one device):")
+    print_table([{"model": r["model"], "chip": r["chip"], "batch": r["batch"], "precision": r["precision"],
+                  rate: r[rate], label: r[cost]} for r in priced], {rate: ".4g", label: ".4g"})
 
 
 # --- main --------------------------------------------------------------------------------------
@@ -252,6 +277,11 @@ def run_models(args: argparse.Namespace, chips: list[Chip], calibration: Calibra
     preds = [p for _, p in pairs]
     found = (opportunities_all(pairs, calibration, source.get, args.target_utilization) if args.explain else {})
     records = prediction_records(preds, found, by_layer=args.by_layer)
+    if args.usd_per_hour is not None and not args.by_layer:
+        for p, record in zip(preds, records, strict=True):
+            rate = p.throughput_per_s if p.supported else math.nan
+            record.update(usd_per_hour=args.usd_per_hour, usd_per_1000_inferences=_finite(
+                usd_per_1000_inferences(args.usd_per_hour, rate)))
     if args.csv:
         _write_csv(args.csv, records)
     if args.plot:
@@ -261,6 +291,7 @@ def run_models(args: argparse.Namespace, chips: list[Chip], calibration: Calibra
         return 0
     _print_summary(preds, "TDP" if args.power_limit_w is None else "power limit")
     _print_details(preds, found, args.by_layer)
+    _print_cost(records, "throughput_per_s", "usd_per_1000_inferences", "$/1k inferences")
     return 0
 
 

@@ -1,0 +1,36 @@
+"""What a predicted run costs at a rented price: dollars per 1,000 inferences, or per million
+tokens of an LLM.
+
+    dollars per second      = price per device-hour x devices / 3600
+    per 1,000 inferences    = 1,000 x dollars per second / inferences per second
+    per million tokens      = 10^6 x dollars per second / tokens per second
+
+The price is the user's (`chipcal predict --usd-per-hour`), per device-hour: a cloud instance's
+on-demand price divided by its accelerators. A prediction is of one device, so one device is
+charged; an LLM whose memory does not fit one device gets no cost (its speed over several
+devices is not predicted), nor does an unsupported row.
+"""
+
+from __future__ import annotations
+
+import math
+
+SECONDS_PER_HOUR = 3600.0
+INFERENCES_PER_QUOTE = 1_000
+TOKENS_PER_QUOTE = 1_000_000
+
+
+def usd_per_units(usd_per_device_hour: float, units_per_s: float, units: float, devices: int = 1) -> float:
+    """Dollars for `units` of work at `units_per_s` on `devices` devices at the given price; NaN
+    for a rate that is not a positive finite number."""
+    if not (units_per_s > 0 and math.isfinite(units_per_s)):
+        return math.nan
+    return units * usd_per_device_hour * devices / SECONDS_PER_HOUR / units_per_s
+
+
+def usd_per_1000_inferences(usd_per_device_hour: float, inferences_per_s: float) -> float:
+    return usd_per_units(usd_per_device_hour, inferences_per_s, INFERENCES_PER_QUOTE)
+
+
+def usd_per_million_tokens(usd_per_device_hour: float, tokens_per_s: float) -> float:
+    return usd_per_units(usd_per_device_hour, tokens_per_s, TOKENS_PER_QUOTE)
