@@ -6,7 +6,11 @@ import math
 
 import pytest
 
-from chipcal.model.estimate.cost import usd_per_1000_inferences, usd_per_million_tokens, usd_per_units
+from chipcal.model.estimate.cost import (
+    usd_per_1000_inferences,
+    usd_per_million_tokens,
+    usd_per_units,
+)
 
 
 def test_a_price_per_device_hour_turns_a_rate_into_a_cost():

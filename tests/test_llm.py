@@ -359,6 +359,7 @@ def test_predict_an_llm_from_a_config_json(cli, source, tiny_config, monkeypatch
     (["--model", "llama-3-8b", "--by-layer"], "not available for LLMs"),
     (["--model", "gpt2", "--context", "1000", "--new-tokens", "100"], "at most 1,024 positions"),
     (["--model", "/nonexistent/config.json"], "no such file"),
+    (["--model", "llama-3-8b", "--devices", "8", "--layout", "tp=3"], "does not divide the 8 devices"),
 ])
 def test_llm_usage_errors_exit_2_with_one_line(cli, argv, says):
     rc, _, err = cli(predict_main, [*argv, "--hardware", "h100-sxm5"])

@@ -129,7 +129,7 @@ def _windows_by_hand(dims: tuple[int, ...], spacing: tuple[float, ...]) -> int:
     rounds the size), at least 128, then to the nearest multiple of 64 (a remainder under 32 is
     cropped, else padded); 128-wide windows at a stride of 64."""
     windows = 1
-    for n, mm, target in zip(dims, spacing, (1.6, 1.2, 1.2)):
+    for n, mm, target in zip(dims, spacing, (1.6, 1.2, 1.2), strict=True):
         size = max(round(n * mm / target), 128)
         size = max(64 * (size // 64) if size % 64 < 32 else 64 * (size // 64 + 1), 128)
         windows *= (size - 128) // 64 + 1

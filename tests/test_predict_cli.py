@@ -51,6 +51,7 @@ def hand_mlp(monkeypatch):
     (["--model", "mlp1024", "--hardware", "h100-sxm5", "--runtime", "jit"], "compiled"),
     (["--model", "mlp1024", "--hardware", "h100-sxm5", "--power-limit-w", "0"], "must be a positive number"),
     (["--model", "mlp1024", "--hardware", "h100-sxm5", "--usd-per-hour", "-2"], "must be a positive number"),
+    (["--model", "mlp1024", "--hardware", "h100-sxm5", "--devices", "2"], "--devices is for LLMs"),
 ])
 def test_usage_errors_exit_2_with_one_line(cli, hand_mlp, argv, says):
     rc, out, err = cli(predict_main, argv)

@@ -47,6 +47,7 @@ from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, FRAMEWORKS
 from chipcal.model.estimate.llm import LLM_PRECISIONS
 from chipcal.model.estimate.numerics import AUTOCAST_PRECISIONS, FP32_MODES
 from chipcal.model.estimate.opportunities import Opportunity
+from chipcal.model.estimate.parallel import parse_layout
 from chipcal.model.estimate.prediction import MEMORY_FORMATS, Prediction
 from chipcal.model.estimate.ranking import rankings
 from chipcal.model.estimate.records import prediction_records
@@ -140,9 +141,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--power-limit-w", type=positive_float, metavar="W",
                    help="board power limit every chip is held to (nvidia-smi --power-limit) in place of "
                         "its TDP: a run over it is predicted at the clock that meets it")
+    p.add_argument("--devices", type=at_most(positive_int, 1024), default=1, metavar="N",
+                   help="LLMs: devices serving the model (default 1): tensor-parallel shards joined by "
+                        "all-reduces over the chip's interconnect, the rest replicas; the layout a serving "
+                        "engine would pick unless --layout forces one (docs/llm.md)")
+    p.add_argument("--layout", metavar="tp=N[,dp=M]",
+                   help="LLMs: force the layout of --devices (tp shards per replica, dp replicas)")
     p.add_argument("--usd-per-hour", type=positive_float, metavar="USD",
                    help="price per device-hour (an instance's on-demand price / its accelerators): adds the "
-                        "cost per 1,000 inferences, or an LLM's per million tokens, of one device's rate")
+                        "cost per 1,000 inferences, or an LLM's per million tokens on its --devices")
     p.add_argument("--by-layer", action="store_true", help="per-subgraph roofline table")
     p.add_argument("--explain", action="store_true",
                    help="energy breakdown, memory timeline and quantified opportunities per row "
@@ -186,15 +193,16 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
     check_llm_args(args)
     request = LlmRequest(args.runtime or LLM_RUNTIME, args.phase or "decode", args.context or DEFAULT_CONTEXT,
                          args.new_tokens or DEFAULT_NEW_TOKENS)
+    layout = parse_layout(args.layout, args.devices) if args.layout else None
     preds = predict_all_llm(args.model, chips, args.batch, args.precision or [LLM_PRECISION], request,
-                            source.llm_step, calibration, host_s, host_source=host_source,
+                            source.llm_step, calibration, host_s, args.devices, layout, host_source=host_source,
                             framework=args.framework, fp32_mode=args.fp32_mode)
     records = [p.record() for p in preds]
     if args.usd_per_hour is not None:
         for p, record in zip(preds, records, strict=True):
             rate = p.tokens_per_s if p.fits_in_memory else math.nan
             record.update(usd_per_hour=args.usd_per_hour, usd_per_million_tokens=_finite(
-                usd_per_million_tokens(args.usd_per_hour, rate)))
+                usd_per_million_tokens(args.usd_per_hour, rate, p.devices)))
     if args.csv:
         _write_csv(args.csv, records)
     if args.json:
@@ -217,8 +225,8 @@ def _print_cost(records: list[dict], rate: str, cost: str, label: str) -> None:
     priced = [r for r in records if cost in r]
     if not priced:
         return
-    print(f"\nCost at ${priced[0]['usd_per_hour']:g} per device-hour (given), one device's rate "
-          "(no cost: unsupported, or an LLM that does not fit one device):")
+    print(f"\nCost at ${priced[0]['usd_per_hour']:g} per device-hour (given), every device of the row charged "
+          "(no cost: unsupported, or an LLM whose share does not fit a device):")
     print_table([{"model": r["model"], "chip": r["chip"], "batch": r["batch"], "precision": r["precision"],
                   rate: r[rate], label: r[cost]} for r in priced], {rate: ".4g", label: ".4g"})
 
@@ -228,7 +236,8 @@ def _print_cost(records: list[dict], rate: str, cost: str, label: str) -> None:
 
 def _check_model_args(args: argparse.Namespace, precisions: list[str]) -> None:
     """The LLM-only options and --autocast's precisions, for a model that is not an LLM."""
-    for flag, value in (("--phase", args.phase), ("--context", args.context), ("--new-tokens", args.new_tokens)):
+    for flag, value in (("--phase", args.phase), ("--context", args.context), ("--new-tokens", args.new_tokens),
+                        ("--devices", args.devices if args.devices != 1 else None), ("--layout", args.layout)):
         if value is not None:
             raise UsageError(f"{flag} is for LLMs; {', '.join(args.model)} is not one")
     if args.autocast and any(p not in AUTOCAST_PRECISIONS for p in precisions):

@@ -18,7 +18,9 @@ LLM_LEGEND = ("tok/s: decode tokens per second summed over the batch, generate e
               "tokens per second); step_tok/s: the decode forward alone, as a step timing measures it; TTFT: time to first token; TPOT: time per output token; bw_bound: what moving the weights and "
               "KV cache at the spec DRAM bandwidth allows; host_bound: what the host issuing every op allows "
               "(- : a captured graph, no per-op host cost); mem: weights + KV cache + activations, ! = exceeds "
-              "one device's memory; dev: devices whose memory holds it (a memory bound, not a parallel-speed claim)")
+              "one device's memory; dev: devices whose memory holds it (a memory bound, not a parallel-speed claim); "
+              "with --devices: layout, tp shards per replica and dp replicas (tok/s and the bounds summed "
+              "over the replicas, mem and dev one shard's), allreduce_ms: the all-reduces of a step")
 
 
 def _rate(value: float) -> str:
@@ -28,6 +30,7 @@ def _rate(value: float) -> str:
 def llm_rows(preds: Sequence[LlmPrediction]) -> list[dict]:
     """One row per prediction; an unsupported one has its first columns and 'unsupported' only."""
     rows = []
+    layouts = any(p.devices > 1 for p in preds)
     for p in preds:
         row = {"model": p.model, "chip": p.chip, "phase": p.phase, "b": p.batch,
                "ctx+new": f"{p.context}+{p.new_tokens}", "prec": p.precision, "rt": p.runtime}
@@ -41,7 +44,7 @@ def llm_rows(preds: Sequence[LlmPrediction]) -> list[dict]:
             "bw_bound": _rate(p.bandwidth_bound_tokens_per_s), "host_bound": _rate(p.host_bound_tokens_per_s),
             "bound": p.bottleneck, "mem_GB": f"{p.memory_bytes / GB:.4g}" + ("" if p.fits_in_memory else "!"),
             "dev": p.devices_needed,
-        })
+        } | ({"layout": f"tp={p.tp},dp={p.dp}", "allreduce_ms": f"{p.allreduce_s * 1e3:.3g}"} if layouts else {}))
     return rows
 
 
@@ -60,10 +63,13 @@ def _bound_note(p: LlmPrediction) -> str:
             f"per step, {p.host_per_op_s * 1e6:.3g} us each on average)")
     loop = (f" (generate end to end; the decode forward alone {_rate(p.step_tokens_per_s)} tok/s, "
             f"generate adds {p.generate_loop_ops} ops per token)" if p.generate_loop_ops else "")
-    return (f"{p.model} on {p.chip}, {p.phase} at batch {p.batch}, {p.precision}, {p.runtime}: "
+    where = (f"{p.devices} x {p.chip} (tp={p.tp} shards per replica, dp={p.dp} replicas; a step's all-reduces "
+             f"{p.allreduce_s * 1e3:.3g} ms)" if p.devices > 1 else p.chip)
+    per_device = " per device" if p.devices > 1 else ""
+    return (f"{p.model} on {where}, {p.phase} at batch {p.batch}, {p.precision}, {p.runtime}: "
             f"{_rate(p.tokens_per_s)} tok/s{loop} = {share:.0%} of the bandwidth bound "
             f"{_rate(p.bandwidth_bound_tokens_per_s)} tok/s; {host}; bottleneck {p.bottleneck}; "
-            f"weights {p.weight_bytes / GB:.4g} GB, KV cache {p.kv_cache_bytes / GB:.3g} GB")
+            f"weights {p.weight_bytes / GB:.4g} GB, KV cache {p.kv_cache_bytes / GB:.3g} GB{per_device}")
 
 
 def llm_notes(preds: Sequence[LlmPrediction]) -> list[str]:

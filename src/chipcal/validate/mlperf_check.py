@@ -34,10 +34,6 @@ from chipcal.calibrate.accuracy import abs_quantile
 from chipcal.model.estimate.prediction import Prediction, predict
 from chipcal.model.estimate.throttle import with_power_limit
 from chipcal.model.registry import Registry
-from chipcal.validate.mlperf_benchmarks import Benchmark, benchmarks
-from chipcal.validate.mlperf_power import node_power_w, power_limit_w
-from chipcal.validate.mlperf_scenarios import Workloads, fitting, saturation, server_choice
-from chipcal.validate.mlperf_stack import Observed, family_of, held_out_factor, stack_of
 from chipcal.validate.mlperf import (
     NOT_IN_REGISTRY,
     MlperfRow,
@@ -45,6 +41,10 @@ from chipcal.validate.mlperf import (
     device_name,
     per_accelerator,
 )
+from chipcal.validate.mlperf_benchmarks import Benchmark, benchmarks
+from chipcal.validate.mlperf_power import node_power_w, power_limit_w
+from chipcal.validate.mlperf_scenarios import Workloads, fitting, saturation, server_choice
+from chipcal.validate.mlperf_stack import Observed, family_of, held_out_factor, stack_of
 
 # why the other v4.1 benchmarks are not predicted yet
 NOT_CHARACTERIZED = {

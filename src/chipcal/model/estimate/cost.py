@@ -6,9 +6,9 @@ tokens of an LLM.
     per million tokens      = 10^6 x dollars per second / tokens per second
 
 The price is the user's (`chipcal predict --usd-per-hour`), per device-hour: a cloud instance's
-on-demand price divided by its accelerators. A prediction is of one device, so one device is
-charged; an LLM whose memory does not fit one device gets no cost (its speed over several
-devices is not predicted), nor does an unsupported row.
+on-demand price divided by its accelerators. A model's prediction is of one device; an LLM's is of
+its layout's devices (`--devices`, estimate/parallel.py), every one of them charged. An LLM whose
+share does not fit a device gets no cost, nor does an unsupported row.
 """
 
 from __future__ import annotations
@@ -32,5 +32,5 @@ def usd_per_1000_inferences(usd_per_device_hour: float, inferences_per_s: float)
     return usd_per_units(usd_per_device_hour, inferences_per_s, INFERENCES_PER_QUOTE)
 
 
-def usd_per_million_tokens(usd_per_device_hour: float, tokens_per_s: float) -> float:
-    return usd_per_units(usd_per_device_hour, tokens_per_s, TOKENS_PER_QUOTE)
+def usd_per_million_tokens(usd_per_device_hour: float, tokens_per_s: float, devices: int = 1) -> float:
+    return usd_per_units(usd_per_device_hour, tokens_per_s, TOKENS_PER_QUOTE, devices)

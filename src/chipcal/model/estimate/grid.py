@@ -11,11 +11,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from chipcal.model.chip import Chip
-from chipcal.model.estimate.llm import LlmPrediction, predict_llm
+from chipcal.model.estimate.llm import LlmPrediction
+from chipcal.model.estimate.llm_parallel import predict_on_layout
 from chipcal.model.estimate.opportunities import Opportunity, opportunities
+from chipcal.model.estimate.parallel import Layout
 from chipcal.model.estimate.prediction import Prediction, predict
 from chipcal.model.mapping.params import CalibrationParams, params_for, runtime_partition
-from chipcal.model.workload.llm_config import StepKey, load_llm_config, step_key
+from chipcal.model.workload.llm_config import StepKey, load_llm_config
 from chipcal.model.workload.types import LlmStep, Workload
 
 Workloads = Callable[[str, int, str], Workload]     # (model, batch, partition) -> Workload
@@ -74,8 +76,9 @@ class LlmRequest:
 def predict_all_llm(models: Sequence[str], chips: Sequence[Chip], batches: Sequence[int],
                     precisions: Sequence[str], request: LlmRequest, llm_step: Callable[[StepKey], LlmStep],
                     calibration: CalibrationParams | None = None, host_overhead_s: float | None = None,
-                    **launch) -> list[LlmPrediction]:
-    """Every (model, batch, precision, chip) LLM prediction; each forward (prefill, decode step)
+                    devices: int = 1, layout: Layout | None = None, **launch) -> list[LlmPrediction]:
+    """Every (model, batch, precision, chip) LLM prediction on `devices` devices in `layout` (None:
+    the engine's pick, estimate/parallel.py); each forward (prefill, decode step) of a shard
     characterized once through `llm_step` and shared by the chips.
     `host_overhead_s` None: the default per-op host cost; `launch` (host_source, framework,
     fp32_mode): estimate/llm.predict_llm."""
@@ -84,12 +87,8 @@ def predict_all_llm(models: Sequence[str], chips: Sequence[Chip], batches: Seque
         config = load_llm_config(name)
         for batch in batches:
             for precision in precisions:
-                prefill, decode = (llm_step(step_key(config, request.runtime, phase, batch, request.context,
-                                                     request.new_tokens, precision))
-                                   if phase == "prefill" or request.phase == "decode" else None
-                                   for phase in ("prefill", "decode"))
-                out += [predict_llm(config, prefill, decode, chip, precision, request.runtime, request.context,
-                                    request.new_tokens, calibration=calibration, host_overhead_s=host_overhead_s,
-                                    **launch)
+                out += [predict_on_layout(config, chip, precision, request.runtime, request.phase, batch,
+                                          request.context, request.new_tokens, llm_step, devices, layout,
+                                          calibration=calibration, host_overhead_s=host_overhead_s, **launch)
                         for chip in chips]
     return out

@@ -225,6 +225,10 @@ class LlmPrediction:
     host_per_op_s: float = 0.0
     energy_per_token_j: float = NAN
     avg_power_w: float = NAN
+    tp: int = 1                      # tensor-parallel shards of each replica (estimate/parallel.py)
+    dp: int = 1                      # replicas
+    devices: int = 1                 # tp x dp
+    allreduce_s: float = 0.0         # the phase's step: its all-reduces joining the shards
     params_source: str = ""
     prefill: Prediction | None = field(default=None, repr=False)
     step: Prediction | None = field(default=None, repr=False)

@@ -48,9 +48,9 @@ benchmark defines them, to be counted (weights=None, meta tensors).
 
 from __future__ import annotations
 
-import torch
-
 from dataclasses import dataclass, replace
+
+import torch
 
 from chipcal.model.workload.characterization import characterize
 from chipcal.model.workload.fusion import partition_options
@@ -115,9 +115,9 @@ class _UNet3D(torch.nn.Module):
         super().__init__()
         f = self.FILTERS
         self.entry = torch.nn.Sequential(_block(1, f[0]), _block(f[0], f[0]))
-        self.down = torch.nn.ModuleList(torch.nn.Sequential(_block(a, b, 2), _block(b, b)) for a, b in zip(f, f[1:]))
+        self.down = torch.nn.ModuleList(torch.nn.Sequential(_block(a, b, 2), _block(b, b)) for a, b in zip(f, f[1:], strict=False))
         self.bottleneck = torch.nn.Sequential(_block(f[-1], f[-1], 2), _block(f[-1], f[-1]))
-        pairs = [(f[-1], f[-1]), *zip(f[:0:-1], f[-2::-1])]
+        pairs = [(f[-1], f[-1]), *zip(f[:0:-1], f[-2::-1], strict=True)]
         self.up = torch.nn.ModuleList(_UpBlock(a, b) for a, b in pairs)
         self.head = torch.nn.Conv3d(f[0], 3, 1)
 
@@ -126,7 +126,7 @@ class _UNet3D(torch.nn.Module):
         for block in self.down:
             skips.append(x := block(x))
         x = self.bottleneck(x)
-        for block, skip in zip(self.up, reversed(skips)):
+        for block, skip in zip(self.up, reversed(skips), strict=True):
             x = block(x, skip)
         return self.head(x)
 
@@ -149,7 +149,7 @@ class _BertQA(torch.nn.Module):
 
 def _mlp(*widths: int, last_relu: bool = True) -> torch.nn.Sequential:
     layers: list[torch.nn.Module] = []
-    for a, b in zip(widths, widths[1:]):
+    for a, b in zip(widths, widths[1:], strict=False):
         layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
     return torch.nn.Sequential(*(layers if last_relu else layers[:-1]))
 
@@ -171,9 +171,9 @@ class _DlrmV2(torch.nn.Module):
 
     def forward(self, dense: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         bags = torch.split(indices, DLRM_HOTS, dim=1)
-        pooled = [torch.nn.functional.embedding_bag(bag, table, mode="sum") for bag, table in zip(bags, self.tables)]
+        pooled = [torch.nn.functional.embedding_bag(bag, table, mode="sum") for bag, table in zip(bags, self.tables, strict=True)]
         x0 = x = torch.cat([self.bottom(dense), *pooled], dim=1)
-        for down, up in zip(self.down, self.up):
+        for down, up in zip(self.down, self.up, strict=True):
             x = x0 * up(down(x)) + x
         return torch.sigmoid(self.top(x))
 

@@ -1,0 +1,83 @@
+"""An LLM prediction on a layout of devices (estimate/parallel.py): one shard's prediction
+(estimate/llm.py on model.workload.llm_shard's config), joined and replicated.
+
+For a replica of tp shards, each step's time is the shard's plus its all-reduces: 2 per layer,
+each of the step's hidden state (batch x new tokens x hidden x the activations' bytes: 2 in
+bf16/fp16 and fp8 or weight-only compute, 4 in fp32). dp replicas serve separate requests:
+
+    time_per_output_token = shard's + 2 x layers x allreduce(batch x hidden x bytes)
+    time_to_first_token   = shard's + 2 x layers x allreduce(batch x context x hidden x bytes)
+    tokens_per_s          = dp x the replica's tokens per step / the step's time
+    energy_per_token_j    = tp x the shard's (every shard works on every token); the links'
+                            energy and the idle power while they run are not counted
+
+Memory and its fit are one device's: the shard's weights, KV cache and activations. The bounds
+(bandwidth, host) are a replica's times dp, as tokens/s is. The step is `interconnect`-bound where
+its all-reduces take longer than the shard's own work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from chipcal.model.chip import Chip
+from chipcal.model.estimate.llm import LlmPrediction, predict_llm
+from chipcal.model.estimate.parallel import ALLREDUCES_PER_LAYER, Layout, allreduce_s, choose_layout
+from chipcal.model.workload.llm_config import LlmConfig, StepKey, step_key
+from chipcal.model.workload.llm_shard import tensor_shard
+from chipcal.model.workload.types import LlmStep
+
+ACTIVATION_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def step_allreduce_s(config: LlmConfig, chip: Chip, tp: int, batch: int, tokens: int, dtype: str) -> float:
+    """The all-reduces of one forward of `tokens` new tokens per sequence at `batch` over tp shards."""
+    message = batch * tokens * config.hidden * ACTIVATION_BYTES[dtype]
+    return config.layers * ALLREDUCES_PER_LAYER * allreduce_s(message, tp, chip)
+
+
+def joined(shard: LlmPrediction, config: LlmConfig, chip: Chip, layout: Layout, dtype: str) -> LlmPrediction:
+    """`shard`'s prediction (one of layout.tp shards) as the layout's (module docstring)."""
+    if not shard.supported:
+        return replace(shard, model=config.name, tp=layout.tp, dp=layout.dp, devices=layout.devices)
+    batch, context = shard.batch, shard.context
+    prefill_ar = step_allreduce_s(config, chip, layout.tp, batch, context, dtype)
+    ttft = shard.time_to_first_token_s + prefill_ar
+    common = dict(model=config.name, tp=layout.tp, dp=layout.dp, devices=layout.devices,
+                  time_to_first_token_s=ttft, energy_per_token_j=shard.energy_per_token_j * layout.tp,
+                  bandwidth_bound_tokens_per_s=shard.bandwidth_bound_tokens_per_s * layout.dp,
+                  host_bound_tokens_per_s=shard.host_bound_tokens_per_s * layout.dp)
+    if shard.phase == "prefill":
+        return replace(shard, **common, tokens_per_s=layout.dp * batch * context / ttft, allreduce_s=prefill_ar,
+                       bottleneck="interconnect" if prefill_ar > shard.time_to_first_token_s else shard.bottleneck)
+    decode_ar = step_allreduce_s(config, chip, layout.tp, batch, 1, dtype)
+    tpot = shard.time_per_output_token_s + decode_ar
+    step = batch / shard.step_tokens_per_s + decode_ar
+    return replace(shard, **common, time_per_output_token_s=tpot, tokens_per_s=layout.dp * batch / tpot,
+                   step_tokens_per_s=layout.dp * batch / step, allreduce_s=decode_ar,
+                   bottleneck="interconnect" if decode_ar > shard.time_per_output_token_s else shard.bottleneck)
+
+
+def predict_on_layout(config: LlmConfig, chip: Chip, precision: str, runtime: str, phase: str, batch: int,
+                      context: int, new_tokens: int, llm_step: Callable[[StepKey], LlmStep],
+                      devices: int = 1, layout: Layout | None = None, **launch) -> LlmPrediction:
+    """`config` served on `devices` of `chip` in `layout` (None: choose_layout's pick), through
+    one shard's steps from `llm_step`; `launch`: predict_llm's keyword arguments."""
+    def shard_prediction(tp: int) -> LlmPrediction:
+        shard = tensor_shard(config, tp)
+        prefill, decode = (llm_step(step_key(shard, runtime, p, batch, context, new_tokens, precision))
+                           if p == "prefill" or phase == "decode" else None for p in ("prefill", "decode"))
+        return predict_llm(shard, prefill, decode, chip, precision, runtime, context, new_tokens, **launch)
+
+    predictions: dict[int, LlmPrediction] = {}
+
+    def fits(tp: int) -> bool:
+        predictions[tp] = shard_prediction(tp)
+        return not predictions[tp].supported or predictions[tp].fits_in_memory
+
+    if layout is None:      # one device: predicted whether it fits or not (devices_needed says)
+        layout = Layout() if devices == 1 else choose_layout(devices, config.heads, chip, fits)
+    shard = predictions.get(layout.tp) or shard_prediction(layout.tp)
+    dtype = step_key(config, runtime, "prefill", batch, context, new_tokens, precision).dtype
+    return joined(shard, config, chip, layout, dtype)

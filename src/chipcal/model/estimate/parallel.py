@@ -1,0 +1,98 @@
+"""An LLM served on many devices: tensor-parallel shards joined by all-reduces, replicated for
+data parallelism.
+
+Layout tp x dp: each of dp replicas splits the model over tp devices (model.workload.llm_shard);
+a replica's step is its shard's step plus, per layer, two all-reduces of the hidden state (after
+the attention's output projection and after the MLP's down projection: Megatron-LM,
+arXiv:1909.08053, section 3). The replicas serve separate requests, so tokens/s adds up over dp.
+
+A ring all-reduce of S bytes over n devices (Patarasuk and Yuan 2009; NCCL's ring) sends
+2 (n - 1) / n x S bytes each way from every device, over 2 (n - 1) steps:
+
+    t = 2 (n - 1) / n x S / B  +  ALLREDUCE_FLOOR_S
+
+B: the device's scale-up bandwidth in one direction (model.chip.Interconnect). The latency term is
+taken as one floor per call, not per hop: NCCL picks tree or NVLink-SHARP algorithms for small
+messages, and the end-to-end floor of a small all-reduce inside an HGX H100 node is about 10 us
+(factryze.ai, "Scale atlas: tree-reduce latency": 5-10 us NVLink latency, ~10 us with NCCL's
+dispatch). The same floor stands for Infinity Fabric and other links, for want of a published one.
+
+The layout a serving engine picks for a fixed batch (`choose_layout`): the smallest tp (a power of
+two that divides the devices and the heads, within the link's all-to-all domain) whose shard fits
+one device's memory; the rest of the devices are replicas. Fewer shards mean fewer all-reduce
+bytes per token, and each replica adds a full share of tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from chipcal.model.chip import Chip
+from chipcal.model.errors import ChipcalError
+
+ALLREDUCE_FLOOR_S = 10e-6
+ALLREDUCES_PER_LAYER = 2
+
+
+class LayoutError(ChipcalError, ValueError):
+    """A layout that cannot be run: malformed, or not fitting the devices, the chip or the model."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int = 1
+    dp: int = 1
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def label(self) -> str:
+        return f"tp={self.tp},dp={self.dp}"
+
+
+def parse_layout(text: str, devices: int | None = None) -> Layout:
+    """'tp=8', 'tp=4,dp=2' (dp defaults to what fills `devices`); LayoutError otherwise."""
+    parts = dict.fromkeys(("tp", "dp"))
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        m = re.fullmatch(r"(tp|dp)=([1-9][0-9]{0,3})", item)
+        if m is None or parts[m.group(1)] is not None:
+            raise LayoutError(f"--layout {text!r}: give tp=N[,dp=M] (positive integers, each once)")
+        parts[m.group(1)] = int(m.group(2))
+    tp = parts["tp"] or 1
+    if devices is not None and parts["dp"] is None and devices % tp:
+        raise LayoutError(f"--layout {text}: tp={tp} does not divide the {devices} devices of --devices")
+    dp = parts["dp"] or (max(1, devices // tp) if devices else 1)
+    if devices is not None and tp * dp != devices:
+        raise LayoutError(f"--layout {text}: tp x dp = {tp * dp} devices, not the {devices} of --devices")
+    return Layout(tp, dp)
+
+
+def allreduce_s(message_bytes: float, n: int, chip: Chip) -> float:
+    """One ring all-reduce of `message_bytes` over `n` devices of `chip` (module docstring); 0 for
+    one device. LayoutError for a chip without a scale-up link or beyond its domain."""
+    if n == 1:
+        return 0.0
+    link = chip.interconnect
+    if link is None:
+        raise LayoutError(f"{chip.name}: no scale-up interconnect in the registry; tensor parallelism needs one")
+    if link.domain_devices is not None and n > link.domain_devices:
+        raise LayoutError(f"{chip.name}: tp={n} is beyond its {link.kind} domain of {link.domain_devices} devices")
+    return 2 * (n - 1) / n * message_bytes / link.per_direction_bytes_per_s + ALLREDUCE_FLOOR_S
+
+
+def choose_layout(devices: int, heads: int, chip: Chip, fits: Callable[[int], bool]) -> Layout:
+    """The layout a serving engine picks (module docstring): `fits(tp)` says whether a shard
+    fits one device. LayoutError if none does."""
+    domain = chip.interconnect.domain_devices if chip.interconnect and chip.interconnect.domain_devices else devices
+    limit = min(devices, domain) if chip.interconnect else 1
+    tp = 1
+    while tp <= limit:
+        if devices % tp == 0 and heads % tp == 0 and fits(tp):
+            return Layout(tp, devices // tp)
+        tp *= 2
+    raise LayoutError(f"{chip.name}: no tensor-parallel split of up to {limit} device(s) holds the model "
+                      f"in one device's memory")
