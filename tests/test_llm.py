@@ -84,6 +84,14 @@ def test_parameters_match_the_hand_count_and_the_published_figure(name, by_hand)
     assert counted == pytest.approx(PRESETS[name].published_params, rel=1e-3)
 
 
+def test_llama_2_70b_is_the_shapes_it_publishes():
+    """MLPerf's llama2-70b: 80 layers of hidden 8192, 64 heads, 8 KV heads, 28,672 MLP channels,
+    32,000 tokens; its preset's parameter count is the hand count of those shapes."""
+    config = load_llm_config("llama-2-70b")
+    assert (config.layers, config.hidden, config.heads, config.kv_heads, config.vocab) == (80, 8192, 64, 8, 32000)
+    assert PRESETS["llama-2-70b"].published_params == llama_params(32000, 8192, 28672, 80, 64, 8)
+
+
 def test_kv_bytes_per_token_is_2_layers_kv_heads_head_dim_bytes():
     assert load_llm_config("llama-3-8b").kv_bytes_per_token(2) == 2 * 32 * 8 * 128 * 2 == 131072
     assert load_llm_config("llama-3-70b").kv_bytes_per_token(2) == 2 * 80 * 8 * 128 * 2

@@ -48,6 +48,11 @@ PRESETS: dict[str, Preset] = {
     "llama-3-8b": Preset("llama-3-8b.json", 8_030_261_248,
                          "https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json; 8.03B "
                          "parameters (safetensors total 8,030,261,248)"),
+    "llama-2-70b": Preset("llama-2-70b.json", 68_976_648_192,
+                          "https://huggingface.co/meta-llama/Llama-2-70b-hf/blob/main/config.json (MLPerf "
+                          "Inference's llama2-70b benchmark runs its chat variant, the same shapes); 70B (model "
+                          "card), 68,976,648,192 derived from the shapes: 80 x 855,654,400 per layer + 2 x 32,000 "
+                          "x 8,192 (embedding, LM head) + 8,192"),
     "llama-3-70b": Preset("llama-3-70b.json", 70_553_706_496,
                           "https://huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json; 70.6B "
                           "parameters (safetensors total 70,553,706,496)"),
