@@ -41,6 +41,7 @@ from chipcal.cli.common import (
 )
 from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.chip import Chip
+from chipcal.model.estimate import serving
 from chipcal.model.estimate.cost import usd_per_1000_inferences, usd_per_million_tokens
 from chipcal.model.estimate.grid import LlmRequest, opportunities_all, predict_all, predict_all_llm
 from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, FRAMEWORKS
@@ -54,7 +55,7 @@ from chipcal.model.estimate.records import prediction_records
 from chipcal.model.estimate.throttle import with_power_limit
 from chipcal.model.mapping.params import RUNTIMES, CalibrationParams
 from chipcal.model.precision import PRECISIONS
-from chipcal.model.workload.llm_config import LLM_RUNTIMES, PHASES, PRESETS, is_llm
+from chipcal.model.workload.llm_config import LLM_RUNTIMES, PHASES, PRESETS, is_llm, load_llm_config
 from chipcal.model.workload.user_model import is_user_model
 from chipcal.report import llm_predictions, prediction_detail, predictions
 from chipcal.report.roofline_plot import roofline_figure
@@ -145,6 +146,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="LLMs: devices serving the model (default 1): tensor-parallel shards joined by "
                         "all-reduces over the chip's interconnect, the rest replicas; the layout a serving "
                         "engine would pick unless --layout forces one (docs/llm.md)")
+    p.add_argument("--scenario", choices=("offline",),
+                   help="LLMs: offline = continuous batching at saturation, output tokens/s of requests of "
+                        "--context prompt and --new-tokens generated tokens on average; the running batch is "
+                        "what the KV cache holds (docs/llm.md)")
+    p.add_argument("--max-batch", type=at_most(positive_int, 1 << 20), metavar="B",
+                   help="with --scenario: the engine's cap on running sequences (vLLM max_num_seqs); default none")
     p.add_argument("--layout", metavar="tp=N[,dp=M]",
                    help="LLMs: force the layout of --devices (tp shards per replica, dp replicas)")
     p.add_argument("--usd-per-hour", type=positive_float, metavar="USD",
@@ -194,6 +201,10 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
     request = LlmRequest(args.runtime or LLM_RUNTIME, args.phase or "decode", args.context or DEFAULT_CONTEXT,
                          args.new_tokens or DEFAULT_NEW_TOKENS)
     layout = parse_layout(args.layout, args.devices) if args.layout else None
+    if args.scenario:
+        return _run_serving(args, chips, source, layout)
+    if args.max_batch is not None:
+        raise UsageError("--max-batch is for --scenario offline")
     preds = predict_all_llm(args.model, chips, args.batch, args.precision or [LLM_PRECISION], request,
                             source.llm_step, calibration, host_s, args.devices, layout, host_source=host_source,
                             framework=args.framework, fp32_mode=args.fp32_mode)
@@ -212,6 +223,34 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
     print(llm_predictions.LLM_LEGEND)
     for line in llm_predictions.llm_notes(preds):
         print(line)
+    _print_cost(records, "tokens_per_s", "usd_per_million_tokens", "$/M tokens")
+    return 0
+
+
+def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSource, layout) -> int:
+    """--scenario offline: continuous batching at saturation (estimate/serving.py), per model,
+    precision and chip."""
+    if args.batch != [1]:
+        raise UsageError("--scenario offline chooses the running batch (the KV cache's bound, or --max-batch); "
+                         "drop --batch")
+    if args.phase == "prefill":
+        raise UsageError("--scenario offline serves whole requests: drop --phase")
+    runs = [serving.offline(load_llm_config(name), chip, precision, args.runtime or LLM_RUNTIME,
+                            args.context or DEFAULT_CONTEXT, args.new_tokens or DEFAULT_NEW_TOKENS, source.llm_step,
+                            args.devices, layout, args.max_batch, framework=args.framework, fp32_mode=args.fp32_mode)
+            for name in args.model for precision in args.precision or [LLM_PRECISION] for chip in chips]
+    records = [r.record() for r in runs]
+    if args.usd_per_hour is not None:
+        for run, record in zip(runs, records, strict=True):
+            record.update(usd_per_hour=args.usd_per_hour, usd_per_million_tokens=_finite(
+                usd_per_million_tokens(args.usd_per_hour, run.tokens_per_s, run.devices)))
+    if args.csv:
+        _write_csv(args.csv, records)
+    if args.json:
+        print_json(records)
+        return 0
+    print_table(llm_predictions.serving_rows(runs))
+    print(llm_predictions.SERVING_LEGEND)
     _print_cost(records, "tokens_per_s", "usd_per_million_tokens", "$/M tokens")
     return 0
 
@@ -237,7 +276,8 @@ def _print_cost(records: list[dict], rate: str, cost: str, label: str) -> None:
 def _check_model_args(args: argparse.Namespace, precisions: list[str]) -> None:
     """The LLM-only options and --autocast's precisions, for a model that is not an LLM."""
     for flag, value in (("--phase", args.phase), ("--context", args.context), ("--new-tokens", args.new_tokens),
-                        ("--devices", args.devices if args.devices != 1 else None), ("--layout", args.layout)):
+                        ("--devices", args.devices if args.devices != 1 else None), ("--layout", args.layout),
+                        ("--scenario", args.scenario), ("--max-batch", args.max_batch)):
         if value is not None:
             raise UsageError(f"{flag} is for LLMs; {', '.join(args.model)} is not one")
     if args.autocast and any(p not in AUTOCAST_PRECISIONS for p in precisions):

@@ -85,3 +85,19 @@ def llm_notes(preds: Sequence[LlmPrediction]) -> list[str]:
             notes.append(_fit_note(p))
         notes.append(_bound_note(p))
     return list(dict.fromkeys(notes))
+
+
+SERVING_LEGEND = ("offline: continuous batching at saturation. tok/s: output tokens per second of every replica; "
+                  "batch: running sequences per replica (kv_limit: what the KV cache holds); iteration_ms: one "
+                  "decode step of the batch plus its share of the new sequences' prefill; J/token: energy per output "
+                  "token over all devices")
+
+
+def serving_rows(runs: Sequence) -> list[dict]:
+    """One row per continuous-batching prediction (estimate/serving.Serving)."""
+    return [{"model": r.model, "chip": r.chip, "prec": r.precision, "in+out": f"{r.input_tokens}+{r.output_tokens}",
+             "layout": f"tp={r.tp},dp={r.dp}", "batch": r.batch, "kv_limit": r.kv_batch_limit,
+             "tok/s": _rate(r.tokens_per_s), "iteration_ms": f"{r.iteration_s * 1e3:.4g}",
+             "decode_ms": f"{r.decode_step_s * 1e3:.4g}", "prefill_ms": f"{r.prefill_share_s * 1e3:.4g}",
+             "bound": r.bottleneck, "J/token": f"{r.energy_per_token_j:.3g}"}
+            for r in runs]

@@ -84,15 +84,20 @@ def allreduce_s(message_bytes: float, n: int, chip: Chip) -> float:
     return 2 * (n - 1) / n * message_bytes / link.per_direction_bytes_per_s + ALLREDUCE_FLOOR_S
 
 
+def layouts(devices: int, heads: int, chip: Chip) -> list[Layout]:
+    """Every layout of `devices`: tp a power of two dividing the devices and the heads, within the
+    chip's all-to-all domain (1 without a scale-up link), fewest shards first."""
+    link = chip.interconnect
+    limit = min(devices, link.domain_devices or devices) if link else 1
+    tps = (1 << i for i in range(limit.bit_length()))
+    return [Layout(tp, devices // tp) for tp in tps if tp <= limit and devices % tp == 0 and heads % tp == 0]
+
+
 def choose_layout(devices: int, heads: int, chip: Chip, fits: Callable[[int], bool]) -> Layout:
-    """The layout a serving engine picks (module docstring): `fits(tp)` says whether a shard
-    fits one device. LayoutError if none does."""
-    domain = chip.interconnect.domain_devices if chip.interconnect and chip.interconnect.domain_devices else devices
-    limit = min(devices, domain) if chip.interconnect else 1
-    tp = 1
-    while tp <= limit:
-        if devices % tp == 0 and heads % tp == 0 and fits(tp):
-            return Layout(tp, devices // tp)
-        tp *= 2
-    raise LayoutError(f"{chip.name}: no tensor-parallel split of up to {limit} device(s) holds the model "
+    """The layout a serving engine picks for a fixed batch (module docstring): `fits(tp)` says
+    whether a shard fits one device. LayoutError if none does."""
+    for layout in layouts(devices, heads, chip):
+        if fits(layout.tp):
+            return layout
+    raise LayoutError(f"{chip.name}: no tensor-parallel split of {devices} device(s) holds the model "
                       f"in one device's memory")

@@ -1,0 +1,129 @@
+"""An LLM served with continuous batching at saturation (MLPerf's Offline scenario): output
+tokens/s of a steady stream of requests of `input_tokens` prompt and `output_tokens` generated
+tokens on average, on a layout of devices (estimate/llm_parallel.py).
+
+A serving engine (vLLM, TensorRT-LLM) keeps as many sequences running as its KV-cache memory and
+its sequence limit allow, and runs one iteration after another: a decode step of every running
+sequence, plus the prompts of the sequences that replace the finished ones. In the steady state a
+sequence runs output_tokens iterations, so each iteration admits batch / output_tokens new
+sequences, and their prefill work is one output_tokens-th of a prefill of the whole batch:
+
+    batch          = KV memory / (KV bytes per token x (input + output / 2)), at most max_batch if given
+    KV memory      = MEMORY_UTILIZATION x a device's memory - a shard's weights - its prefill
+                     activations at batch 1 (chunked prefill runs a chunk at a time)
+    iteration_s    = decode step at `batch`, mean context input + output / 2
+                     + prefill of `batch` prompts / output_tokens
+    tokens_per_s   = dp x batch / iteration_s          (output tokens, all replicas)
+    energy per output token = (decode step's + prefill's / output_tokens) energy / batch, x tp
+
+A sequence holds input + output / 2 tokens of KV cache on average over its life (vLLM's paged
+cache allocates blocks as tokens arrive). MEMORY_UTILIZATION is vLLM's default
+(`gpu_memory_utilization` 0.9: docs.vllm.ai, "Engine Arguments"); an engine's own cap on running
+sequences (vLLM's `max_num_seqs`, TensorRT-LLM's `max_batch_size`) is the caller's `max_batch`:
+at saturation the KV cache is the bound.
+Not modelled: the sequences' spread of lengths (the mean stands for it), preemption, prefix
+caching, speculative decoding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from chipcal.model.chip import Chip
+from chipcal.model.errors import ChipcalError
+from chipcal.model.estimate.llm import LlmPrediction
+from chipcal.model.estimate.llm_parallel import predict_on_layout
+from chipcal.model.estimate.parallel import Layout, LayoutError, layouts
+from chipcal.model.workload.llm_config import LlmConfig, LlmConfigError, StepKey
+from chipcal.model.workload.types import LlmStep
+
+MEMORY_UTILIZATION = 0.9
+
+
+class NoRoomForKvCache(ChipcalError, ValueError):
+    """The weights and activations leave no KV-cache memory for one sequence."""
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Continuous batching at saturation (module docstring), SI units, per layout."""
+
+    model: str
+    chip: str
+    precision: str
+    runtime: str
+    input_tokens: int
+    output_tokens: int
+    tp: int
+    dp: int
+    devices: int
+    batch: int                      # running sequences per replica
+    kv_batch_limit: int             # what the KV-cache memory alone allows
+    max_batch: int | None
+    tokens_per_s: float             # output tokens, all replicas
+    iteration_s: float
+    decode_step_s: float
+    prefill_share_s: float          # the iteration's share of its new sequences' prefill
+    energy_per_token_j: float
+    bottleneck: str
+    weight_bytes: float             # per device
+    kv_bytes_per_token: float       # per device
+    memory_capacity_bytes: float
+
+    def record(self) -> dict:
+        return asdict(self)
+
+
+def kv_batch_limit(first: LlmPrediction, input_tokens: int, output_tokens: int) -> int:
+    """Sequences the KV-cache memory of one device holds (module docstring), from a batch-1
+    prediction of the same shard."""
+    room = MEMORY_UTILIZATION * first.memory_capacity_bytes - first.weight_bytes - first.activation_peak_bytes
+    per_sequence = first.kv_bytes_per_token * (input_tokens + output_tokens / 2)
+    return max(0, math.floor(room / per_sequence))
+
+
+def offline(config: LlmConfig, chip: Chip, precision: str, runtime: str, input_tokens: int, output_tokens: int,
+            llm_step: Callable[[StepKey], LlmStep], devices: int = 1, layout: Layout | None = None,
+            max_batch: int | None = None, **launch) -> Serving:
+    """Output tokens/s at saturation (module docstring) in `layout`, or without one in the
+    layout of most tokens/s among those parallel.layouts allows (more shards leave more KV-cache
+    room per replica, fewer replicas); NoRoomForKvCache where no layout fits one sequence."""
+    if layout is not None:
+        return _offline(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, layout, max_batch,
+                        launch)
+    found, why = [], None
+    for candidate in layouts(devices, config.heads, chip):
+        try:
+            found.append(_offline(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, candidate,
+                                  max_batch, launch))
+        except (NoRoomForKvCache, LayoutError, LlmConfigError) as exc:
+            why = exc
+    if not found:
+        raise why or NoRoomForKvCache(f"{config.name} on {chip.name}: no layout of {devices} devices")
+    return max(found, key=lambda s: s.tokens_per_s)
+
+
+def _offline(config: LlmConfig, chip: Chip, precision: str, runtime: str, input_tokens: int, output_tokens: int,
+             llm_step: Callable[[StepKey], LlmStep], layout: Layout, max_batch: int | None, launch: dict) -> Serving:
+    first = predict_on_layout(config, chip, precision, runtime, "decode", 1, input_tokens, output_tokens, llm_step,
+                              layout.devices, layout, **launch)
+    limit = kv_batch_limit(first, input_tokens, output_tokens) if first.supported else 0
+    if limit < 1:
+        raise NoRoomForKvCache(f"{config.name} on {first.chip} (tp={layout.tp}): weights and activations leave "
+                               f"no KV-cache room for one sequence of {input_tokens}+{output_tokens} tokens")
+    batch = limit if max_batch is None else min(limit, max_batch)
+    p = predict_on_layout(config, chip, precision, runtime, "decode", batch, input_tokens, output_tokens, llm_step,
+                          layout.devices, layout, **launch)
+    prefill_share = p.time_to_first_token_s / output_tokens
+    iteration = p.time_per_output_token_s + prefill_share
+    prefill_energy = p.prefill.energy_j * layout.tp if p.prefill is not None else 0.0
+    return Serving(
+        model=config.name, chip=p.chip, precision=precision, runtime=runtime, input_tokens=input_tokens,
+        output_tokens=output_tokens, tp=layout.tp, dp=layout.dp, devices=layout.devices, batch=batch,
+        kv_batch_limit=limit, max_batch=max_batch, tokens_per_s=layout.dp * batch / iteration, iteration_s=iteration,
+        decode_step_s=p.time_per_output_token_s, prefill_share_s=prefill_share,
+        energy_per_token_j=p.energy_per_token_j + prefill_energy / output_tokens / batch,
+        bottleneck=p.bottleneck, weight_bytes=p.weight_bytes, kv_bytes_per_token=p.kv_bytes_per_token,
+        memory_capacity_bytes=p.memory_capacity_bytes)

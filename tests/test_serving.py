@@ -1,0 +1,92 @@
+"""Continuous batching at saturation (model.estimate.serving): the KV cache's batch and the
+steady-state iteration, worked by hand; the CLI's --scenario offline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tiny_llm import TINY, write_config
+
+from chipcal.measure.workloads import WorkloadSource
+from chipcal.model.estimate.llm import LlmPrediction
+from chipcal.model.estimate.llm_parallel import predict_on_layout
+from chipcal.model.estimate.parallel import Layout
+from chipcal.model.estimate.serving import NoRoomForKvCache, kv_batch_limit, offline
+from chipcal.model.registry import load_registry
+from chipcal.model.workload.llm_config import parse_config
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CHIPCAL_CACHE_DIR", str(tmp_path_factory.mktemp("serving-cache")))
+    yield WorkloadSource()
+    mp.undo()
+
+
+def _first(capacity: float, weights: float, activations: float, kv_per_token: float) -> LlmPrediction:
+    return LlmPrediction(model="m", chip="c", kind="gpu", phase="decode", batch=1, context=256, new_tokens=294,
+                         precision="fp8", compute_precision="fp8", weight_format="fp8", runtime="compiled",
+                         status="ok", memory_capacity_bytes=capacity, weight_bytes=weights,
+                         activation_peak_bytes=activations, kv_bytes_per_token=kv_per_token)
+
+
+def test_the_kv_cache_bounds_the_running_batch_by_hand():
+    """80 GB at 90 %, 60 GB of weights, 1 GB of activations: 11 GB of KV cache. llama-2-70b in
+    fp8 keeps 2 x 80 layers x 8 heads x 128 x 1 byte = 163,840 bytes a token; a sequence of 256 + 294
+    holds 256 + 147 tokens on average: 66,027,520 bytes, so 166 sequences."""
+    first = _first(80e9, 60e9, 1e9, 2 * 80 * 8 * 128)
+    assert kv_batch_limit(first, 256, 294) == 166
+    assert kv_batch_limit(_first(80e9, 75e9, 1e9, 2 * 80 * 8 * 128), 256, 294) == 0
+
+
+def test_an_iteration_is_a_decode_step_and_its_share_of_prefill(source):
+    """tok/s = dp x batch / (decode step + prefill of the batch / output tokens), the batch the KV
+    cache's (capped here); energy per token adds the prefill's share."""
+    h100, config = load_registry().get("h100-sxm5"), parse_config(TINY, "tiny", "tests/tiny_llm.py")
+    s = offline(config, h100, "bf16", "compiled", 16, 8, source.llm_step, devices=4, layout=Layout(2, 2), max_batch=4)
+    assert (s.tp, s.dp, s.batch, s.max_batch) == (2, 2, 4, 4) and s.kv_batch_limit > 4
+    p = predict_on_layout(config, h100, "bf16", "compiled", "decode", 4, 16, 8, source.llm_step, 4, Layout(2, 2))
+    assert s.decode_step_s == p.time_per_output_token_s and s.prefill_share_s == pytest.approx(p.time_to_first_token_s / 8)
+    assert s.tokens_per_s == pytest.approx(2 * 4 / (p.time_per_output_token_s + p.time_to_first_token_s / 8))
+    assert s.energy_per_token_j == pytest.approx(p.energy_per_token_j + 2 * p.prefill.energy_j / 8 / 4)
+
+
+def test_without_a_layout_the_one_of_most_tokens_wins(source):
+    h100, config = load_registry().get("h100-sxm5"), parse_config(TINY, "tiny", "tests/tiny_llm.py")
+    best = offline(config, h100, "bf16", "compiled", 16, 8, source.llm_step, devices=2, max_batch=4)
+    each = [offline(config, h100, "bf16", "compiled", 16, 8, source.llm_step, 2, Layout(tp, 2 // tp), 4)
+            for tp in (1, 2)]
+    assert best.tokens_per_s == max(s.tokens_per_s for s in each)
+
+
+def test_no_room_for_one_sequence_says_so(monkeypatch):
+    """Weights of 30 GB on a 24 GB device leave no KV cache: refused, naming the model and layout."""
+    from chipcal.model.estimate import serving
+
+    monkeypatch.setattr(serving, "predict_on_layout", lambda *a, **k: _first(24e9, 30e9, 1e9, 1000.0))
+    config = parse_config(TINY, "tiny", "tests/tiny_llm.py")
+    with pytest.raises(NoRoomForKvCache, match="tiny on c .tp=1.: weights and activations leave no KV-cache room"):
+        offline(config, load_registry().get("l4"), "bf16", "compiled", 16, 8, lambda key: None, 1, Layout())
+
+
+def test_cli_serves_offline(cli, tmp_path, monkeypatch, source):
+    from chipcal.cli import predict
+
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(source._directory().parent))
+    argv = ["--model", write_config(tmp_path), "--hardware", "h100-sxm5", "--context", "16", "--new-tokens", "8",
+            "--devices", "2", "--scenario", "offline", "--max-batch", "4", "--usd-per-hour", "3.6"]
+    main = lambda a: predict.main(a, prog="chipcal predict")  # noqa: E731
+    rc, out, err = cli(main, [*argv, "--json"])
+    assert rc == 0, err
+    (row,) = json.loads(out)
+    assert row["batch"] == 4 and row["devices"] == 2
+    assert row["usd_per_million_tokens"] == pytest.approx(1e6 * 2 * 0.001 / row["tokens_per_s"])
+    rc, out, _ = cli(main, argv)
+    assert rc == 0 and "continuous batching at saturation" in out
+    for extra, says in ((["--batch", "8"], "drop --batch"), (["--phase", "prefill"], "drop --phase")):
+        rc, _, err = cli(main, [*argv, *extra])
+        assert rc == 2 and says in err
+    rc, _, err = cli(main, ["--model", "llama-3-8b", "--max-batch", "4"])
+    assert rc == 2 and "--max-batch is for --scenario offline" in err
