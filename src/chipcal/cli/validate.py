@@ -95,7 +95,10 @@ def _mlperf(args: argparse.Namespace) -> int:
     rows = mlperf.load_rows(Path(args.mlperf) if args.mlperf else None)
     source = WorkloadSource(use_cache=not args.no_cache, notify=lambda line: sys.stderr.write(line + "\n"))
     registry = load_registry_warn()
-    checked, excluded = mlperf_check.check(rows, registry, source.get)
+    from tqdm import tqdm
+
+    with tqdm(total=len(rows), desc="MLPerf rows", unit="row", file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
+        checked, excluded = mlperf_check.check(rows, registry, source.get, on_row=bar.update)
     records = [r.record() for r in (*checked, *excluded)]
     if args.plot:
         from chipcal.validate.mlperf_plot import offline_figure
