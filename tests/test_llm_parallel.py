@@ -118,6 +118,12 @@ def test_joining_shards_adds_the_all_reduces_and_the_replicas_add_tokens(registr
     assert (out.energy_per_token_j, out.bandwidth_bound_tokens_per_s, out.devices) == (1.0, 2400.0, 6)
 
 
+def test_a_mixtral_shard_splits_every_experts_channels():
+    """Mixtral 8x7B over 2 devices: 16 heads of 128, 4 KV heads, each of the 8 experts 7,168 channels."""
+    shard = tensor_shard(load_llm_config("mixtral-8x7b"), 2)
+    assert (shard.heads, shard.kv_heads, shard.experts, shard.fields()["intermediate_size"]) == (16, 4, 8, 7168)
+
+
 def test_cli_prints_the_layout_and_charges_every_device(cli, tmp_path, monkeypatch, source):
     from chipcal.cli import predict
 
@@ -132,3 +138,6 @@ def test_cli_prints_the_layout_and_charges_every_device(cli, tmp_path, monkeypat
     assert row["usd_per_million_tokens"] == pytest.approx(1e6 * 4 * 0.001 / row["tokens_per_s"])
     rc, out, _ = cli(lambda a: predict.main(a, prog="chipcal predict"), argv)
     assert rc == 0 and "tp=2,dp=2" in out and "4 x h100-sxm5 (tp=2 shards per replica, dp=2 replicas" in out
+    alone = [*argv[:10], "--layout", "tp=2,dp=2", "--json"]          # no --devices: the layout gives them
+    rc, out, _ = cli(lambda a: predict.main(a, prog="chipcal predict"), alone)
+    assert rc == 0 and json.loads(out)[0]["devices"] == 4

@@ -153,7 +153,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--max-batch", type=at_most(positive_int, 1 << 20), metavar="B",
                    help="with --scenario: the engine's cap on running sequences (vLLM max_num_seqs); default none")
     p.add_argument("--layout", metavar="tp=N[,dp=M]",
-                   help="LLMs: force the layout of --devices (tp shards per replica, dp replicas)")
+                   help="LLMs: force the layout (tp shards per replica, dp replicas; alone, it gives the devices)")
     p.add_argument("--usd-per-hour", type=positive_float, metavar="USD",
                    help="price per device-hour (an instance's on-demand price / its accelerators): adds the "
                         "cost per 1,000 inferences, or an LLM's per million tokens on its --devices")
@@ -200,13 +200,15 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
     check_llm_args(args)
     request = LlmRequest(args.runtime or LLM_RUNTIME, args.phase or "decode", args.context or DEFAULT_CONTEXT,
                          args.new_tokens or DEFAULT_NEW_TOKENS)
-    layout = parse_layout(args.layout, args.devices) if args.layout else None
+    # --layout alone says how many devices; with --devices it must account for them
+    layout = parse_layout(args.layout, args.devices if args.devices != 1 else None) if args.layout else None
+    devices = layout.devices if layout else args.devices
     if args.scenario:
-        return _run_serving(args, chips, source, layout)
+        return _run_serving(args, chips, source, devices, layout)
     if args.max_batch is not None:
         raise UsageError("--max-batch is for --scenario offline")
     preds = predict_all_llm(args.model, chips, args.batch, args.precision or [LLM_PRECISION], request,
-                            source.llm_step, calibration, host_s, args.devices, layout, host_source=host_source,
+                            source.llm_step, calibration, host_s, devices, layout, host_source=host_source,
                             framework=args.framework, fp32_mode=args.fp32_mode)
     records = [p.record() for p in preds]
     if args.usd_per_hour is not None:
@@ -227,7 +229,7 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
     return 0
 
 
-def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSource, layout) -> int:
+def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSource, devices: int, layout) -> int:
     """--scenario offline: continuous batching at saturation (estimate/serving.py), per model,
     precision and chip."""
     if args.batch != [1]:
@@ -237,7 +239,7 @@ def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSo
         raise UsageError("--scenario offline serves whole requests: drop --phase")
     runs = [serving.offline(load_llm_config(name), chip, precision, args.runtime or LLM_RUNTIME,
                             args.context or DEFAULT_CONTEXT, args.new_tokens or DEFAULT_NEW_TOKENS, source.llm_step,
-                            args.devices, layout, args.max_batch, framework=args.framework, fp32_mode=args.fp32_mode)
+                            devices, layout, args.max_batch, framework=args.framework, fp32_mode=args.fp32_mode)
             for name in args.model for precision in args.precision or [LLM_PRECISION] for chip in chips]
     records = [r.record() for r in runs]
     if args.usd_per_hour is not None:
