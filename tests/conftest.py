@@ -261,3 +261,15 @@ def cli(capsys):
         return rc, out, err
 
     return call
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """An LLM workload cache of the module's own (tests/test_llm*.py, test_serving.py): each
+    forward is characterized once per module."""
+    from chipcal.measure.workloads import WorkloadSource
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CHIPCAL_CACHE_DIR", str(tmp_path_factory.mktemp("llm-cache")))
+    yield WorkloadSource()
+    mp.undo()

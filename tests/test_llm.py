@@ -15,7 +15,6 @@ from tiny_llm import TINY, TINY_MOE, write_config
 pytest.importorskip("transformers")
 
 from chipcal.measure.device import CPU
-from chipcal.measure.workloads import WorkloadSource  # noqa: E402
 from chipcal.model.estimate.llm import (  # noqa: E402
     GENERATE_LOOP_OPS,
     predict_llm,
@@ -35,15 +34,6 @@ from chipcal.model.workload.llm_config import (  # noqa: E402
 
 def tiny(fields=TINY, name="tiny"):
     return parse_config(fields, name, "test")
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    """One workload cache for the module: each forward is characterized once."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("CHIPCAL_CACHE_DIR", str(tmp_path_factory.mktemp("llm-cache")))
-    yield WorkloadSource()
-    mp.undo()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import json
 import pytest
 from tiny_llm import TINY, write_config
 
-from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.estimate.llm import LlmPrediction
 from chipcal.model.estimate.llm_parallel import joined, predict_on_layout
 from chipcal.model.estimate.parallel import (
@@ -28,14 +27,6 @@ from chipcal.model.workload.llm_shard import tensor_shard
 @pytest.fixture(scope="module")
 def registry():
     return load_registry()
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("CHIPCAL_CACHE_DIR", str(tmp_path_factory.mktemp("parallel-cache")))
-    yield WorkloadSource()
-    mp.undo()
 
 
 def tiny():

@@ -8,21 +8,12 @@ import json
 import pytest
 from tiny_llm import TINY, write_config
 
-from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.estimate.llm import LlmPrediction
 from chipcal.model.estimate.llm_parallel import predict_on_layout
 from chipcal.model.estimate.parallel import Layout
 from chipcal.model.estimate.serving import NoRoomForKvCache, kv_batch_limit, offline
 from chipcal.model.registry import load_registry
 from chipcal.model.workload.llm_config import parse_config
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("CHIPCAL_CACHE_DIR", str(tmp_path_factory.mktemp("serving-cache")))
-    yield WorkloadSource()
-    mp.undo()
 
 
 def _first(capacity: float, weights: float, activations: float, kv_per_token: float) -> LlmPrediction:

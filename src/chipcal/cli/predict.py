@@ -42,7 +42,7 @@ from chipcal.cli.common import (
 from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.chip import Chip
 from chipcal.model.estimate import serving
-from chipcal.model.estimate.cost import usd_per_1000_inferences, usd_per_million_tokens
+from chipcal.model.estimate.cost import INFERENCES_PER_QUOTE, TOKENS_PER_QUOTE, usd_per_units
 from chipcal.model.estimate.grid import LlmRequest, opportunities_all, predict_all, predict_all_llm
 from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, FRAMEWORKS
 from chipcal.model.estimate.llm import LLM_PRECISIONS
@@ -211,11 +211,8 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
                             source.llm_step, calibration, host_s, devices, layout, host_source=host_source,
                             framework=args.framework, fp32_mode=args.fp32_mode)
     records = [p.record() for p in preds]
-    if args.usd_per_hour is not None:
-        for p, record in zip(preds, records, strict=True):
-            rate = p.tokens_per_s if p.fits_in_memory else math.nan
-            record.update(usd_per_hour=args.usd_per_hour, usd_per_million_tokens=_finite(
-                usd_per_million_tokens(args.usd_per_hour, rate, p.devices)))
+    _priced(records, args.usd_per_hour, "usd_per_million_tokens", TOKENS_PER_QUOTE,
+            ((p.tokens_per_s if p.fits_in_memory else math.nan, p.devices) for p in preds))
     if args.csv:
         _write_csv(args.csv, records)
     if args.json:
@@ -242,10 +239,8 @@ def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSo
                             devices, layout, args.max_batch, framework=args.framework, fp32_mode=args.fp32_mode)
             for name in args.model for precision in args.precision or [LLM_PRECISION] for chip in chips]
     records = [r.record() for r in runs]
-    if args.usd_per_hour is not None:
-        for run, record in zip(runs, records, strict=True):
-            record.update(usd_per_hour=args.usd_per_hour, usd_per_million_tokens=_finite(
-                usd_per_million_tokens(args.usd_per_hour, run.tokens_per_s, run.devices)))
+    _priced(records, args.usd_per_hour, "usd_per_million_tokens", TOKENS_PER_QUOTE,
+            ((r.tokens_per_s, r.devices) for r in runs))
     if args.csv:
         _write_csv(args.csv, records)
     if args.json:
@@ -257,8 +252,14 @@ def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSo
     return 0
 
 
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+def _priced(records: list[dict], usd_per_hour: float | None, field: str, units: int, rates) -> None:
+    """With a price (--usd-per-hour), each record gains it and `field`: what `units` of work cost
+    at its (rate per second, devices) from `rates`; None where there is no rate."""
+    if usd_per_hour is None:
+        return
+    for record, (rate, devices) in zip(records, rates, strict=True):
+        cost = usd_per_units(usd_per_hour, rate, units, devices)
+        record.update(usd_per_hour=usd_per_hour, **{field: cost if math.isfinite(cost) else None})
 
 
 def _print_cost(records: list[dict], rate: str, cost: str, label: str) -> None:
@@ -328,11 +329,9 @@ def run_models(args: argparse.Namespace, chips: list[Chip], calibration: Calibra
     preds = [p for _, p in pairs]
     found = (opportunities_all(pairs, calibration, source.get, args.target_utilization) if args.explain else {})
     records = prediction_records(preds, found, by_layer=args.by_layer)
-    if args.usd_per_hour is not None and not args.by_layer:
-        for p, record in zip(preds, records, strict=True):
-            rate = p.throughput_per_s if p.supported else math.nan
-            record.update(usd_per_hour=args.usd_per_hour, usd_per_1000_inferences=_finite(
-                usd_per_1000_inferences(args.usd_per_hour, rate)))
+    if not args.by_layer:
+        _priced(records, args.usd_per_hour, "usd_per_1000_inferences", INFERENCES_PER_QUOTE,
+                ((p.throughput_per_s if p.supported else math.nan, 1) for p in preds))
     if args.csv:
         _write_csv(args.csv, records)
     if args.plot:

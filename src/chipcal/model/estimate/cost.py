@@ -27,10 +27,3 @@ def usd_per_units(usd_per_device_hour: float, units_per_s: float, units: float, 
         return math.nan
     return units * usd_per_device_hour * devices / SECONDS_PER_HOUR / units_per_s
 
-
-def usd_per_1000_inferences(usd_per_device_hour: float, inferences_per_s: float) -> float:
-    return usd_per_units(usd_per_device_hour, inferences_per_s, INFERENCES_PER_QUOTE)
-
-
-def usd_per_million_tokens(usd_per_device_hour: float, tokens_per_s: float, devices: int = 1) -> float:
-    return usd_per_units(usd_per_device_hour, tokens_per_s, TOKENS_PER_QUOTE, devices)

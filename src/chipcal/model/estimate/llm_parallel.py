@@ -24,16 +24,15 @@ from dataclasses import replace
 from chipcal.model.chip import Chip
 from chipcal.model.estimate.llm import LlmPrediction, predict_llm
 from chipcal.model.estimate.parallel import ALLREDUCES_PER_LAYER, Layout, allreduce_s, choose_layout
-from chipcal.model.workload.llm_config import LlmConfig, StepKey, step_key
+from chipcal.model.estimate.placement import TRACE_DTYPE_BYTES
+from chipcal.model.workload.llm_config import LlmConfig, StepKey, step_key, trace_dtype
 from chipcal.model.workload.llm_shard import tensor_shard
 from chipcal.model.workload.types import LlmStep
-
-ACTIVATION_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def step_allreduce_s(config: LlmConfig, chip: Chip, tp: int, batch: int, tokens: int, dtype: str) -> float:
     """The all-reduces of one forward of `tokens` new tokens per sequence at `batch` over tp shards."""
-    message = batch * tokens * config.hidden * ACTIVATION_BYTES[dtype]
+    message = batch * tokens * config.hidden * TRACE_DTYPE_BYTES[dtype]
     return config.layers * ALLREDUCES_PER_LAYER * allreduce_s(message, tp, chip)
 
 
@@ -79,5 +78,4 @@ def predict_on_layout(config: LlmConfig, chip: Chip, precision: str, runtime: st
     if layout is None:      # one device: predicted whether it fits or not (devices_needed says)
         layout = Layout() if devices == 1 else choose_layout(devices, config.heads, chip, fits)
     shard = predictions.get(layout.tp) or shard_prediction(layout.tp)
-    dtype = step_key(config, runtime, "prefill", batch, context, new_tokens, precision).dtype
-    return joined(shard, config, chip, layout, dtype)
+    return joined(shard, config, chip, layout, trace_dtype(precision))
