@@ -33,15 +33,25 @@ def test_the_kv_cache_bounds_the_running_batch_by_hand():
 
 
 def test_an_iteration_is_a_decode_step_and_its_share_of_prefill(source):
-    """tok/s = dp x batch / (decode step + prefill of the batch / output tokens), the batch the KV
-    cache's (capped here); energy per token adds the prefill's share."""
+    """4 running sequences of 8 output tokens: one finishes every other iteration, so a prefill of
+    one prompt runs every other iteration. tok/s = dp x 4 / (decode step at 4 + prefill at 1 / 2);
+    energy per token adds half a batch-1 prefill's energy (x tp) over the 4 tokens."""
     h100, config = load_registry().get("h100-sxm5"), parse_config(TINY, "tiny", "tests/tiny_llm.py")
     s = offline(config, h100, "bf16", "compiled", 16, 8, source.llm_step, devices=4, layout=Layout(2, 2), max_batch=4)
-    assert (s.tp, s.dp, s.batch, s.max_batch) == (2, 2, 4, 4) and s.kv_batch_limit > 4
-    p = predict_on_layout(config, h100, "bf16", "compiled", "decode", 4, 16, 8, source.llm_step, 4, Layout(2, 2))
-    assert s.decode_step_s == p.time_per_output_token_s and s.prefill_share_s == pytest.approx(p.time_to_first_token_s / 8)
-    assert s.tokens_per_s == pytest.approx(2 * 4 / (p.time_per_output_token_s + p.time_to_first_token_s / 8))
-    assert s.energy_per_token_j == pytest.approx(p.energy_per_token_j + 2 * p.prefill.energy_j / 8 / 4)
+    assert (s.tp, s.dp, s.batch, s.max_batch, s.prefill_group) == (2, 2, 4, 4, 1) and s.kv_batch_limit > 4
+    p, one = (predict_on_layout(config, h100, "bf16", "compiled", "decode", b, 16, 8, source.llm_step, 4, Layout(2, 2))
+              for b in (4, 1))
+    assert s.decode_step_s == p.time_per_output_token_s and s.prefill_share_s == pytest.approx(one.time_to_first_token_s / 2)
+    assert s.tokens_per_s == pytest.approx(2 * 4 / (p.time_per_output_token_s + one.time_to_first_token_s / 2))
+    assert s.energy_per_token_j == pytest.approx(p.energy_per_token_j + 2 * one.prefill.energy_j / 2 / 4)
+
+
+def test_a_prefill_forward_holds_the_prompts_of_one_iteration():
+    """batch / output tokens sequences finish an iteration: 1,500 running of 294 tokens free 5.1 a
+    step (5 prompts a forward); 8 of 34 free 0.24 (one prompt a forward, every 4th iteration)."""
+    from chipcal.model.estimate.serving import prefill_group
+
+    assert (prefill_group(1500, 294), prefill_group(8, 34), prefill_group(64, 2)) == (5, 1, 32)
 
 
 def test_without_a_layout_the_one_of_most_tokens_wins(source):

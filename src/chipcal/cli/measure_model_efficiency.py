@@ -12,6 +12,8 @@ prefill or decode step, `--phase`, `--context`, `--new-tokens`, src/chipcal/meas
 `--runtime compiled`: torch.compile of the model (reduce-overhead on CUDA, default mode on a CPU;
 src/chipcal/measure/models.py), its compile time in `compile_s`. `--generate`: an LLM's Hugging Face
 `generate` timed end to end, per output token (src/chipcal/measure/llm.py), instead of one decode step.
+`--scenario offline`: an LLM served by a continuous-batching loop with `--batch` slots, output tokens/s
+at saturation (src/chipcal/measure/batching.py); `chipcal predict --scenario offline` predicts it.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ FIELDS = ("model", "batch", "precision", "device", "flop", "latency_s", "latency
           "idle_power_w", "power_source", "power_note", "chip", "fingerprint", "torch_version", "threads",
           "other_cpus", "fp32_mode", "cudnn_allow_tf32", "float32_matmul_precision", "cudnn_benchmark", "note",
           "phase", "context", "new_tokens", "cached_tokens", "tokens_per_s", "runtime", "compile_mode", "compile_s",
-          "prefill_s")
+          "prefill_s", "requests", "mean_batch", "prefill_group")
+OFFLINE_REQUESTS_PER_SLOT = 6
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -73,6 +76,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--generate", action="store_true",
                    help="LLMs, decode: time Hugging Face generate end to end, per output token ((call of M "
                         "tokens - its prefill) / (M - 1)), instead of one decode step")
+    p.add_argument("--scenario", choices=("offline",),
+                   help="LLMs: offline = a continuous-batching loop at saturation (MLPerf's Offline): --batch "
+                        "is its slots (the most sequences running), --context and --new-tokens the mean prompt "
+                        "and output lengths (each uniform within +-50 %%); tok/s = output tokens per second "
+                        "while every slot runs")
+    p.add_argument("--requests", type=positive_int, metavar="R",
+                   help=f"--scenario offline: requests in the queue (default {OFFLINE_REQUESTS_PER_SLOT} x --batch)")
     p.add_argument("--runtime", choices=MODEL_RUNTIMES, default="eager",
                    help="eager (default) or compiled: torch.compile (reduce-overhead on CUDA, the default mode "
                         "on a CPU); torchvision and your own models")
@@ -129,6 +139,9 @@ def _measure(name: str, batch: int, precision: str, args: argparse.Namespace, po
                                         precision))
         fields = {"phase": args.phase, "context": args.context, "new_tokens": args.new_tokens,
                   "cached_tokens": step.cached}
+        if args.scenario == "offline":
+            m, served = _offline(config, batch, precision, step.workload.flop, args)
+            return m, fields | served | {"phase": None, "cached_tokens": None}
         if args.generate:
             g = measure_generate(config, batch, args.context, args.new_tokens, step.workload.flop, precision,
                                  args.device, max_time_s=args.max_time, fp32_mode=args.fp32_mode)
@@ -147,6 +160,25 @@ def _measure(name: str, batch: int, precision: str, args: argparse.Namespace, po
                               by_layer=args.by_layer, runtime=args.runtime), {}
     return measure_model(name, batch, precision, args.device, power=power, max_time_s=args.max_time,
                          fp32_mode=args.fp32_mode, by_layer=args.by_layer, runtime=args.runtime), {}
+
+
+def _offline(config, slots: int, precision: str, step_flop: int, args: argparse.Namespace):
+    """The continuous-batching loop as a ModelMeasurement: latency = seconds per output token,
+    flop = the decode step's per token (the prefill's is left out), and its fields."""
+    from chipcal.measure.batching import measure_batching, requests
+    from chipcal.measure.models import ModelMeasurement
+
+    queue = requests(args.requests or OFFLINE_REQUESTS_PER_SLOT * slots, args.context, args.new_tokens)
+    b = measure_batching(config, slots, queue, precision, args.device, max_time_s=args.max_time,
+                         fp32_mode=args.fp32_mode)
+    flop = step_flop // slots
+    m = ModelMeasurement(model=config.name, batch=slots, precision=precision, device=b.device, flop=flop,
+                         latency=b.per_token, delivered_flop_per_s=flop / b.per_token.median_s, power=None,
+                         power_source="unavailable", power_note="not read for continuous batching",
+                         numerics=b.numerics, runtime="offline")
+    return m, {"context": round(b.prompt_tokens_mean), "new_tokens": round(b.output_tokens_mean),
+               "tokens_per_s": b.tokens_per_s, "requests": b.requests, "mean_batch": b.mean_batch,
+               "prefill_group": b.mean_prefill_group}
 
 
 def _ratio(value, reference):
@@ -226,6 +258,8 @@ def unsupported_record(model: str, batch: int, precision: str, device: Device, n
 
 def _label(row: dict) -> str:
     """A row's model column: the model, its runtime when not eager, an LLM's phase and context."""
+    if row["runtime"] == "offline":
+        return f"{row['model']} offline {row['context']}+{row['new_tokens']} x{row['requests']}"
     if row["phase"] is None:
         return row["model"] if row["runtime"] in (None, "eager") else f"{row['model']} {row['runtime']}"
     if row["runtime"] == "generate":
@@ -275,6 +309,10 @@ def _body(args: argparse.Namespace) -> int:
                          "as a step or with --generate)")
     if args.generate and (args.phase != "decode" or not all(is_llm(m) for m in models)):
         raise UsageError("--generate times an LLM's decode: give LLM models and --phase decode")
+    if args.scenario and (args.generate or args.phase != "decode" or not all(is_llm(m) for m in models)):
+        raise UsageError("--scenario offline serves LLMs: give LLM models, without --generate or --phase prefill")
+    if args.requests and not args.scenario:
+        raise UsageError("--requests is the queue of --scenario offline")
     if args.generate and args.new_tokens < 2:
         raise UsageError("--generate needs --new-tokens of at least 2 (one decode forward)")
     from chipcal.measure.allocator import pin_allocator

@@ -6,15 +6,21 @@ A serving engine (vLLM, TensorRT-LLM) keeps as many sequences running as its KV-
 its sequence limit allow, and runs one iteration after another: a decode step of every running
 sequence, plus the prompts of the sequences that replace the finished ones. In the steady state a
 sequence runs output_tokens iterations, so each iteration admits batch / output_tokens new
-sequences, and their prefill work is one output_tokens-th of a prefill of the whole batch:
+sequences. The engine prefills the prompts waiting when slots free, so a prefill forward holds
+the sequences that finished in one iteration, `group` of them, and runs once every
+group / (batch / output_tokens) iterations:
 
     batch          = KV memory / (KV bytes per token x (input + output / 2)), at most max_batch if given
     KV memory      = MEMORY_UTILIZATION x a device's memory - a shard's weights - its prefill
                      activations at batch 1 (chunked prefill runs a chunk at a time)
+    group          = max(1, round(batch / output_tokens))      prompts per prefill forward
     iteration_s    = decode step at `batch`, mean context input + output / 2
-                     + prefill of `batch` prompts / output_tokens
+                     + prefill of `group` prompts x batch / (output_tokens x group)
     tokens_per_s   = dp x batch / iteration_s          (output tokens, all replicas)
-    energy per output token = (decode step's + prefill's / output_tokens) energy / batch, x tp
+    energy per output token = (decode step's + the prefill's share) energy / batch, x tp
+
+A small group matters where a prefill of few prompts is inefficient (a CPU: measured against the
+loop of measure/batching.py); on a GPU a prompt of hundreds of tokens keeps it busy at any group.
 
 A sequence holds input + output / 2 tokens of KV cache on average over its life (vLLM's paged
 cache allocates blocks as tokens arrive). MEMORY_UTILIZATION is vLLM's default
@@ -22,7 +28,7 @@ cache allocates blocks as tokens arrive). MEMORY_UTILIZATION is vLLM's default
 sequences (vLLM's `max_num_seqs`, TensorRT-LLM's `max_batch_size`) is the caller's `max_batch`:
 at saturation the KV cache is the bound.
 Not modelled: the sequences' spread of lengths (the mean stands for it), preemption, prefix
-caching, speculative decoding.
+caching, speculative decoding, prefill chunks fused into the decode step's forward.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ class Serving:
     iteration_s: float
     decode_step_s: float
     prefill_share_s: float          # the iteration's share of its new sequences' prefill
+    prefill_group: int              # prompts per prefill forward
     energy_per_token_j: float
     bottleneck: str
     weight_bytes: float             # per device
@@ -82,6 +89,11 @@ def kv_batch_limit(first: LlmPrediction, input_tokens: int, output_tokens: int) 
     room = MEMORY_UTILIZATION * first.memory_capacity_bytes - first.weight_bytes - first.activation_peak_bytes
     per_sequence = first.kv_bytes_per_token * (input_tokens + output_tokens / 2)
     return max(0, math.floor(room / per_sequence))
+
+
+def prefill_group(batch: int, output_tokens: int) -> int:
+    """Prompts per prefill forward: the sequences that finish in one iteration (module docstring)."""
+    return max(1, round(batch / output_tokens))
 
 
 def offline(config: LlmConfig, chip: Chip, precision: str, runtime: str, input_tokens: int, output_tokens: int,
@@ -116,14 +128,19 @@ def _offline(config: LlmConfig, chip: Chip, precision: str, runtime: str, input_
     batch = limit if max_batch is None else min(limit, max_batch)
     p = predict_on_layout(config, chip, precision, runtime, "decode", batch, input_tokens, output_tokens, llm_step,
                           layout.devices, layout, **launch)
-    prefill_share = p.time_to_first_token_s / output_tokens
+    group = prefill_group(batch, output_tokens)
+    g = p if group == batch else first if group == 1 else predict_on_layout(
+        config, chip, precision, runtime, "decode", group, input_tokens, output_tokens, llm_step, layout.devices,
+        layout, **launch)
+    forwards = batch / (output_tokens * group)          # prefill forwards per iteration
+    prefill_share = g.time_to_first_token_s * forwards
     iteration = p.time_per_output_token_s + prefill_share
-    prefill_energy = p.prefill.energy_j * layout.tp if p.prefill is not None else 0.0
+    prefill_energy = g.prefill.energy_j * layout.tp * forwards if g.prefill is not None else 0.0
     return Serving(
         model=config.name, chip=p.chip, precision=precision, runtime=runtime, input_tokens=input_tokens,
         output_tokens=output_tokens, tp=layout.tp, dp=layout.dp, devices=layout.devices, batch=batch,
         kv_batch_limit=limit, max_batch=max_batch, tokens_per_s=layout.dp * batch / iteration, iteration_s=iteration,
-        decode_step_s=p.time_per_output_token_s, prefill_share_s=prefill_share,
-        energy_per_token_j=p.energy_per_token_j + prefill_energy / output_tokens / batch,
+        decode_step_s=p.time_per_output_token_s, prefill_share_s=prefill_share, prefill_group=group,
+        energy_per_token_j=p.energy_per_token_j + prefill_energy / batch,
         bottleneck=p.bottleneck, weight_bytes=p.weight_bytes, kv_bytes_per_token=p.kv_bytes_per_token,
         memory_capacity_bytes=p.memory_capacity_bytes)
