@@ -1,5 +1,7 @@
-"""A matrix-vector product's weight stream (an LLM's decode at batch 1 on a CPU): the roofline term
-by hand, the probe's arithmetic, the parameter's round trip and its place in a prediction."""
+"""A matrix-vector product's weight stream (an LLM's decode at batch 1 on a CPU), and a few-row
+GEMM's read and pack of the same weights (a decode at batch 2 and up): the roofline terms by hand,
+the probes' arithmetic, the parameters' round trip and their place in a prediction; and the
+in-network extra a CPU kernel kept on one core does not pay."""
 
 from __future__ import annotations
 
@@ -8,10 +10,10 @@ import dataclasses
 import pytest
 import torch
 
-from chipcal.measure.bandwidth import GemvRate
+from chipcal.measure.bandwidth import GemvRate, PackedRate
 from chipcal.measure.timing import Measurement
 from chipcal.model.estimate.prediction import predict
-from chipcal.model.estimate.roofline import gemv_stream_s
+from chipcal.model.estimate.roofline import gemv_stream_s, kernel_fixed_costs, packed_weight_s
 from chipcal.model.mapping.params import FamilyParams, default_params
 from chipcal.model.workload.characterization import characterize
 
@@ -67,3 +69,60 @@ def test_a_decode_gemv_is_predicted_at_the_measured_rate():
     gemm = predict(linear(8), xeon_chip, "fp32", params=params, runtime="eager", host_overhead_s=0.0)
     plain = predict(linear(8), xeon_chip, "fp32", params=default_params("cpu"), runtime="eager", host_overhead_s=0.0)
     assert gemm.latency_s == pytest.approx(plain.latency_s)
+
+
+def test_packed_term_by_hand():
+    """536,870,912 B at 9.6 GB/s: 55.9 ms, for 8 rows with the weights off chip and a measured rate;
+    a GEMV, weights on chip, or no rate: None (the DRAM stream and the pointwise pack price it)."""
+    params = dataclasses.replace(default_params("cpu"), packed_weight_bytes_per_s=9.6e9)
+    one, eight = gemm_subgraph(linear(1)), gemm_subgraph(linear(8))
+    assert packed_weight_s(eight, WEIGHT_BYTES, False, params) == pytest.approx(0.0559, rel=1e-3)
+    assert packed_weight_s(one, WEIGHT_BYTES, False, params) is None
+    assert packed_weight_s(eight, WEIGHT_BYTES, True, params) is None
+    assert packed_weight_s(eight, WEIGHT_BYTES, False, default_params("cpu")) is None
+
+
+def test_packed_probe_takes_the_arithmetic_out():
+    """33 ms at 8 rows, 51 ms at 32: 0.75 ms a row, so 27 ms of pass, 268,435,456 B / 0.027 s =
+    9.94 GB/s; timings that leave no pass give no rate."""
+    rate = PackedRate("two", 256 * 2**20, Measurement.from_samples([0.033] * 5), Measurement.from_samples([0.051] * 5))
+    assert rate.pack_s == pytest.approx(0.027) and rate.bytes_per_s == pytest.approx(268_435_456 / 0.027)
+    noisy = PackedRate("two", 256 * 2**20, Measurement.from_samples([0.01] * 5), Measurement.from_samples([0.05] * 5))
+    assert noisy.bytes_per_s is None
+
+
+def test_a_few_row_gemm_is_predicted_at_the_packed_rate():
+    """On the Xeon 8480+ (307 GB/s, 8 rows: ~1 GFLOP) the 537 MB pass at 10 GB/s, 53.7 ms, is nearly
+    all of the 8-row product; the one-row product does not pack, and the rate leaves it alone."""
+    from chipcal.model.registry import load_registry
+
+    xeon_chip = load_registry().get("xeon-platinum-8480-plus")
+    params = dataclasses.replace(default_params("cpu"), packed_weight_bytes_per_s=10e9)
+    packed = predict(linear(8), xeon_chip, "fp32", params=params, runtime="eager", host_overhead_s=0.0)
+    assert WEIGHT_BYTES / 10e9 <= packed.latency_s < 1.1 * WEIGHT_BYTES / 10e9
+    plain = [predict(linear(1), xeon_chip, "fp32", params=p, runtime="eager", host_overhead_s=0.0).latency_s
+             for p in (params, default_params("cpu"))]
+    assert plain[0] == pytest.approx(plain[1])
+
+
+def test_packed_rate_round_trips_with_the_parameters():
+    params = dataclasses.replace(default_params("cpu"), packed_weight_bytes_per_s=9.6e9)
+    assert FamilyParams.from_dict(params.to_dict()).packed_weight_bytes_per_s == 9.6e9
+    assert "packed_weight_bytes_per_s" not in default_params("cpu").to_dict()       # absent: None
+
+
+def test_a_cpu_kernel_on_one_core_pays_no_in_network_extra():
+    """switch 55 us, elementwise 3 us: on two cores 58 us, on one 3 us (it runs inline, below ATen's
+    grain); a GPU's host pays the switch whatever the kernel."""
+    from chipcal.model.registry import load_registry
+
+    registry = load_registry()
+    params = dataclasses.replace(default_params("cpu"), switch_overhead_s=55e-6,
+                                 overhead_s={**default_params("cpu").overhead_s, "elementwise": 3e-6})
+    cpu = registry.get("xeon-platinum-8480-plus")
+    assert kernel_fixed_costs(cpu, params, "elementwise", 2e9, cores=2) == (pytest.approx(58e-6), 0.0)
+    assert kernel_fixed_costs(cpu, params, "elementwise", 2e9, cores=1) == (pytest.approx(3e-6), 0.0)
+    gpu = registry.get("h100-sxm5")
+    gpu_params = dataclasses.replace(default_params("gpu"), switch_overhead_s=55e-6)
+    assert kernel_fixed_costs(gpu, gpu_params, "elementwise", 1.98e9, cores=1)[1] == pytest.approx(
+        gpu_params.overhead_s["elementwise"] + 55e-6)

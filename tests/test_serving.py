@@ -91,3 +91,22 @@ def test_cli_serves_offline(cli, tmp_path, monkeypatch, source):
         assert rc == 2 and says in err
     rc, _, err = cli(main, ["--model", "llama-3-8b", "--max-batch", "4"])
     assert rc == 2 and "--max-batch is for --scenario offline" in err
+
+
+def test_cli_serving_takes_the_calibration_and_host_cost(cli, tmp_path, monkeypatch):
+    """--scenario offline predicts with --calibration and --host-overhead-s as every LLM row does
+    (it once dropped both: a calibrated CPU served at its uncalibrated speed)."""
+    from chipcal.cli import predict
+    from chipcal.model.estimate import serving
+
+    seen = {}
+
+    def capture(*args, **kwargs):
+        seen.update(kwargs)
+        raise NoRoomForKvCache("captured")
+    monkeypatch.setattr(serving, "offline", capture)
+    rc, _, err = cli(lambda a: predict.main(a, prog="chipcal predict"),
+                     ["--model", write_config(tmp_path), "--hardware", "h100-sxm5", "--scenario", "offline",
+                      "--host-overhead-s", "7e-6"])
+    assert rc == 2 and "captured" in err
+    assert seen["host_overhead_s"] == 7e-6 and "calibration" in seen and seen["host_source"]

@@ -82,7 +82,8 @@ class FirstTouchSection(Record):
 
 @record
 class GemvSection(Record):
-    """A matrix-vector product streaming its weights from DRAM (measure.bandwidth.measure_gemv)."""
+    """A matrix-vector product streaming its weights from DRAM (measure.bandwidth.measure_gemv),
+    and a GEMM of a few rows reading and packing the same weights (measure_packed_gemm)."""
 
     bytes_per_s: float
     weight_bytes: int
@@ -90,7 +91,17 @@ class GemvSection(Record):
     median_s: float
     iqr_s: float
     n: int
+    # the packed GEMM (measure.bandwidth.PackedRate): its pass's weight bytes per second, its calls
+    # at 8 and at 32 rows; absent in runs before it was timed (None rate: the timings left no pass)
+    packed_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)
+    packed_shape: str | None = field(default=None, metadata=OMIT_NONE)
+    packed_median_s: float | None = field(default=None, metadata=OMIT_NONE)
+    packed_more_median_s: float | None = field(default=None, metadata=OMIT_NONE)
+    packed_n: int | None = field(default=None, metadata=OMIT_NONE)
 
     def charged_in(self, params: FamilyParams) -> FamilyParams:
-        """`params` pricing a matrix-vector product's weights at the measured rate (roofline.gemv_stream_s)."""
-        return dataclasses.replace(params, gemv_bytes_per_s=self.bytes_per_s)
+        """`params` pricing a matrix-vector product's weights at the measured rate
+        (roofline.gemv_stream_s), and a few-row GEMM's at the packed rate where it was timed
+        (roofline.packed_weight_s)."""
+        return dataclasses.replace(params, gemv_bytes_per_s=self.bytes_per_s,
+                                   packed_weight_bytes_per_s=self.packed_bytes_per_s)

@@ -302,13 +302,17 @@ def _first_touch(machine: Machine) -> dict:
 
 
 def _gemv(run: RunContext) -> dict:
-    """A matrix-vector product's weight stream from DRAM (measure.bandwidth.measure_gemv)."""
+    """A matrix-vector product's weight stream from DRAM, and a few-row GEMM's read and pack of the
+    same weights (measure.bandwidth.measure_gemv, measure_packed_gemm)."""
     from chipcal.measure import bandwidth as probe
 
-    rate = probe.measure_gemv(max_time_s=0.25 if run.config.smoke else 1.0)
+    budget = 0.25 if run.config.smoke else 1.0
+    rate, packed = probe.measure_gemv(max_time_s=budget), probe.measure_packed_gemm(max_time_s=budget)
     return {"bytes_per_s": rate.bytes_per_s, "weight_bytes": rate.weight_bytes, "shape": rate.shape,
-            "median_s": rate.latency.median_s,
-            "iqr_s": rate.latency.iqr_s, "n": rate.latency.n}
+            "median_s": rate.latency.median_s, "iqr_s": rate.latency.iqr_s, "n": rate.latency.n,
+            "packed_bytes_per_s": packed.bytes_per_s, "packed_shape": packed.shape,
+            "packed_median_s": packed.few.median_s, "packed_more_median_s": packed.more.median_s,
+            "packed_n": packed.few.n}
 
 
 def _layout() -> dict:

@@ -204,7 +204,8 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
     layout = parse_layout(args.layout, args.devices if args.devices != 1 else None) if args.layout else None
     devices = layout.devices if layout else args.devices
     if args.scenario:
-        return _run_serving(args, chips, source, devices, layout)
+        return _run_serving(args, chips, source, devices, layout, calibration=calibration, host_overhead_s=host_s,
+                            host_source=host_source)
     if args.max_batch is not None:
         raise UsageError("--max-batch is for --scenario offline")
     preds = predict_all_llm(args.model, chips, args.batch, args.precision or [LLM_PRECISION], request,
@@ -226,9 +227,10 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
     return 0
 
 
-def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSource, devices: int, layout) -> int:
+def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSource, devices: int, layout,
+                 **launch) -> int:
     """--scenario offline: continuous batching at saturation (estimate/serving.py), per model,
-    precision and chip."""
+    precision and chip; `launch`: the calibration and the host cost, as every LLM prediction takes them."""
     if args.batch != [1]:
         raise UsageError("--scenario offline chooses the running batch (the KV cache's bound, or --max-batch); "
                          "drop --batch")
@@ -236,7 +238,8 @@ def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSo
         raise UsageError("--scenario offline serves whole requests: drop --phase")
     runs = [serving.offline(load_llm_config(name), chip, precision, args.runtime or LLM_RUNTIME,
                             args.context or DEFAULT_CONTEXT, args.new_tokens or DEFAULT_NEW_TOKENS, source.llm_step,
-                            devices, layout, args.max_batch, framework=args.framework, fp32_mode=args.fp32_mode)
+                            devices, layout, args.max_batch, framework=args.framework, fp32_mode=args.fp32_mode,
+                            **launch)
             for name in args.model for precision in args.precision or [LLM_PRECISION] for chip in chips]
     records = [r.record() for r in runs]
     _priced(records, args.usd_per_hour, "usd_per_million_tokens", TOKENS_PER_QUOTE,

@@ -392,15 +392,58 @@ def measure_gemv(weight_bytes: int = 256 * 2**20, max_time_s: float = 1.0) -> Ge
     averages the two shapes' rates, which differ by up to ~30 % (2-vCPU Zen 4 VM: one 256 MiB wide
     matrix alone 15-18 GB/s from minute to minute, the pair 18.4-18.5). The weights are ones: the
     values do not change the time, and filling them draws no random numbers."""
+    return _linear_pair(1, weight_bytes, max_time_s)
+
+
+PACKED_ROWS = (8, 32)       # decodes at batch 8 and 32: a BLAS packs the weights at any batch from 2 up
+
+
+@dataclass(frozen=True)
+class PackedRate:
+    """A few-row GEMM reading and packing weights from DRAM (measure_packed_gemm): the same
+    weights at two row counts, whose difference is the arithmetic's."""
+
+    shape: str
+    weight_bytes: int
+    few: Measurement            # PACKED_ROWS[0] rows
+    more: Measurement           # PACKED_ROWS[1] rows
+
+    @property
+    def pack_s(self) -> float:
+        """The call less its arithmetic: T(r1) − r1 × (T(r2) − T(r1)) / (r2 − r1)."""
+        r1, r2 = PACKED_ROWS
+        return self.few.median_s - r1 * (self.more.median_s - self.few.median_s) / (r2 - r1)
+
+    @property
+    def bytes_per_s(self) -> float | None:
+        """Weight bytes per second of the read and pack; None when the two timings leave no time
+        for it (noise larger than the pass)."""
+        return self.weight_bytes / self.pack_s if self.pack_s > 0 else None
+
+
+def measure_packed_gemm(weight_bytes: int = 256 * 2**20, max_time_s: float = 1.0) -> PackedRate:
+    """Time one call = `F.linear` of 8 and of 32 fp32 rows by measure_gemv's wide and tall
+    matrices. With more than one row the BLAS reads the weights from DRAM and packs them into
+    panels, then runs its micro-kernel, one after the other; the arithmetic grows with the rows
+    and the pass does not, so two row counts separate them (2-vCPU Zen 4 VM, F.linear by a
+    64 MiB 2048 x 8192 matrix: 8.4 ms at 8 rows, 13.6 at 32, 18.8 at 64: ~7 ms of pass, 9-10 GB/s,
+    plus ~0.2 ms a row; one row, a GEMV, 3.6 ms; roofline.packed_weight_s)."""
+    few, more = (_linear_pair(rows, weight_bytes, max_time_s / 2) for rows in PACKED_ROWS)
+    return PackedRate(few.shape, few.weight_bytes, few.latency, more.latency)
+
+
+def _linear_pair(rows: int, weight_bytes: int, max_time_s: float) -> GemvRate:
+    """`rows` fp32 rows through a wide (N x 2048) and a tall (2048 x N) matrix of ones, half of
+    `weight_bytes` each, timed as one call."""
     import torch
 
     linear = torch.nn.functional.linear
     n = weight_bytes // (2 * 4 * GEMV_HIDDEN)
     wide, tall = torch.ones(n, GEMV_HIDDEN), torch.ones(GEMV_HIDDEN, n)
-    x, y = torch.ones(1, GEMV_HIDDEN), torch.ones(1, n)
+    x, y = torch.ones(rows, GEMV_HIDDEN), torch.ones(rows, n)
     with torch.inference_mode():
         latency = time_callable(lambda: (linear(x, wide), linear(y, tall)), max_time_s=max_time_s, min_samples=5)
-    return GemvRate(f"1x{GEMV_HIDDEN} by {n}x{GEMV_HIDDEN} and 1x{n} by {GEMV_HIDDEN}x{n}, fp32 (F.linear)",
+    return GemvRate(f"{rows}x{GEMV_HIDDEN} by {n}x{GEMV_HIDDEN} and {rows}x{n} by {GEMV_HIDDEN}x{n}, fp32 (F.linear)",
                     2 * n * GEMV_HIDDEN * 4, latency)
 
 

@@ -159,6 +159,12 @@ def _validation_text(doc: CalibrationDocument) -> str:
         lines.append(f"A matrix-vector product's weight stream (measure.bandwidth.measure_gemv, {doc.gemv.shape}): "
                      f"{doc.gemv.bytes_per_s / 1e9:.1f} GB/s (median of {doc.gemv.n} calls of "
                      f"{doc.gemv.median_s * 1e3:.2f} ms), the rate at which an LLM's decode at batch 1 reads its weights.")
+    if doc.gemv and doc.gemv.packed_bytes_per_s:
+        lines.append(f"A few-row GEMM's read and pack of the same weights (measure.bandwidth.measure_packed_gemm, "
+                     f"{doc.gemv.packed_shape}, and 32 rows): {doc.gemv.packed_bytes_per_s / 1e9:.1f} GB/s (calls of "
+                     f"{doc.gemv.packed_median_s * 1e3:.2f} and {doc.gemv.packed_more_median_s * 1e3:.2f} ms, medians "
+                     f"of {doc.gemv.packed_n}, less their arithmetic), the rate at which a decode at batch 2 and "
+                     "up reads its weights before its arithmetic.")
     return "\n".join(lines)
 
 

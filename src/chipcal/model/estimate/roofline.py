@@ -55,6 +55,15 @@
                    two threads: F.linear of 1 x 2048 by 8192 x 2048 fp32, 67 MB, 18-23 GB/s; gpt2's
                    768 -> 50257 head 12.5 GB/s; the triad 48 GB/s), and an LLM's decode at batch 1
                    is such products; measured by calibration (measure.bandwidth.measure_gemv)
+    weight pass of a GEMM with more than one row, weights not on chip, where the parameters have a
+                   packed_weight_bytes_per_s: weight bytes / that rate, in place of the pointwise
+                   pack, and the memory term then holds the other operands only: the BLAS reads
+                   such weights from DRAM into its packed panels at that rate, serial with the
+                   arithmetic (2-vCPU Zen 4 VM, two threads, F.linear by 2048 x 8192 fp32, 64 MiB:
+                   one row 3.6 ms; 2, 8 and 16 rows 7.2, 8.4 and 10.1 ms; 32, 64 and 128 rows 13.6,
+                   18.8 and 32.6 ms, i.e. ~8 ms plus the arithmetic; gpt2's decode step 37 ms at
+                   batch 1 and 77 ms at batch 8); measured by calibration
+                   (measure.bandwidth.measure_packed_gemm)
     bottleneck   = overhead if overhead ≥ max(compute, memory), else the larger of the two
     (a convolution's bytes include the runtime's layout reorders, layout_passes: mapping.base.traffic)
 
@@ -268,6 +277,16 @@ def gemv_stream_s(subgraph, weight_bytes: float, weights_on_chip: bool, params: 
     return weight_bytes / params.gemv_bytes_per_s
 
 
+def packed_weight_s(subgraph, weight_bytes: float, weights_on_chip: bool, params: FamilyParams) -> float | None:
+    """Time a GEMM with more than one row takes to read and pack weights that are not on chip
+    (module docstring, weight pass); None for other kernels, weights held on chip, and where the
+    parameters have no packed rate (the DRAM stream and weight_layout_s price them)."""
+    packs = subgraph.op_class == "matmul" and subgraph.gemm is not None and subgraph.gemm.m > 1
+    if not packs or not weight_bytes or weights_on_chip or not params.packed_weight_bytes_per_s:
+        return None
+    return weight_bytes / params.packed_weight_bytes_per_s
+
+
 def weight_layout_s(subgraph, weight_bytes: float, params: FamilyParams) -> float:
     """Per-call weight reorder of a convolution, or pack of a GEMM's weight operand (module
     docstring), `weight_bytes` at the precision's element size; 0 for other ops, for a
@@ -282,14 +301,21 @@ def weight_layout_s(subgraph, weight_bytes: float, params: FamilyParams) -> floa
     return weight_bytes / rate if rate else 0.0
 
 
-def kernel_fixed_costs(chip: Chip, params: FamilyParams, op_class: str, engine_clock_hz: float) -> tuple[float, float]:
+def kernel_fixed_costs(chip: Chip, params: FamilyParams, op_class: str, engine_clock_hz: float,
+                       cores: int = 2) -> tuple[float, float]:
     """(device, host issue) seconds every kernel of `op_class` pays besides its work (module
     docstring, `overhead`). A GPU's class cost and its in-network extra (switch_overhead_s) are
     the eager host's: the chains that fit the extra on the H100 were host-bound, their kernels
     waiting on the host, so it is charged where they paid it; the device keeps overhead_cycles.
-    Elsewhere all of it is the kernel's own time."""
+    Elsewhere all of it is the kernel's own time. On a CPU the in-network extra is the thread
+    pool's (its threads re-woken, their caches cold): a kernel the mapper keeps on one core
+    (`cores` 1: fewer elements than ATen's grain, mapping/cpu.py) runs inline on the calling
+    thread and pays none of it (2-vCPU Zen 4 VM, a 4-layer 512-wide Llama's decode at batch 8: its
+    99 elementwise kernels of 4,096 elements took ~3 us each inside the step, against a fitted
+    extra of 55 us per kernel)."""
     cycles = params.overhead_cycles / engine_clock_hz
-    fixed = params.overhead_s[op_class] + params.switch_overhead_s
+    pooled = chip.kind != "cpu" or cores > 1
+    fixed = params.overhead_s[op_class] + (params.switch_overhead_s if pooled else 0.0)
     if chip.kind == HOST_ISSUED_CLASS_COSTS:
         return cycles, fixed
     return fixed + cycles, 0.0
@@ -353,12 +379,16 @@ def _kernel_time(subgraph, chip: Chip, alloc, engine, params: FamilyParams, ctx:
     """Every time term of one subgraph (module docstring: latency); a subgraph that launches no
     kernel pays no fixed cost, first touch or weight reorder."""
     eff, throughput, compute = _compute_terms(subgraph, alloc, engine, params, flop)
-    memory = memory_time_s(alloc.dram_bytes, alloc.onchip_bytes, ctx.bandwidth_bytes_per_s, params)
+    packed = packed_weight_s(subgraph, weights, weights_on_chip, params)
+    streamed = 0.0 if packed is None else min(weights, alloc.dram_bytes)     # the pack reads those
+    memory = memory_time_s(alloc.dram_bytes - streamed, max(0.0, alloc.onchip_bytes - streamed),
+                           ctx.bandwidth_bytes_per_s, params)
     kernel = flop > 0 or alloc.onchip_bytes > 0
-    overhead, host_issue = kernel_fixed_costs(chip, params, subgraph.op_class, engine.clock_hz) if kernel else (0.0, 0.0)
+    overhead, host_issue = (kernel_fixed_costs(chip, params, subgraph.op_class, engine.clock_hz, alloc.units_allocated)
+                            if kernel else (0.0, 0.0))
     memory = max(memory, gemv_stream_s(subgraph, weights, weights_on_chip, params))
     memory += first_touch_s(subgraph.output_bytes * s_out, params) if kernel else 0.0
-    reorder = weight_layout_s(subgraph, weights, params) if kernel else 0.0
+    reorder = (weight_layout_s(subgraph, weights, params) if packed is None else packed) if kernel else 0.0
     streams = _serial_streams_s(subgraph, chip, alloc, params, ctx, weights, weights_on_chip)
     work = (max(compute, memory) if streams is None else max(compute + streams, memory)) + reorder
     return _KernelTime(launches=kernel, class_efficiency=eff, throughput_s=throughput, compute_s=compute,

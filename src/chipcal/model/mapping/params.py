@@ -49,6 +49,14 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
                            None: the DRAM rate (bandwidth × bandwidth_efficiency). On a CPU a BLAS
                            GEMV reads far below a streaming kernel's rate (here ~19 against 48 GB/s);
                            a CPU calibration measures it (measure.bandwidth.measure_gemv)
+    packed_weight_bytes_per_s
+                           rate (weight bytes per second) at which a GEMM with a few rows (2 or more:
+                           an LLM's decode at batch > 1) reads and packs weights that are not on chip,
+                           the DRAM read and the BLAS's panel packing together, serial with its
+                           arithmetic; None: the DRAM stream and the pointwise pack rate price them.
+                           A CPU BLAS packs straight from DRAM far below either (2-vCPU Zen 4 VM:
+                           8-11 GB/s at 2 to 16 rows against a GEMV's 19 and a triad's 48); a CPU
+                           calibration measures it (measure.bandwidth.measure_packed_gemm)
     weight_layout_bytes_per_s, pointwise_weight_layout_bytes_per_s
                            rate (weight bytes per second) at which the runtime reorders a k x k (k > 1)
                            or a 1x1 convolution's weights into the kernel's layout before every call,
@@ -148,6 +156,7 @@ class FamilyParams:
     # first write into a freshly mapped buffer (page faults), bytes/s; None: not charged
     first_touch_bytes_per_s: float | None = None
     gemv_bytes_per_s: float | None = None
+    packed_weight_bytes_per_s: float | None = None
     fresh_allocation_bytes: float = FRESH_ALLOCATION_BYTES
     layout_passes: float = 0.0
     network_memory_factor: float = 1.0
@@ -192,7 +201,8 @@ class FamilyParams:
                            _number("network_memory_factor", self.network_memory_factor, allow_zero=False))
         object.__setattr__(self, "k_loop_cycles_per_byte",
                            _number("k_loop_cycles_per_byte", self.k_loop_cycles_per_byte, allow_zero=True))
-        for name in ("weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s", "gemv_bytes_per_s"):
+        for name in ("weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s", "gemv_bytes_per_s",
+                     "packed_weight_bytes_per_s"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _number(name, getattr(self, name), allow_zero=False))
 
@@ -240,7 +250,8 @@ class FamilyParams:
             **({"k_loop_cycles_per_byte": self.k_loop_cycles_per_byte}                 # absent: 0
                if self.k_loop_cycles_per_byte else {}),
             **{name: getattr(self, name) for name in ("weight_layout_bytes_per_s",      # absent: None
-                                                      "pointwise_weight_layout_bytes_per_s", "gemv_bytes_per_s")
+                                                      "pointwise_weight_layout_bytes_per_s", "gemv_bytes_per_s",
+                                                      "packed_weight_bytes_per_s")
                if getattr(self, name) is not None},
             **({"tensor_efficiency": dict(self.tensor_efficiency)}                     # absent: None
                if self.tensor_efficiency is not None else {}),
@@ -260,7 +271,8 @@ class FamilyParams:
                                       "first_touch_bytes_per_s", "fresh_allocation_bytes", "layout_passes",
                                       "network_memory_factor", "k_loop_cycles_per_byte",
                                       "weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s",
-                                      "gemv_bytes_per_s", "tensor_efficiency", "host_call_s")
+                                      "gemv_bytes_per_s", "packed_weight_bytes_per_s", "tensor_efficiency",
+                                      "host_call_s")
                     if k in d}
         return cls(**{k: d[k] for k in keys}, **optional)
 
