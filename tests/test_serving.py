@@ -90,7 +90,7 @@ def test_cli_serves_offline(cli, tmp_path, monkeypatch, source):
         rc, _, err = cli(main, [*argv, *extra])
         assert rc == 2 and says in err
     rc, _, err = cli(main, ["--model", "llama-3-8b", "--max-batch", "4"])
-    assert rc == 2 and "--max-batch is for --scenario offline" in err
+    assert rc == 2 and "--max-batch, --ttft-s and --tpot-s are for --scenario offline or server" in err
 
 
 def test_cli_serving_takes_the_calibration_and_host_cost(cli, tmp_path, monkeypatch):

@@ -41,7 +41,7 @@ from chipcal.cli.common import (
 )
 from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.chip import Chip
-from chipcal.model.estimate import serving
+from chipcal.model.estimate import server, serving
 from chipcal.model.estimate.cost import INFERENCES_PER_QUOTE, TOKENS_PER_QUOTE, usd_per_units
 from chipcal.model.estimate.grid import LlmRequest, opportunities_all, predict_all, predict_all_llm
 from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, FRAMEWORKS
@@ -146,10 +146,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="LLMs: devices serving the model (default 1): tensor-parallel shards joined by "
                         "all-reduces over the chip's interconnect, the rest replicas; the layout a serving "
                         "engine would pick unless --layout forces one (docs/llm.md)")
-    p.add_argument("--scenario", choices=("offline",),
+    p.add_argument("--scenario", choices=("offline", "server"),
                    help="LLMs: offline = continuous batching at saturation, output tokens/s of requests of "
                         "--context prompt and --new-tokens generated tokens on average; the running batch is "
-                        "what the KV cache holds (docs/llm.md)")
+                        "what the KV cache holds; server = the highest Poisson load whose p99 TTFT and TPOT "
+                        "meet --ttft-s and --tpot-s (docs/llm.md)")
+    p.add_argument("--ttft-s", type=positive_float, metavar="S",
+                   help="--scenario server: the p99 time-to-first-token limit (MLPerf llama2-70b: 2)")
+    p.add_argument("--tpot-s", type=positive_float, metavar="S",
+                   help="--scenario server: the p99 time-per-output-token limit (MLPerf llama2-70b: 0.2)")
     p.add_argument("--max-batch", type=at_most(positive_int, 1 << 20), metavar="B",
                    help="with --scenario: the engine's cap on running sequences (vLLM max_num_seqs); default none")
     p.add_argument("--layout", metavar="tp=N[,dp=M]",
@@ -206,8 +211,8 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
     if args.scenario:
         return _run_serving(args, chips, source, devices, layout, calibration=calibration, host_overhead_s=host_s,
                             host_source=host_source)
-    if args.max_batch is not None:
-        raise UsageError("--max-batch is for --scenario offline")
+    if args.max_batch is not None or args.ttft_s or args.tpot_s:
+        raise UsageError("--max-batch, --ttft-s and --tpot-s are for --scenario offline or server")
     preds = predict_all_llm(args.model, chips, args.batch, args.precision or [LLM_PRECISION], request,
                             source.llm_step, calibration, host_s, devices, layout, host_source=host_source,
                             framework=args.framework, fp32_mode=args.fp32_mode)
@@ -229,17 +234,23 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
 
 def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSource, devices: int, layout,
                  **launch) -> int:
-    """--scenario offline: continuous batching at saturation (estimate/serving.py), per model,
-    precision and chip; `launch`: the calibration and the host cost, as every LLM prediction takes them."""
+    """--scenario offline: continuous batching at saturation (estimate/serving.py); server: the
+    highest load within the latency limits (estimate/server.py); per model, precision and chip.
+    `launch`: the calibration and the host cost, as every LLM prediction takes them."""
     if args.batch != [1]:
-        raise UsageError("--scenario offline chooses the running batch (the KV cache's bound, or --max-batch); "
-                         "drop --batch")
+        raise UsageError(f"--scenario {args.scenario} chooses the running batch (within the KV cache's bound and "
+                         "--max-batch); drop --batch")
     if args.phase == "prefill":
-        raise UsageError("--scenario offline serves whole requests: drop --phase")
-    runs = [serving.offline(load_llm_config(name), chip, precision, args.runtime or LLM_RUNTIME,
-                            args.context or DEFAULT_CONTEXT, args.new_tokens or DEFAULT_NEW_TOKENS, source.llm_step,
-                            devices, layout, args.max_batch, framework=args.framework, fp32_mode=args.fp32_mode,
-                            **launch)
+        raise UsageError(f"--scenario {args.scenario} serves whole requests: drop --phase")
+    limits = (args.ttft_s, args.tpot_s)
+    if (args.scenario == "server") != all(limits) or (args.scenario == "offline" and any(limits)):
+        raise UsageError("--scenario server takes both --ttft-s and --tpot-s; offline neither")
+    request = (args.runtime or LLM_RUNTIME, args.context or DEFAULT_CONTEXT, args.new_tokens or DEFAULT_NEW_TOKENS,
+               source.llm_step)
+    launch |= {"framework": args.framework, "fp32_mode": args.fp32_mode}
+    runs = [server.server(load_llm_config(name), chip, precision, *request, *limits, devices, layout, args.max_batch,
+                          **launch) if args.scenario == "server" else
+            serving.offline(load_llm_config(name), chip, precision, *request, devices, layout, args.max_batch, **launch)
             for name in args.model for precision in args.precision or [LLM_PRECISION] for chip in chips]
     records = [r.record() for r in runs]
     _priced(records, args.usd_per_hour, "usd_per_million_tokens", TOKENS_PER_QUOTE,
@@ -249,8 +260,9 @@ def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSo
     if args.json:
         print_json(records)
         return 0
-    print_table(llm_predictions.serving_rows(runs))
-    print(llm_predictions.SERVING_LEGEND)
+    limited = args.scenario == "server"
+    print_table((llm_predictions.server_rows if limited else llm_predictions.serving_rows)(runs))
+    print(llm_predictions.SERVER_LEGEND if limited else llm_predictions.SERVING_LEGEND)
     _print_cost(records, "tokens_per_s", "usd_per_million_tokens", "$/M tokens")
     return 0
 
@@ -283,7 +295,8 @@ def _check_model_args(args: argparse.Namespace, precisions: list[str]) -> None:
     """The LLM-only options and --autocast's precisions, for a model that is not an LLM."""
     for flag, value in (("--phase", args.phase), ("--context", args.context), ("--new-tokens", args.new_tokens),
                         ("--devices", args.devices if args.devices != 1 else None), ("--layout", args.layout),
-                        ("--scenario", args.scenario), ("--max-batch", args.max_batch)):
+                        ("--scenario", args.scenario), ("--max-batch", args.max_batch), ("--ttft-s", args.ttft_s),
+                        ("--tpot-s", args.tpot_s)):
         if value is not None:
             raise UsageError(f"{flag} is for LLMs; {', '.join(args.model)} is not one")
     if args.autocast and any(p not in AUTOCAST_PRECISIONS for p in precisions):

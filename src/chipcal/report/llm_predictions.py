@@ -93,6 +93,24 @@ SERVING_LEGEND = ("offline: continuous batching at saturation. tok/s: output tok
                   "token over all devices")
 
 
+SERVER_LEGEND = ("server: the highest Poisson load whose p99 TTFT and TPOT meet the limits. slots: the engine's "
+                 "cap on running sequences per replica (the best of powers of two up to the KV cache's bound); "
+                 "occ: mean running / slots; q/s and tok/s: queries and output tokens per second of every replica; "
+                 "TTFT_p99: the wait for a slot (M/M/c) + one iteration + a group's prefill; TPOT: an iteration "
+                 "with the slots full; J/token: energy per output token over all devices")
+
+
+def server_rows(runs: Sequence) -> list[dict]:
+    """One row per latency-limited prediction (estimate/server.ServerLoad)."""
+    return [{"model": r.model, "chip": r.chip, "prec": r.precision, "in+out": f"{r.input_tokens}+{r.output_tokens}",
+             "layout": f"tp={r.tp},dp={r.dp}", "slots": r.slots, "occ": f"{r.occupancy:.0%}",
+             "q/s": f"{r.queries_per_s:.4g}", "tok/s": _rate(r.tokens_per_s),
+             "TTFT_p99_ms": f"{r.ttft_p99_s * 1e3:.4g}", "TPOT_ms": f"{r.tpot_s * 1e3:.4g}",
+             "limits_ms": f"{r.ttft_limit_s * 1e3:g}/{r.tpot_limit_s * 1e3:g}", "bound": r.bottleneck,
+             "J/token": f"{r.energy_per_token_j:.3g}"}
+            for r in runs]
+
+
 def serving_rows(runs: Sequence) -> list[dict]:
     """One row per continuous-batching prediction (estimate/serving.Serving)."""
     return [{"model": r.model, "chip": r.chip, "prec": r.precision, "in+out": f"{r.input_tokens}+{r.output_tokens}",

@@ -103,13 +103,13 @@ def offline(config: LlmConfig, chip: Chip, precision: str, runtime: str, input_t
     layout of most tokens/s among those parallel.layouts allows (more shards leave more KV-cache
     room per replica, fewer replicas); NoRoomForKvCache where no layout fits one sequence."""
     if layout is not None:
-        return _offline(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, layout, max_batch,
-                        launch)
+        return Engine(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, layout, launch
+                      ).saturated(max_batch)
     found, why = [], None
     for candidate in layouts(devices, config.heads, chip):
         try:
-            found.append(_offline(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, candidate,
-                                  max_batch, launch))
+            found.append(Engine(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, candidate,
+                                launch).saturated(max_batch))
         except (NoRoomForKvCache, LayoutError, LlmConfigError) as exc:
             why = exc
     if not found:
@@ -117,30 +117,48 @@ def offline(config: LlmConfig, chip: Chip, precision: str, runtime: str, input_t
     return max(found, key=lambda s: s.tokens_per_s)
 
 
-def _offline(config: LlmConfig, chip: Chip, precision: str, runtime: str, input_tokens: int, output_tokens: int,
-             llm_step: Callable[[StepKey], LlmStep], layout: Layout, max_batch: int | None, launch: dict) -> Serving:
-    first = predict_on_layout(config, chip, precision, runtime, "decode", 1, input_tokens, output_tokens, llm_step,
-                              layout.devices, layout, **launch)
-    limit = kv_batch_limit(first, input_tokens, output_tokens) if first.supported else 0
-    if limit < 1:
-        raise NoRoomForKvCache(f"{config.name} on {first.chip} (tp={layout.tp}): weights and activations leave "
-                               f"no KV-cache room for one sequence of {input_tokens}+{output_tokens} tokens")
-    batch = limit if max_batch is None else min(limit, max_batch)
-    p = predict_on_layout(config, chip, precision, runtime, "decode", batch, input_tokens, output_tokens, llm_step,
-                          layout.devices, layout, **launch)
-    group = prefill_group(batch, output_tokens)
-    g = p if group == batch else first if group == 1 else predict_on_layout(
-        config, chip, precision, runtime, "decode", group, input_tokens, output_tokens, llm_step, layout.devices,
-        layout, **launch)
-    forwards = batch / (output_tokens * group)          # prefill forwards per iteration
-    prefill_share = g.time_to_first_token_s * forwards
-    iteration = p.time_per_output_token_s + prefill_share
-    prefill_energy = g.prefill.energy_j * layout.tp * forwards if g.prefill is not None else 0.0
-    return Serving(
-        model=config.name, chip=p.chip, precision=precision, runtime=runtime, input_tokens=input_tokens,
-        output_tokens=output_tokens, tp=layout.tp, dp=layout.dp, devices=layout.devices, batch=batch,
-        kv_batch_limit=limit, max_batch=max_batch, tokens_per_s=layout.dp * batch / iteration, iteration_s=iteration,
-        decode_step_s=p.time_per_output_token_s, prefill_share_s=prefill_share, prefill_group=group,
-        energy_per_token_j=p.energy_per_token_j + prefill_energy / batch,
-        bottleneck=p.bottleneck, weight_bytes=p.weight_bytes, kv_bytes_per_token=p.kv_bytes_per_token,
-        memory_capacity_bytes=p.memory_capacity_bytes)
+class Engine:
+    """One layout's serving engine for requests of `input_tokens` + `output_tokens`: its
+    predictions by running batch, each made once (a server search asks for the same batches
+    again), and the engine saturated at a cap on its running sequences."""
+
+    def __init__(self, config: LlmConfig, chip: Chip, precision: str, runtime: str, input_tokens: int,
+                 output_tokens: int, llm_step: Callable[[StepKey], LlmStep], layout: Layout, launch: dict):
+        self.config, self.chip, self.precision, self.runtime = config, chip, precision, runtime
+        self.input_tokens, self.output_tokens, self.llm_step = input_tokens, output_tokens, llm_step
+        self.layout, self.launch = layout, launch
+        self._predictions: dict[int, LlmPrediction] = {}
+
+    def predicted(self, batch: int) -> LlmPrediction:
+        """The decode request at `batch` on the layout (prefill and decode step), once per batch."""
+        if batch not in self._predictions:
+            self._predictions[batch] = predict_on_layout(
+                self.config, self.chip, self.precision, self.runtime, "decode", batch, self.input_tokens,
+                self.output_tokens, self.llm_step, self.layout.devices, self.layout, **self.launch)
+        return self._predictions[batch]
+
+    def saturated(self, max_batch: int | None) -> Serving:
+        """The engine at saturation with at most `max_batch` running (None: the KV cache's bound)."""
+        first, layout, output_tokens = self.predicted(1), self.layout, self.output_tokens
+        limit = kv_batch_limit(first, self.input_tokens, output_tokens) if first.supported else 0
+        if limit < 1:
+            raise NoRoomForKvCache(f"{self.config.name} on {first.chip} (tp={layout.tp}): weights and activations "
+                                   f"leave no KV-cache room for one sequence of {self.input_tokens}+{output_tokens} "
+                                   "tokens")
+        batch = limit if max_batch is None else min(limit, max_batch)
+        p = self.predicted(batch)
+        group = prefill_group(batch, output_tokens)
+        g = self.predicted(group)
+        forwards = batch / (output_tokens * group)          # prefill forwards per iteration
+        prefill_share = g.time_to_first_token_s * forwards
+        iteration = p.time_per_output_token_s + prefill_share
+        prefill_energy = g.prefill.energy_j * layout.tp * forwards if g.prefill is not None else 0.0
+        return Serving(
+            model=self.config.name, chip=p.chip, precision=self.precision, runtime=self.runtime,
+            input_tokens=self.input_tokens, output_tokens=output_tokens, tp=layout.tp, dp=layout.dp,
+            devices=layout.devices, batch=batch, kv_batch_limit=limit, max_batch=max_batch,
+            tokens_per_s=layout.dp * batch / iteration, iteration_s=iteration, decode_step_s=p.time_per_output_token_s,
+            prefill_share_s=prefill_share, prefill_group=group,
+            energy_per_token_j=p.energy_per_token_j + prefill_energy / batch, bottleneck=p.bottleneck,
+            weight_bytes=p.weight_bytes, kv_bytes_per_token=p.kv_bytes_per_token,
+            memory_capacity_bytes=p.memory_capacity_bytes)

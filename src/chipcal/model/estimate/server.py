@@ -1,0 +1,195 @@
+"""An LLM served under latency limits (MLPerf's Server scenario): the highest Poisson load of
+requests whose p99 time to first token and time per output token meet the limits, on a layout
+of devices (estimate/serving.py serves the same engine at saturation).
+
+MLPerf's LoadGen issues Server queries as a Poisson process and requires the 99th percentiles of
+TTFT and TPOT to meet the benchmark's limits (mlperf.conf: llama2-70b 2 s and 200 ms). The engine
+caps the sequences it runs at `slots` and admits a waiting request when one finishes. So each
+device replica is a queue of `slots` servers, each busy for one request's generation:
+
+    iteration(c)   = serving at saturation with c slots (serving.offline, max_batch c): the decode
+                     step of c sequences plus their prefills' share
+    TPOT           = iteration(c): a request's time per output token is the mean iteration over its
+                     life, taken at full occupancy (the p99 request ran with the slots full)
+    service_s      = output_tokens x iteration(c), a slot's hold per request (rate mu = 1 / service_s)
+    wait for a slot: M/M/c (Erlang C): P(W > t) = C(c, a) exp(-(c mu - lambda) t), a = lambda / mu,
+                     so W99 = ln(C(c, a) / 0.01) / (c mu - lambda) where C(c, a) > 0.01, else 0
+    TTFT99         = W99 + iteration(c) (the running iteration ends first) + the prefill of one
+                     group of prompts (serving.prefill_group)
+    lambda(c)      = the highest arrival rate per replica with TTFT99 <= ttft_s (bisection: W99
+                     grows with lambda), where TPOT <= tpot_s and the fixed part fits ttft_s
+    tokens_per_s   = dp x lambda(c) x output_tokens
+
+The slots c: the engine is predicted with 1 slot and with all it can hold (the KV cache's bound,
+at most `max_batch`); the iteration is taken as affine in c between the two (a decode step reads
+the weights once and each sequence's KV cache and activations) to find the c of most tokens/s
+within the limits (GUESS_POINTS counts, geometrically spaced), and that c is predicted exactly (stepping down by a tenth while the exact
+prediction misses a limit). The best of the exact predictions, and of the layouts, wins. Exponential service times (M/M/c) overstate
+the spread of generation lengths a little: the wait is the conservative side. Energy per output
+token is the saturated engine's at c slots.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from chipcal.model.chip import Chip
+from chipcal.model.errors import ChipcalError
+from chipcal.model.estimate.parallel import Layout, LayoutError, layouts
+from chipcal.model.estimate.serving import Engine, NoRoomForKvCache, Serving
+from chipcal.model.workload.llm_config import LlmConfig, LlmConfigError, StepKey
+from chipcal.model.workload.types import LlmStep
+
+PERCENTILE_TAIL = 0.01          # p99: the tail probability both limits are read at
+GUESS_POINTS = 200              # slot counts tried between 1 and the KV bound, geometrically spaced
+
+
+class LimitsUnmet(ChipcalError, ValueError):
+    """No number of slots meets the TPOT and TTFT limits on any layout."""
+
+
+@dataclass(frozen=True)
+class ServerLoad:
+    """The highest load that meets the limits (module docstring), SI units."""
+
+    model: str
+    chip: str
+    precision: str
+    runtime: str
+    input_tokens: int
+    output_tokens: int
+    ttft_limit_s: float
+    tpot_limit_s: float
+    tp: int
+    dp: int
+    devices: int
+    slots: int                       # the engine's cap on running sequences per replica
+    queries_per_s: float             # all replicas
+    tokens_per_s: float              # output tokens, all replicas
+    occupancy: float                 # mean running sequences / slots
+    ttft_p99_s: float
+    tpot_s: float
+    wait_p99_s: float                # for a free slot
+    energy_per_token_j: float
+    bottleneck: str
+
+    def record(self) -> dict:
+        return asdict(self)
+
+
+def erlang_c(servers: int, offered: float) -> float:
+    """Probability that an arrival waits in an M/M/c queue of `servers` at `offered` load (a =
+    lambda / mu < servers), by the Erlang B recursion B(k) = a B(k-1) / (k + a B(k-1)), then
+    C = c B / (c - a (1 - B)) (stable for thousands of servers)."""
+    if offered >= servers:
+        return 1.0
+    b = 1.0
+    for k in range(1, servers + 1):
+        b = offered * b / (k + offered * b)
+    return servers * b / (servers - offered * (1.0 - b))
+
+
+def wait_p99_s(servers: int, service_s: float, rate: float) -> float:
+    """The 99th percentile of the wait for a slot (module docstring); inf at or above capacity."""
+    capacity = servers / service_s
+    if rate >= capacity:
+        return math.inf
+    waits = erlang_c(servers, rate * service_s)
+    return 0.0 if waits <= PERCENTILE_TAIL else math.log(waits / PERCENTILE_TAIL) / (capacity - rate)
+
+
+def highest_rate(servers: int, service_s: float, budget_s: float, steps: int = 60) -> float:
+    """The highest arrival rate whose p99 wait fits `budget_s` (0 if none), by bisection below capacity."""
+    if budget_s < 0:
+        return 0.0
+    low, high = 0.0, servers / service_s
+    for _ in range(steps):
+        mid = (low + high) / 2
+        low, high = (mid, high) if wait_p99_s(servers, service_s, mid) <= budget_s else (low, mid)
+    return low
+
+
+def guessed_slots(first: Serving, full: Serving, ttft_s: float, tpot_s: float) -> int | None:
+    """The slot count of most tokens/s within the limits, with the iteration and a group's prefill
+    affine in c between the engine's predictions at 1 slot (`first`) and at its fullest (`full`);
+    None where no count meets them."""
+    top = full.batch
+
+    def affine(c: int, at_one: float, at_top: float) -> float:
+        return at_one if top == 1 else at_one + (at_top - at_one) * (c - 1) / (top - 1)
+
+    best, best_rate = None, 0.0
+    for c in sorted({max(1, round(top ** (i / GUESS_POINTS))) for i in range(GUESS_POINTS + 1)}):
+        iteration = affine(c, first.iteration_s, full.iteration_s)
+        fixed = iteration + affine(c, _group_prefill_s(first), _group_prefill_s(full))
+        if iteration > tpot_s or fixed > ttft_s:
+            continue
+        rate = highest_rate(c, first.output_tokens * iteration, ttft_s - fixed)
+        if rate > best_rate:
+            best, best_rate = c, rate
+    return best
+
+
+def _group_prefill_s(s: Serving) -> float:
+    """One prefill forward of the engine `s`: its share per iteration x iterations per forward."""
+    return s.prefill_share_s * s.output_tokens * s.prefill_group / s.batch
+
+
+def server(config: LlmConfig, chip: Chip, precision: str, runtime: str, input_tokens: int, output_tokens: int,
+           llm_step: Callable[[StepKey], LlmStep], ttft_s: float, tpot_s: float, devices: int = 1,
+           layout: Layout | None = None, max_batch: int | None = None, **launch) -> ServerLoad:
+    """The highest load meeting both limits (module docstring) in `layout`, or in the layout of
+    most tokens/s among those parallel.layouts allows; LimitsUnmet where none meets them."""
+    candidates = [layout] if layout is not None else list(layouts(devices, config.heads, chip))
+    found, why = [], None
+    for candidate in candidates:
+        try:
+            found.append(_best_slots(config, chip, precision, runtime, input_tokens, output_tokens, llm_step,
+                                     ttft_s, tpot_s, candidate, max_batch, launch))
+        except (NoRoomForKvCache, LayoutError, LlmConfigError, LimitsUnmet) as exc:
+            why = exc
+    if not found:
+        raise why or LimitsUnmet(f"{config.name} on {chip.name}: no layout of {devices} devices")
+    return max(found, key=lambda s: s.tokens_per_s)
+
+
+def _best_slots(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, ttft_s, tpot_s,
+                layout: Layout, max_batch, launch) -> ServerLoad:
+    """The slot count of most tokens/s that meets the limits in `layout` (module docstring)."""
+    saturated = Engine(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, layout,
+                       launch).saturated
+    first, full = saturated(1), saturated(max_batch)
+    loads = [_load(first, ttft_s, tpot_s), _load(full, ttft_s, tpot_s)]
+    guess = guessed_slots(first, full, ttft_s, tpot_s)
+    while guess is not None and guess not in (1, full.batch):
+        loads.append(_load(saturated(guess), ttft_s, tpot_s))
+        if loads[-1] is not None:
+            break
+        guess = max(1, int(guess * 0.9))
+    met = [s for s in loads if s is not None]
+    if not met:
+        raise LimitsUnmet(f"{config.name} on {chip.name} (tp={layout.tp}): no slot count meets TPOT "
+                          f"{tpot_s:g} s and TTFT {ttft_s:g} s at the 99th percentile")
+    return max(met, key=lambda s: s.tokens_per_s)
+
+
+def _load(s: Serving, ttft_s: float, tpot_s: float) -> ServerLoad | None:
+    """The highest load of one saturated engine `s` within the limits; None where TPOT, or the
+    TTFT of an arrival that finds a free slot, already misses."""
+    iteration = s.iteration_s
+    fixed = iteration + _group_prefill_s(s)
+    if iteration > tpot_s or fixed > ttft_s:
+        return None
+    service = s.output_tokens * iteration
+    rate = highest_rate(s.batch, service, ttft_s - fixed)
+    if rate <= 0:
+        return None
+    wait = wait_p99_s(s.batch, service, rate)
+    return ServerLoad(
+        model=s.model, chip=s.chip, precision=s.precision, runtime=s.runtime, input_tokens=s.input_tokens,
+        output_tokens=s.output_tokens, ttft_limit_s=ttft_s, tpot_limit_s=tpot_s, tp=s.tp, dp=s.dp,
+        devices=s.devices, slots=s.batch, queries_per_s=s.dp * rate, tokens_per_s=s.dp * rate * s.output_tokens,
+        occupancy=rate * service / s.batch, ttft_p99_s=wait + fixed, tpot_s=iteration, wait_p99_s=wait,
+        energy_per_token_j=s.energy_per_token_j, bottleneck=s.bottleneck)
