@@ -21,12 +21,13 @@ device replica is a queue of `slots` servers, each busy for one request's genera
     tokens_per_s   = dp x lambda(c) x output_tokens
 
 The slots c: the engine is predicted with 1 slot and with all it can hold (the KV cache's bound,
-at most `max_batch`); the iteration is taken as affine in c between the two (a decode step reads
-the weights once and each sequence's KV cache and activations) to find the c of most tokens/s
-within the limits (GUESS_POINTS counts, geometrically spaced), and that c is predicted exactly (stepping down by a tenth while the exact
-prediction misses a limit). The best of the exact predictions, and of the layouts, wins. Exponential service times (M/M/c) overstate
-the spread of generation lengths a little: the wait is the conservative side. Energy per output
-token is the saturated engine's at c slots.
+at most `max_batch`). The iteration is taken as affine in c between the two (a decode step reads
+the weights once, and each sequence's KV cache and activations) to find the c of most tokens/s
+within the limits among GUESS_POINTS counts spaced geometrically; that c is then predicted
+exactly, stepping down by a tenth while the exact prediction misses a limit. The best of the
+exact predictions, and of the layouts, wins. Exponential service times (M/M/c) overstate the
+spread of generation lengths a little: the wait errs on the long side. Energy per output token
+is the saturated engine's at c slots.
 """
 
 from __future__ import annotations
