@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from chipcal.calibrate.document import FirstTouchSection
-from chipcal.model.estimate.roofline import first_touch_s
+from chipcal.model.estimate.cpu_passes import first_touch_s
 from chipcal.model.mapping.params import default_params
 
 # One child process per setting: free a 20 MiB block (glibc's dynamic rule raises the mmap

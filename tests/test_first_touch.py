@@ -9,7 +9,7 @@ import pytest
 
 from chipcal.measure.bandwidth import FirstTouch
 from chipcal.measure.timing import Measurement
-from chipcal.model.estimate.roofline import first_touch_s
+from chipcal.model.estimate.cpu_passes import first_touch_s
 from chipcal.model.mapping.params import FRESH_ALLOCATION_BYTES, FamilyParams, default_params
 
 

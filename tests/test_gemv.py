@@ -12,8 +12,9 @@ import torch
 
 from chipcal.measure.bandwidth import GemvRate, PackedRate
 from chipcal.measure.timing import Measurement
+from chipcal.model.estimate.cpu_passes import gemv_stream_s, packed_weight_s
 from chipcal.model.estimate.prediction import predict
-from chipcal.model.estimate.roofline import gemv_stream_s, kernel_fixed_costs, packed_weight_s
+from chipcal.model.estimate.roofline import kernel_fixed_costs
 from chipcal.model.mapping.params import FamilyParams, default_params
 from chipcal.model.workload.characterization import characterize
 

@@ -48,7 +48,7 @@ class LayoutSection(Record):
 
     def charged_in(self, params: FamilyParams) -> FamilyParams:
         """`params` charging the layout passes and weight reorders this run measured
-        (model.mapping.base.traffic, model.estimate.roofline.weight_layout_s), with the measured
+        (model.mapping.base.traffic, model.estimate.cpu_passes.weight_layout_s), with the measured
         fixed cost of a oneDNN call as every convolution class's overhead (the layer fit's prior)."""
         overhead = dict(params.overhead_s)
         if self.call_overhead_s:
@@ -101,7 +101,7 @@ class GemvSection(Record):
 
     def charged_in(self, params: FamilyParams) -> FamilyParams:
         """`params` pricing a matrix-vector product's weights at the measured rate
-        (roofline.gemv_stream_s), and a few-row GEMM's at the packed rate where it was timed
-        (roofline.packed_weight_s)."""
+        (cpu_passes.gemv_stream_s), and a few-row GEMM's at the packed rate where it was timed
+        (cpu_passes.packed_weight_s)."""
         return dataclasses.replace(params, gemv_bytes_per_s=self.bytes_per_s,
                                    packed_weight_bytes_per_s=self.packed_bytes_per_s)

@@ -12,7 +12,7 @@ Setting both thresholds explicitly turns the dynamic rule off. With the mmap thr
 and no heap trim, blocks below 1 GiB come from a heap that keeps its high-water mark, so after
 its first call a forward pass touches no fresh pages, as under a caching allocator (jemalloc,
 tcmalloc). Blocks of 1 GiB or more are still mapped fresh by every call: the part
-model.estimate.roofline.first_touch_s charges (FamilyParams.fresh_allocation_bytes). A deployment
+model.estimate.cpu_passes.first_touch_s charges (FamilyParams.fresh_allocation_bytes). A deployment
 gets the same behaviour with `TUNABLES` in its environment.
 
 Never trimming keeps a heap at the largest size the process ever needed: a calibration held

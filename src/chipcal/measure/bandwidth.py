@@ -388,7 +388,7 @@ def measure_gemv(weight_bytes: int = 256 * 2**20, max_time_s: float = 1.0) -> Ge
     """Time one call = `F.linear` of one fp32 row by a wide and by a tall weight matrix, half of
     `weight_bytes` each (N x 2048 and 2048 x N, N = bytes / 16 KiB: an MLP's up and down
     projections), as an LLM's decode at batch 1 runs its linear layers. 256 MiB is far above any
-    CPU cache here, so each call streams its weights from DRAM (roofline.gemv_stream_s); the pair
+    CPU cache here, so each call streams its weights from DRAM (cpu_passes.gemv_stream_s); the pair
     averages the two shapes' rates, which differ by up to ~30 % (2-vCPU Zen 4 VM: one 256 MiB wide
     matrix alone 15-18 GB/s from minute to minute, the pair 18.4-18.5). The weights are ones: the
     values do not change the time, and filling them draws no random numbers."""
@@ -427,7 +427,7 @@ def measure_packed_gemm(weight_bytes: int = 256 * 2**20, max_time_s: float = 1.0
     panels, then runs its micro-kernel, one after the other; the arithmetic grows with the rows
     and the pass does not, so two row counts separate them (2-vCPU Zen 4 VM, F.linear by a
     64 MiB 2048 x 8192 matrix: 8.4 ms at 8 rows, 13.6 at 32, 18.8 at 64: ~7 ms of pass, 9-10 GB/s,
-    plus ~0.2 ms a row; one row, a GEMV, 3.6 ms; roofline.packed_weight_s)."""
+    plus ~0.2 ms a row; one row, a GEMV, 3.6 ms; cpu_passes.packed_weight_s)."""
     few, more = (_linear_pair(rows, weight_bytes, max_time_s / 2) for rows in PACKED_ROWS)
     return PackedRate(few.shape, few.weight_bytes, few.latency, more.latency)
 

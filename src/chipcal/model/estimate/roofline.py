@@ -105,8 +105,14 @@ from dataclasses import dataclass, field
 
 from chipcal.model import power, tdp, technology
 from chipcal.model.chip import Chip
+from chipcal.model.estimate.cpu_passes import (
+    first_touch_s,
+    gemv_stream_s,
+    packed_weight_s,
+    weight_layout_s,
+)
 from chipcal.model.mapping import map_subgraph
-from chipcal.model.mapping.base import CONV_CLASSES, is_mac_work, vector_engine
+from chipcal.model.mapping.base import is_mac_work, vector_engine
 from chipcal.model.mapping.params import FamilyParams
 from chipcal.model.memo import recent
 from chipcal.model.precision import BYTES_PER_ELEMENT, FLOP_PER_MAC
@@ -254,51 +260,6 @@ def memory_time_s(dram_bytes: float, onchip_bytes: float, bandwidth_bytes_per_s:
     serves colder than when repeated alone; a DRAM stream is a DRAM stream either way)."""
     return max(dram_bytes / (bandwidth_bytes_per_s * params.bandwidth_efficiency),
                params.network_memory_factor * onchip_bytes / (bandwidth_bytes_per_s * params.onchip_bandwidth_ratio))
-
-
-def first_touch_s(output_bytes: float, params: FamilyParams) -> float:
-    """Page-fault time of a freshly mapped output buffer (module docstring), 0 below the threshold."""
-    rate = params.first_touch_bytes_per_s
-    if not rate or output_bytes < params.fresh_allocation_bytes:
-        return 0.0
-    return output_bytes / rate
-
-
-POINTWISE_CLASSES = ("conv1x1", "matmul")     # their weights take weight_layout's pointwise rate
-
-
-def gemv_stream_s(subgraph, weight_bytes: float, weights_on_chip: bool, params: FamilyParams) -> float:
-    """Time a matrix-vector product (a GEMM with one row) takes to stream its weights at the
-    GEMV rate (module docstring); 0 for other kernels, weights held on chip, and where the
-    parameters have no rate (the DRAM stream prices it)."""
-    gemv = subgraph.gemm is not None and subgraph.gemm.m <= 1
-    if not gemv or weights_on_chip or not params.gemv_bytes_per_s:
-        return 0.0
-    return weight_bytes / params.gemv_bytes_per_s
-
-
-def packed_weight_s(subgraph, weight_bytes: float, weights_on_chip: bool, params: FamilyParams) -> float | None:
-    """Time a GEMM with more than one row takes to read and pack weights that are not on chip
-    (module docstring, weight pass); None for other kernels, weights held on chip, and where the
-    parameters have no packed rate (the DRAM stream and weight_layout_s price them)."""
-    packs = subgraph.op_class == "matmul" and subgraph.gemm is not None and subgraph.gemm.m > 1
-    if not packs or not weight_bytes or weights_on_chip or not params.packed_weight_bytes_per_s:
-        return None
-    return weight_bytes / params.packed_weight_bytes_per_s
-
-
-def weight_layout_s(subgraph, weight_bytes: float, params: FamilyParams) -> float:
-    """Per-call weight reorder of a convolution, or pack of a GEMM's weight operand (module
-    docstring), `weight_bytes` at the precision's element size; 0 for other ops, for a
-    matrix-vector product (one row: the BLAS streams the weights unpacked) and where the
-    parameters have no rate."""
-    cls = subgraph.op_class
-    gemv = subgraph.gemm is not None and subgraph.gemm.m <= 1
-    if not weight_bytes or cls not in (*CONV_CLASSES, "matmul") or (cls == "matmul" and gemv):
-        return 0.0
-    rate = (params.pointwise_weight_layout_bytes_per_s if cls in POINTWISE_CLASSES
-            else params.weight_layout_bytes_per_s)
-    return weight_bytes / rate if rate else 0.0
 
 
 def kernel_fixed_costs(chip: Chip, params: FamilyParams, op_class: str, engine_clock_hz: float,
