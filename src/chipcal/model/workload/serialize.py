@@ -13,6 +13,7 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Callable
 from functools import cache
 
 from chipcal.model.errors import ChipcalError
@@ -42,61 +43,127 @@ def llm_step_from_dict(data: object) -> LlmStep:
     return _build(LlmStep, data, "llm_step")
 
 
-@cache
-def _hints(cls: type) -> dict[str, object]:
-    return typing.get_type_hints(cls)
+class _Misshapen(Exception):
+    """Raised inside the builders: what is wrong, and the path to it (collected on the way out,
+    so that a well-formed file spends nothing on naming where it is)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message, self.path = message, []
+
+    def at(self, step: str) -> _Misshapen:
+        self.path.append(step)
+        return self
 
 
 def _build(tp: object, value: object, where: str) -> object:
-    origin = typing.get_origin(tp)
+    try:
+        return _builder(tp)(value)
+    except _Misshapen as exc:
+        raise WorkloadDataError(f"{where}{''.join(reversed(exc.path))}: {exc.message}") from None
+
+
+@cache
+def _builder(tp: object) -> Callable[[object], object]:
+    """The function that rebuilds a value of annotation `tp` from its JSON form (the rules are
+    worked out once per type: a 70B model's step has about 300,000 values)."""
     if dataclasses.is_dataclass(tp):
-        return _build_dataclass(tp, value, where)
+        return _dataclass_builder(tp)
+    origin = typing.get_origin(tp)
     if origin is tuple:
         args = typing.get_args(tp)
-        if not isinstance(value, list):
-            raise WorkloadDataError(f"{where}: expected a list, got {type(value).__name__}")
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_build(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-        if len(args) != len(value):
-            raise WorkloadDataError(f"{where}: expected {len(args)} items, got {len(value)}")
-        return tuple(_build(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
+            return _sequence_builder(_builder(args[0]), None)
+        return _sequence_builder(None, tuple(_builder(a) for a in args))
     if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(tp)
-        if value is None and type(None) in options:
-            return None
-        (inner,) = [o for o in options if o is not type(None)]
-        return _build(inner, value, where)
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise WorkloadDataError(f"{where}: expected true/false, got {value!r:.40}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise WorkloadDataError(f"{where}: expected an integer, got {value!r:.40}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise WorkloadDataError(f"{where}: expected a finite number, got {value!r:.40}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise WorkloadDataError(f"{where}: expected a string, got {value!r:.40}")
-        return value
-    raise TypeError(f"{where}: no rule for type {tp!r}")  # a new field type in types.py: extend _build
+        (inner,) = [o for o in typing.get_args(tp) if o is not type(None)]
+        build = _builder(inner)
+        return lambda value: None if value is None else build(value)
+    if tp in _LEAVES:
+        return _LEAVES[tp]
+    raise TypeError(f"no rule for type {tp!r}")  # a new field type in types.py: extend _builder
 
 
-def _build_dataclass(cls: type, value: object, where: str) -> object:
-    if not isinstance(value, dict):
-        raise WorkloadDataError(f"{where}: expected an object, got {type(value).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    extra = sorted(set(value) - set(fields))
-    if extra:
-        raise WorkloadDataError(f"{where}: unknown field {extra[0]!r:.40}")
-    hints = _hints(cls)
-    kwargs = {}
-    for name, field in fields.items():
-        if name in value:
-            kwargs[name] = _build(hints[name], value[name], f"{where}.{name}")
-        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            raise WorkloadDataError(f"{where}: missing field {name!r}")
-    return cls(**kwargs)
+def _sequence_builder(each: Callable | None, items: tuple[Callable, ...] | None) -> Callable[[object], tuple]:
+    """A tuple of any length built item by item with `each`, or of fixed length with `items`."""
+    def build(value: object) -> tuple:
+        if not isinstance(value, list):
+            raise _Misshapen(f"expected a list, got {type(value).__name__}")
+        if items is not None and len(items) != len(value):
+            raise _Misshapen(f"expected {len(items)} items, got {len(value)}")
+        builders = items if items is not None else (each,) * len(value)
+        try:
+            return tuple(map(_call, builders, value))
+        except _Misshapen as exc:
+            raise exc.at(f"[{_failing(builders, value)}]") from None
+    return build
+
+
+def _call(build: Callable, value: object) -> object:
+    return build(value)
+
+
+def _failing(builders, value: list) -> int:
+    """The position of the first item its builder refuses (an error's path only)."""
+    for i, (build, v) in enumerate(zip(builders, value, strict=True)):
+        try:
+            build(v)
+        except _Misshapen:
+            return i
+    raise AssertionError("no item fails")
+
+
+def _dataclass_builder(cls: type) -> Callable[[object], object]:
+    hints = typing.get_type_hints(cls)
+    spec = [(f.name, _builder(hints[f.name]),
+             f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+            for f in dataclasses.fields(cls)]        # the workload's types do not refer to themselves
+    names = frozenset(name for name, _, _ in spec)
+
+    def build(value: object) -> object:
+        if not isinstance(value, dict):
+            raise _Misshapen(f"expected an object, got {type(value).__name__}")
+        if not names.issuperset(value):
+            raise _Misshapen(f"unknown field {sorted(set(value) - names)[0]!r:.40}")
+        kwargs = {}
+        for name, field_builder, required in spec:
+            if name in value:
+                try:
+                    kwargs[name] = field_builder(value[name])
+                except _Misshapen as exc:
+                    raise exc.at(f".{name}") from None
+            elif required:
+                raise _Misshapen(f"missing field {name!r}")
+        return cls(**kwargs)
+    return build
+
+
+def _bool(value: object) -> bool:
+    if type(value) is not bool:
+        raise _Misshapen(f"expected true/false, got {value!r:.40}")
+    return value
+
+
+def _int(value: object) -> int:
+    if type(value) is int:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Misshapen(f"expected an integer, got {value!r:.40}")
+    return value
+
+
+def _float(value: object) -> float:
+    if type(value) is float and math.isfinite(value):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _Misshapen(f"expected a finite number, got {value!r:.40}")
+    return float(value)
+
+
+def _str(value: object) -> str:
+    if type(value) is not str:
+        raise _Misshapen(f"expected a string, got {value!r:.40}")
+    return value
+
+
+_LEAVES: dict[type, Callable[[object], object]] = {bool: _bool, int: _int, float: _float, str: _str}
