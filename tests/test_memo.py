@@ -101,3 +101,29 @@ def test_prediction_is_the_same_with_and_without_reused_mappings():
     # an equal but distinct chip (a record rebuilt) maps afresh and agrees
     twin = dataclasses.replace(chip)
     assert predict(w, twin, "fp16", runtime="eager").latency_s == warm.latency_s
+
+
+def test_repeated_layers_are_placed_once_and_estimated_at_their_own_positions(monkeypatch):
+    # fc2 and fc3 (and relu1, relu2) differ only in position: a decoder's repeated layers
+    from test_mapping import elementwise_subgraph, gemm_subgraph, workload
+
+    from chipcal.model.estimate import placement
+    from chipcal.model.mapping import gpu
+
+    chip = REGISTRY.get("a100-sxm4-80gb")
+    w = workload([gemm_subgraph(0, 8, 512, 512, name="fc1"), elementwise_subgraph(1, 8 * 512, deps=(0,)),
+                  gemm_subgraph(2, 8, 512, 512, deps=(1,), name="fc2"), elementwise_subgraph(3, 8 * 512, deps=(2,)),
+                  gemm_subgraph(4, 8, 512, 512, deps=(3,), name="fc3")])
+    calls = []
+    monkeypatch.setattr(gpu, "allocate", lambda *a, real=gpu.allocate: calls.append(a[0].name) or real(*a))
+    map_subgraph.cache_clear()
+    shared = predict(w, chip, "fp16", runtime="eager")
+    assert calls == ["fc1", "ew1", "fc2"]             # three kinds: fc1 (no producer), relu, fc
+    assert [(e.index, e.name, e.stage) for e in shared.subgraphs] == [(s.index, s.name, s.stage) for s in w.subgraphs]
+    # the same prediction with every subgraph a kind of its own, placed and estimated alone
+    monkeypatch.setattr(placement, "kinds", lambda workload: tuple(range(len(workload.subgraphs))))
+    placement.placed_workload.cache_clear()
+    map_subgraph.cache_clear()
+    alone = predict(w, chip, "fp16", runtime="eager")
+    placement.placed_workload.cache_clear()
+    assert len(calls) == 3 + 5 and alone == shared

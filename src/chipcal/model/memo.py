@@ -87,3 +87,12 @@ def recent(maxsize: int) -> Callable:
         return call
 
     return wrap
+
+
+def moved(record, **changes):
+    """`record` (a frozen dataclass without __post_init__) with `changes`: what dataclasses.replace
+    gives, without re-running __init__ over every field (~15 us for a 45-field record, and a 70B
+    decoder's repeated layers reuse ~3,000 subgraph records a prediction)."""
+    copy = object.__new__(type(record))
+    copy.__dict__.update(record.__dict__, **changes)
+    return copy

@@ -8,7 +8,7 @@ model.memo) and predicted thousands of times (prediction.predicted_latency_s).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from chipcal.model.chip import Chip
@@ -24,8 +24,9 @@ from chipcal.model.estimate.roofline import (
 from chipcal.model.mapping import onchip_capacity
 from chipcal.model.mapping.base import CONV_CLASSES, is_mac_work
 from chipcal.model.mapping.params import HOST_RUNTIMES
-from chipcal.model.memo import recent
+from chipcal.model.memo import moved, recent
 from chipcal.model.precision import BYTES_PER_ELEMENT
+from chipcal.model.workload.types import content_key
 
 # torch dtype names (as the workload records them) -> bytes per element
 TRACE_DTYPE_BYTES = {"float64": 8.0, "float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "int8": 1.0, "uint8": 1.0}
@@ -105,11 +106,20 @@ def class_parameters_read(workload, chip: Chip, precision: str, fp32_mode: str =
     return frozenset(read)
 
 
+@recent(maxsize=256)
+def kinds(workload) -> tuple[int, ...]:
+    """Each subgraph's kind: the position of the first subgraph with its content_key."""
+    first: dict[tuple, int] = {}
+    return tuple(first.setdefault(content_key(sg), i) for i, sg in enumerate(workload.subgraphs))
+
+
 @dataclass(frozen=True)
 class Placed:
     """What a prediction works out before it reads a fitted FamilyParams (roofline.MappedSubgraph):
     the numerics plan, the chip context, whether the weights stay on chip, each subgraph placed on
-    its engine, the memory profile."""
+    its engine, the memory profile. `same_as[i]`: the position of the first subgraph placed exactly
+    as subgraph i (i itself for the first of its kind); a decoder's layers repeat, and a 70B
+    model's 80 layers are estimated once per clock, not 80 times."""
 
     numerics: tuple[OpNumerics, ...]
     trace_bpe: float
@@ -117,6 +127,14 @@ class Placed:
     resident: bool
     subgraphs: tuple[MappedSubgraph, ...]
     memory: MemoryProfile
+    same_as: tuple[int, ...]
+
+    def each(self, first: Callable[[MappedSubgraph], object], copy: Callable[[object, MappedSubgraph], object]) -> list:
+        """`first(m)` for the first subgraph of each kind, `copy(result of its first, m)` for the rest."""
+        out: list = []
+        for i, (m, rep) in enumerate(zip(self.subgraphs, self.same_as, strict=True)):
+            out.append(first(m) if rep == i else copy(out[rep], m))
+        return out
 
 
 @recent(maxsize=256)        # each entry holds its workload and its placed subgraphs (model.memo): as few as memory_profile
@@ -126,7 +144,8 @@ def placed_workload(workload, chip: Chip, precision: str, fp32_mode: str, autoca
     their own layout passes and their convolution producers' bytes (prediction's module docstring, Layout).
     Raises UnsupportedPrecision when no engine runs a subgraph's precision. A calibration fit
     predicts the same workload thousands of times with only the fitted parameters changing: it
-    is placed once (model.memo)."""
+    is placed once (model.memo). A subgraph equal to an earlier one but for its position
+    (content_key), with the same numerics, passes and producer bytes, takes its placement."""
     trace_bpe = trace_bytes_per_element(workload)
     scale = BYTES_PER_ELEMENT[precision] / trace_bpe
     numerics = plan(workload, chip, precision, trace_bpe, fp32_mode, autocast)
@@ -135,8 +154,15 @@ def placed_workload(workload, chip: Chip, precision: str, fp32_mode: str, autoca
     for sg, n in zip(workload.subgraphs, numerics, strict=True):
         passes[sg.index] = layout_passes(sg, chip, n, family_passes, runtime, memory_format, framework)
     contexts = {p: chip_context(chip, p) for p in {n.precision for n in numerics}}
-    placed = tuple(place_subgraph(sg, chip, n.precision, trace_bpe, resident, contexts[n.precision],
-                                  producer_layout_bytes(workload, sg, passes), n.scales, passes[sg.index])
-                   for sg, n in zip(workload.subgraphs, numerics, strict=True))
-    return Placed(numerics, trace_bpe, chip_context(chip, precision), resident, placed,
-                   memory_profile(workload, scale))
+    placed: list[MappedSubgraph] = []
+    same_as: list[int] = []
+    first: dict[tuple, int] = {}
+    for sg, n, kind in zip(workload.subgraphs, numerics, kinds(workload), strict=True):
+        producer = producer_layout_bytes(workload, sg, passes)
+        rep = first.setdefault((kind, n, producer, passes[sg.index]), len(placed))
+        placed.append(moved(placed[rep], subgraph=sg) if rep < len(placed) else
+                      place_subgraph(sg, chip, n.precision, trace_bpe, resident, contexts[n.precision], producer,
+                                     n.scales, passes[sg.index]))
+        same_as.append(rep)
+    return Placed(numerics, trace_bpe, chip_context(chip, precision), resident, tuple(placed),
+                  memory_profile(workload, scale), tuple(same_as))

@@ -66,6 +66,7 @@ from chipcal.model.estimate.schedule import StageEstimate, schedule
 from chipcal.model.estimate.throttle import power_limited_fraction
 from chipcal.model.mapping.base import UnsupportedPrecision
 from chipcal.model.mapping.params import CalibrationParams, FamilyParams, params_for
+from chipcal.model.memo import moved
 
 NAN = float("nan")
 STATUS_OK = "ok"
@@ -264,6 +265,12 @@ class _Setup:
     trailing_ops: tuple[tuple[float, float], ...] = ()
 
 
+def _moved(estimate: SubgraphEstimate, m) -> SubgraphEstimate:
+    """The estimate of a subgraph placed as `m` is, at its own position (placement.Placed.same_as)."""
+    sg = m.subgraph
+    return moved(estimate, index=sg.index, name=sg.name, stage=sg.stage)
+
+
 @dataclass(frozen=True)
 class _EagerRun:
     """An eager runtime's pass through the host queue, and the bytes its cast kernels moved."""
@@ -322,7 +329,7 @@ def predicted_latency_s(workload, chip: Chip, precision: str, params: FamilyPara
                          DEFAULT_FRAMEWORK)
     except UnsupportedPrecision:
         return NAN
-    kernels = [placed_kernel_time(m, running, params) for m in placed.subgraphs]
+    kernels = placed.each(lambda m: placed_kernel_time(m, running, params), lambda first, m: first)
     eager = _eager_run(placed, running, kernels, params, setup, host)
     latency = eager.queue.latency_s
     if not chip.tdp_limits_clock:
@@ -396,7 +403,7 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
     except UnsupportedPrecision as exc:
         return unsupported(workload, chip, precision, str(exc), runtime)
     ctx, resident, mem = placed.ctx, placed.resident, placed.memory
-    estimates = tuple(estimate_placed(m, chip, params) for m in placed.subgraphs)
+    estimates = tuple(placed.each(lambda m: estimate_placed(m, chip, params), _moved))
     sched = schedule(estimates, workload.stages, workload.critical_path)
     host = host_cost(chip, runtime, params, setup.host_overhead_s, setup.framework, setup.host_source)
     # eager: one stream in program order behind the host; casts are kernels of their own

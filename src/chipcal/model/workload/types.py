@@ -9,7 +9,7 @@ memory a tensor spans (a broadcast view of a bias counts the bias, not the broad
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 OP_KINDS: tuple[str, ...] = ("conv", "linear", "matmul", "attention", "norm", "pool", "elementwise",
                              "activation", "softmax", "reshape", "other")
@@ -156,6 +156,17 @@ class Subgraph:
         return _intensity(self.flop, self.bytes_read + self.bytes_written)
 
 
+# Where a subgraph sits in its workload. No placement or estimate reads these (its producers only
+# as "has any": mapping.base.traffic), so subgraphs equal in every other field run alike, and a
+# decoder's repeated layers are the same subgraphs at other positions (workload/llm_layers.py).
+POSITION_FIELDS = frozenset({"index", "name", "op_indices", "depends_on", "stage"})
+
+
+def content_key(subgraph: Subgraph) -> tuple:
+    """What placing and estimating `subgraph` reads of it: every field but its position."""
+    return (*(getattr(subgraph, f) for f in _CONTENT_FIELDS), bool(subgraph.depends_on))
+
+
 @dataclass(frozen=True)
 class Workload:
     model: str
@@ -264,3 +275,6 @@ class LlmStep:
     @property
     def batch(self) -> int:
         return self.workload.batch
+
+
+_CONTENT_FIELDS = tuple(f.name for f in fields(Subgraph) if f.name not in POSITION_FIELDS)
