@@ -72,6 +72,9 @@ class UnknownLlmError(UnknownName):
     kind = "LLM"
 
 
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")     # a config.json's layer count, by architecture
+
+
 class LlmConfigError(ChipcalError, ValueError):
     """A config.json that cannot describe a decoder LLM; says which field and why."""
 
@@ -168,7 +171,7 @@ def parse_config(raw: object, name: str, source: str, published_params: int | No
         raise LlmConfigError(f"{source}: a multimodal config (text_config); give the text model's config.json")
     if not isinstance(raw.get("model_type"), str):
         raise LlmConfigError(f"{source}: no model_type (Hugging Face needs it to pick the architecture)")
-    layers = _int(raw, source, "num_hidden_layers", "n_layer", "num_layers")
+    layers = _int(raw, source, *LAYER_KEYS)
     hidden = _int(raw, source, "hidden_size", "n_embd", "d_model")
     heads = _int(raw, source, "num_attention_heads", "n_head")
     kv_heads = _int(raw, source, "num_key_value_heads", default=1 if raw.get("multi_query") else heads)
