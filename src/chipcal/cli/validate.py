@@ -51,6 +51,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         "the packaged v4.1 rows (docs/validation-corpus.md)")
     p.add_argument("--csv", metavar="FILE", type=output_file, help="with --mlperf: write every row, predicted or "
                                                                     "excluded, as CSV")
+    p.add_argument("--skip-llm", action="store_true",
+                   help="with --mlperf: leave the LLM rows out (serving them takes minutes on a small machine)")
     return p
 
 
@@ -91,14 +93,15 @@ def _mlperf(args: argparse.Namespace) -> int:
     from chipcal.validate import mlperf, mlperf_check
 
     if args.fit or args.markdown or args.corpus or args.split != "test":
-        raise UsageError("--mlperf takes --json, --csv and --plot only")
+        raise UsageError("--mlperf takes --json, --csv, --plot and --skip-llm only")
     rows = mlperf.load_rows(Path(args.mlperf) if args.mlperf else None)
     source = WorkloadSource(use_cache=not args.no_cache, notify=lambda line: sys.stderr.write(line + "\n"))
     registry = load_registry_warn()
     from tqdm import tqdm
 
     with tqdm(total=len(rows), desc="MLPerf rows", unit="row", file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
-        checked, excluded = mlperf_check.check(rows, registry, source.get, on_row=bar.update)
+        checked, excluded = mlperf_check.check(rows, registry, source.get, None if args.skip_llm else source.llm_step,
+                                               on_row=bar.update)
     records = [r.record() for r in (*checked, *excluded)]
     if args.plot:
         from chipcal.validate.mlperf_plot import offline_figure
@@ -117,11 +120,11 @@ def _mlperf(args: argparse.Namespace) -> int:
                 {"measured": ".4g", "predicted": ".4g", "error": "+.1%", "held_out_error": "+.1%"})
     print(f"\n{len(checked)} of {len(rows)} rows predicted, per accelerator (latency: one sample); error = "
           "predicted / measured - 1; held_out_error: with the stack's efficiency fitted on the other accelerators")
-    for scenario in mlperf_check.PREDICTED_SCENARIOS:
-        these = [c for c in checked if c.row.scenario == scenario]
+    for llm, scenario in ((llm, s) for llm in (False, True) for s in mlperf_check.PREDICTED_SCENARIOS):
+        these = [c for c in checked if c.row.scenario == scenario and (c.layout != "") == llm]
         if these:
             _, median, p90 = mlperf_check.error_figures(these)
-            line = f"  {scenario}: {len(these)} rows, median |error| {median:.1%}, p90 {p90:.1%}"
+            line = f"  {'LLM ' if llm else ''}{scenario}: {len(these)} rows, median |error| {median:.1%}, p90 {p90:.1%}"
             if scenario != "SingleStream":
                 _, median, p90 = mlperf_check.error_figures(these, held_out=True)
                 line += f"; held out: median {median:.1%}, p90 {p90:.1%}"
@@ -130,8 +133,10 @@ def _mlperf(args: argparse.Namespace) -> int:
     if powered:
         _, throughput, _ = mlperf_check.error_figures(powered, held_out=True)
         power = max(abs(c.power_error) for c in powered)
+        energy = ", ".join(f"{c.row.benchmark} {c.energy_error:+.1%}" for c in powered if c.layout)
         print(f"  MaxQ (at the power limit): {len(powered)} rows, held-out throughput median |error| {throughput:.1%}; "
-              f"system power |error| at most {power:.1%} (node power fitted on the system's other benchmarks)")
+              f"system power |error| at most {power:.1%} (node power fitted on the system's other benchmarks)"
+              + (f"; LLM energy per token: {energy}" if energy else ""))
     for reason, count in Counter(e.reason for e in excluded).most_common():
         print(f"  excluded {count}: {reason}")
     return 0
@@ -140,8 +145,8 @@ def _mlperf(args: argparse.Namespace) -> int:
 def _body(args: argparse.Namespace) -> int:
     if args.mlperf is not None:
         return _mlperf(args)
-    if args.csv:
-        raise UsageError("--csv: with --mlperf only")
+    if args.csv or args.skip_llm:
+        raise UsageError(f"{'--csv' if args.csv else '--skip-llm'}: with --mlperf only")
     from chipcal.validate.corpus import load_corpus
     from chipcal.validate.plot import predicted_vs_published_figure
     from chipcal.validate.splits import compare_splits

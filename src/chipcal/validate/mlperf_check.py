@@ -14,7 +14,12 @@ A benchmark whose sample is many network calls (3D-UNet, DLRM: validate.mlperf_b
 divides a throughput of calls by the mean calls per sample, and times its SingleStream sample at
 the 90th percentile of calls, run at the batch of highest throughput up to that many calls.
 A MaxQ row whose accelerators' power limit its submitter published (validate.mlperf_power) is
-predicted at that limit, with its system's average power beside it.
+predicted at that limit, with its system's average power beside it, and its energy per sample (per
+token) as power over throughput.
+The LLM benchmarks (llama2-70b, mixtral-8x7b) are served as a serving engine serves them
+(validate.mlperf_llm): Offline at saturation, Server at the highest Poisson load within the
+TTFT and TPOT limits, on all of a system's accelerators in the layout of most tokens/s; their
+figure is output tokens/s per accelerator.
 
 The predictions are the physics with the family defaults, fitted on none of these rows. Beside
 them, each throughput row carries its software stack's efficiency fitted on the other
@@ -34,6 +39,9 @@ from chipcal.calibrate.accuracy import abs_quantile
 from chipcal.model.estimate.prediction import Prediction, predict
 from chipcal.model.estimate.throttle import with_power_limit
 from chipcal.model.registry import Registry
+from chipcal.model.workload.llm_config import StepKey
+from chipcal.model.workload.types import LlmStep
+from chipcal.validate import mlperf_llm
 from chipcal.validate.mlperf import (
     NOT_IN_REGISTRY,
     MlperfRow,
@@ -42,6 +50,7 @@ from chipcal.validate.mlperf import (
     per_accelerator,
 )
 from chipcal.validate.mlperf_benchmarks import Benchmark, benchmarks
+from chipcal.validate.mlperf_llm import LlmBenchmark, NotServed, Served, llm_benchmark
 from chipcal.validate.mlperf_power import node_power_w, power_limit_w
 from chipcal.validate.mlperf_scenarios import Workloads, fitting, saturation, server_choice
 from chipcal.validate.mlperf_stack import Observed, family_of, held_out_factor, stack_of
@@ -52,10 +61,6 @@ NOT_CHARACTERIZED = {
     **dict.fromkeys(("gptj-99", "gptj-99.9"),
                     "LLM serving: `predict --scenario offline|server` models it, but the mean prompt length of "
                     "CNN-DailyMail under GPT-J's tokenizer is not at hand"),
-    **dict.fromkeys(("llama2-70b-99", "llama2-70b-99.9", "mixtral-8x7b"),
-                    "LLM serving: `predict --scenario offline|server` models it with the datasets' mean lengths "
-                    "(docs/findings/2026-11-29-mlperf-llm-first-rows.md), but these rows are not wired in yet: "
-                    "one prediction of a 70B model on a system takes 10-45 s"),
 }
 PREDICTED_SCENARIOS = ("Offline", "Server", "SingleStream")
 SCENARIO_NOT_PREDICTED = {"MultiStream": "MultiStream: the latency of 8-sample queries is not predicted yet"}
@@ -83,6 +88,7 @@ class Checked:
     node_power_w: float | None = None       # the system's non-accelerator power, fitted on its other rows
     held_out: float | None = None
     options: tuple[tuple[int, float, float], ...] = ()
+    layout: str = ""                        # an LLM row's parallel layout (validate.mlperf_llm)
 
     @property
     def error(self) -> float:
@@ -101,6 +107,13 @@ class Checked:
         return None if predicted is None or not self.row.avg_power_w else predicted / self.row.avg_power_w - 1
 
     @property
+    def energy_error(self) -> float | None:
+        """The system's energy per sample (per token) predicted against measured, - 1: power over
+        throughput, the physics' throughput (MLPerf's power logs: joules = average power x time)."""
+        power = self.power_error
+        return None if power is None else (1 + power) / (1 + self.error) - 1
+
+    @property
     def held_out_error(self) -> float:
         return (self.predicted if self.held_out is None else self.held_out) / self.measured - 1
 
@@ -112,7 +125,8 @@ class Checked:
                 "stack": stack_of(self.row), "stack_factor": self.stack_factor,
                 "held_out_error": self.held_out_error, "power_limit_w": self.power_limit_w,
                 "measured_power_w": self.row.avg_power_w, "predicted_power_w": self.predicted_power_w,
-                "power_error": self.power_error, "bottleneck": self.bottleneck, "reason": None}
+                "power_error": self.power_error, "energy_error": self.energy_error, "bottleneck": self.bottleneck,
+                "layout": self.layout or None, "reason": None}
 
 
 @dataclass(frozen=True)
@@ -126,7 +140,7 @@ class Excluded:
                 "measured": per_accelerator(self.row), "predicted": None, "error": None,
                 "stack": stack_of(self.row), "stack_factor": None, "held_out_error": None, "power_limit_w": None,
                 "measured_power_w": self.row.avg_power_w, "predicted_power_w": None, "power_error": None,
-                "bottleneck": None, "reason": self.reason}
+                "energy_error": None, "bottleneck": None, "layout": None, "reason": self.reason}
 
 
 def _provenance(row: MlperfRow) -> dict:
@@ -138,10 +152,14 @@ def _provenance(row: MlperfRow) -> dict:
 
 
 def check(rows: Sequence[MlperfRow], registry: Registry, workloads: Workloads,
+          llm_step: Callable[[StepKey], LlmStep] | None = None,
           on_row: Callable[[], None] = lambda: None) -> tuple[list[Checked], list[Excluded]]:
-    """Every row predicted or excluded with its reason (module docstring), in the rows' order."""
+    """Every row predicted or excluded with its reason (module docstring), in the rows' order.
+    `llm_step` characterizes the LLM benchmarks' forwards (measure.workloads.WorkloadSource);
+    without it their rows are excluded."""
     checked, excluded = [], []
     known: dict[tuple, list[Prediction]] = {}     # every row of a chip shares its batches' predictions
+    served: dict[tuple, Served | NotServed] = {}  # and an LLM system its scenario's, whatever the accuracy
 
     def options(bench: Benchmark, chip, precision: str) -> list[Prediction]:
         key = (bench.network, chip.name, chip.tdp_w, precision)
@@ -149,8 +167,17 @@ def check(rows: Sequence[MlperfRow], registry: Registry, workloads: Workloads,
             known[key] = fitting(bench, chip, precision, workloads)
         return known[key]
 
+    def serve(bench: LlmBenchmark, chip, devices: int, scenario: str, stack: str) -> Served | NotServed:
+        key = (bench, chip.name, chip.tdp_w, devices, scenario, stack)
+        if key not in served:
+            try:
+                served[key] = mlperf_llm.served(bench, chip, devices, scenario, stack, llm_step)
+            except NotServed as exc:
+                served[key] = exc
+        return served[key]
+
     for row in rows:
-        outcome = _one(row, registry, workloads, options)
+        outcome = _one(row, registry, workloads, options, serve if llm_step is not None else None)
         (checked if isinstance(outcome, Checked) else excluded).append(outcome)
         on_row()
     return _with_node_power(_with_stack_factors(checked)), excluded
@@ -180,15 +207,17 @@ def _with_stack_factors(checked: list[Checked]) -> list[Checked]:
         if key not in factors:
             factors[key] = held_out_factor(observed, *key)
         f = factors[key]
-        held_out = (c.predicted * f if c.row.scenario == "Offline"
-                    else server_choice(c.options, benchmarks()[c.row.benchmark].server_latency_s, f)[2])
+        held_out = (server_choice(c.options, benchmarks()[c.row.benchmark].server_latency_s, f)[2] if c.options
+                    else c.predicted * f)     # Offline, and an LLM's Server load (tokens/s scale with speed)
         out.append(replace(c, stack_factor=f, held_out=held_out))
     return out
 
 
-def _one(row: MlperfRow, registry: Registry, workloads: Workloads, options) -> Checked | Excluded:
-    bench = benchmarks().get(row.benchmark)
-    if bench is None:
+def _one(row: MlperfRow, registry: Registry, workloads: Workloads, options, serve) -> Checked | Excluded:
+    bench, llm = benchmarks().get(row.benchmark), llm_benchmark(row.benchmark)
+    if llm is not None and serve is None:
+        return Excluded(row, "an LLM benchmark, left out of this run (validate --mlperf --skip-llm)")
+    if bench is None and llm is None:
         return Excluded(row, NOT_CHARACTERIZED.get(row.benchmark, f"benchmark {row.benchmark} is not characterized"))
     if row.scenario not in PREDICTED_SCENARIOS:
         return Excluded(row, SCENARIO_NOT_PREDICTED[row.scenario])
@@ -201,6 +230,8 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads, options) -> C
         if cap is None:
             return Excluded(row, "a power submission (MaxQ) whose power limit its submitter's configs do not give")
         chip = with_power_limit(chip, cap)
+    if llm is not None:
+        return _served(row, chip, serve(llm, chip, row.accelerators, row.scenario, stack_of(row)), cap)
     precision = bench.precision_on(chip, stack_of(row))
     if precision is None:
         return Excluded(row, f"{chip.name} has no {' or '.join(bench.precisions)} engine")
@@ -216,6 +247,16 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads, options) -> C
     return Checked(row, chip.name, best.batch, per_accelerator(row), best.throughput_per_s / bench.calls_per_sample,
                    best.bottleneck, precision, power_limit_w=cap if powered else None,
                    device_power_w=best.avg_power_w if powered else None)
+
+
+def _served(row: MlperfRow, chip, outcome: Served | NotServed, cap: float | None) -> Checked | Excluded:
+    """An LLM row (validate.mlperf_llm): tokens/s per accelerator; a MaxQ Offline row's power."""
+    if isinstance(outcome, NotServed):
+        return Excluded(row, str(outcome))
+    powered = row.avg_power_w is not None and row.scenario == "Offline"
+    return Checked(row, chip.name, outcome.batch, per_accelerator(row), outcome.tokens_per_s / row.accelerators,
+                   outcome.bottleneck, outcome.precision, power_limit_w=cap if powered else None,
+                   device_power_w=outcome.device_power_w if powered else None, layout=outcome.layout)
 
 
 def _server(row: MlperfRow, chip, bench: Benchmark, precision: str, fits: list[Prediction]) -> Checked | Excluded:

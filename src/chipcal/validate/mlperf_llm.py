@@ -1,0 +1,112 @@
+"""MLPerf's LLM benchmarks served as a serving engine serves them: continuous batching at
+saturation for Offline (model.estimate.serving), the highest Poisson load within the latency
+limits for Server (model.estimate.server), on all of a system's accelerators in the layout of
+most tokens/s, with the datasets' mean lengths.
+
+A benchmark maps to a Hugging Face config by name (LLM_BENCHMARKS; the presets of
+model/workload/llm_config.py cite their config.json):
+- llama2-70b (-99, -99.9): Llama-2-70b-chat-hf on OpenOrca, 24,576 samples;
+- mixtral-8x7b: Mixtral-8x7B-Instruct-v0.1 on 5,000 each of OpenOrca, GSM8K and MBXP.
+The lengths are the dataset's means, rounded to a token:
+- prompt tokens from a published per-sample summary of the MLCommons pickles
+  (openshift-psap/performance-dashboard at 71007029, `mlperf-data/summaries/`: llama2-70b 222.33,
+  mixtral 427.39);
+- generated tokens from the reference implementations' READMEs (mlcommons/inference v4.1 tag,
+  `language/llama2-70b/README.md` L245: 294.45; `language/mixtral-8x7b/README.md` L276: 145.9).
+The Server limits are mlperf.conf's (v4.1 tag, L68-69 and L72-73): p99 TTFT 2 s, TPOT 200 ms.
+docs/findings/2026-11-29-mlperf-llm-first-rows.md has the derivation.
+
+The runtime is "compiled": TensorRT-LLM and vLLM replay the decode step as a CUDA graph. The
+precision is fp8 (weights, activations and KV cache, as NVIDIA's and AMD's v4.1 submissions ran
+both models) where the chip has an fp8 engine, else fp16. The engine's running batch is what its
+KV cache holds (no submitter's batch setting is read: one parameter per system would be one per
+row). NVIDIA ran FP4 layers where the GPU has FP4 (`closed/NVIDIA/documentation/calibration.md`,
+"LLM Quantization", v4.1 at 198fc467): its Blackwell rows (FP4_CHIPS) are not predicted, since
+chipcal models no fp4 compute. gptj is not predicted: CNN-DailyMail's prompt lengths under GPT-J's
+tokenizer are not at hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from chipcal.model.chip import Chip
+from chipcal.model.errors import ChipcalError
+from chipcal.model.estimate import server, serving
+from chipcal.model.estimate.parallel import LayoutError
+from chipcal.model.workload.llm_config import LlmConfigError, StepKey, load_llm_config
+from chipcal.model.workload.types import LlmStep
+
+RUNTIME = "compiled"
+PRECISIONS = ("fp8", "fp16")
+FP4_CHIPS = frozenset({"b100", "b200", "gb200"})     # Blackwell: NVIDIA's LLM rows run FP4 layers there
+
+
+@dataclass(frozen=True)
+class LlmBenchmark:
+    """One MLPerf LLM benchmark: its model's config, the dataset's mean lengths, the Server limits."""
+
+    model: str              # a preset of model/workload/llm_config.py
+    input_tokens: int
+    output_tokens: int
+    ttft_s: float
+    tpot_s: float
+
+
+LLM_BENCHMARKS = {
+    "llama2-70b": LlmBenchmark("llama-2-70b", 222, 294, 2.0, 0.2),
+    "mixtral-8x7b": LlmBenchmark("mixtral-8x7b", 427, 146, 2.0, 0.2),
+}
+
+
+def llm_benchmark(benchmark: str) -> LlmBenchmark | None:
+    """The LLM benchmark of an MLPerf benchmark name ("llama2-70b-99.9" -> llama2-70b), or None."""
+    return LLM_BENCHMARKS.get(benchmark.removesuffix(".9").removesuffix("-99"))
+
+
+@dataclass(frozen=True)
+class Served:
+    """A system's LLM row predicted: output tokens/s of all its accelerators, the engine's
+    running batch per replica, its layout and bottleneck, and one accelerator's average power."""
+
+    tokens_per_s: float
+    batch: int
+    layout: str
+    bottleneck: str
+    precision: str
+    device_power_w: float
+
+
+class NotServed(ChipcalError, ValueError):
+    """The model cannot be served on the system (no layout holds it, or none meets the limits)."""
+
+
+def precision_on(chip: Chip) -> str | None:
+    return next((p for p in PRECISIONS if chip.supports(p)), None)
+
+
+def served(bench: LlmBenchmark, chip: Chip, devices: int, scenario: str, stack: str,
+           llm_step: Callable[[StepKey], LlmStep]) -> Served:
+    """`bench` on `devices` of `chip` in `scenario` ("Offline" or "Server") under `stack`
+    (validate.mlperf_stack); NotServed with the reason where no layout serves it."""
+    if stack == "tensorrt" and chip.name in FP4_CHIPS:
+        raise NotServed(f"TensorRT-LLM runs FP4 layers on {chip.name} (NVIDIA's calibration.md, v4.1); "
+                        "chipcal models no fp4 compute")
+    precision = precision_on(chip)
+    if precision is None:
+        raise NotServed(f"{chip.name} has no {' or '.join(PRECISIONS)} engine")
+    config = load_llm_config(bench.model)
+    request = (config, chip, precision, RUNTIME, bench.input_tokens, bench.output_tokens, llm_step)
+    try:
+        if scenario == "Server":
+            load = server.server(*request, bench.ttft_s, bench.tpot_s, devices)
+            batch = load.slots
+        else:
+            load = serving.offline(*request, devices)
+            batch = load.batch
+    except (serving.NoRoomForKvCache, server.LimitsUnmet, LayoutError, LlmConfigError) as exc:
+        raise NotServed(str(exc)) from None
+    return Served(tokens_per_s=load.tokens_per_s, batch=batch, layout=f"tp={load.tp} x {load.dp}",
+                  bottleneck=load.bottleneck, precision=precision,
+                  device_power_w=load.energy_per_token_j * load.tokens_per_s / devices)
