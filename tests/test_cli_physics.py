@@ -48,7 +48,7 @@ def test_estimate_tdp_json_fields(cli):
 
 
 @pytest.mark.parametrize("flag,count", [("--compare-processes", len(technology.PROCESS_NODES_NM)),
-                                        ("--compare-precisions", 8), ("--compare-circuits", 6)])
+                                        ("--compare-precisions", 9), ("--compare-circuits", 6)])
 def test_estimate_tdp_sweeps(cli, flag, count):
     rc, out, _ = cli(estimate_tdp.main, [flag, "--json"])
     assert rc == 0 and len(json.loads(out)) == count

@@ -7,7 +7,7 @@ unit-suffixed field name serves every precision.
 
 from __future__ import annotations
 
-PRECISIONS: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
+PRECISIONS: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8", "int4")
 
 # Storage bytes per element. tf32 is a compute format: operands live in memory as fp32.
 BYTES_PER_ELEMENT: dict[str, float] = {
@@ -17,6 +17,10 @@ BYTES_PER_ELEMENT: dict[str, float] = {
     "bf16": 2.0,
     "fp16": 2.0,
     "fp8": 1.0,
+    # fp4: NVFP4, E2M1 values in blocks of 16 with one E4M3 scale each (NVIDIA, "Introducing NVFP4
+    # for efficient and accurate low-precision inference", 2025): 0.5 + 1/16 byte. AMD's MXFP4 (OCP
+    # Microscaling spec v1.0: blocks of 32, one E8M0 scale) stores 0.5 + 1/32, 3 % less.
+    "fp4": 0.5 + 1 / 16,
     "int8": 1.0,
     "int4": 0.5,
 }

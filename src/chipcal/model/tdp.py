@@ -159,7 +159,7 @@ def assessed_precision(engine: Engine, precision: str) -> str:
     float it runs at full listed rate in canonical order (fp32 for CUDA cores)."""
     if precision in engine.macs_per_unit_per_clock:
         return precision
-    for p in ("fp32", "fp64", "bf16", "fp16", "int8", "fp8", "tf32", "int4"):
+    for p in ("fp32", "fp64", "bf16", "fp16", "int8", "fp8", "tf32", "fp4", "int4"):
         if p in engine.macs_per_unit_per_clock:
             return p
     raise ValueError(f"engine {engine.name} has no precisions")

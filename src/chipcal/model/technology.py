@@ -38,7 +38,7 @@ PJ = 1e-12
 # --- arithmetic at 45 nm (pJ) -------------------------------------------------------------
 
 # Mantissa bits incl. the hidden bit, used only to derive formats Horowitz does not list.
-_MANTISSA_BITS = {"fp64": 53, "fp32": 24, "tf32": 11, "bf16": 8, "fp16": 11, "fp8": 4}
+_MANTISSA_BITS = {"fp64": 53, "fp32": 24, "tf32": 11, "bf16": 8, "fp16": 11, "fp8": 4, "fp4": 2}
 
 # Multiplier energy vs mantissa width: fitted power law through Horowitz's fp16 and fp32
 # multipliers (1.1 pJ @ 11 bits, 3.7 pJ @ 24 bits) -> exponent ln(3.7/1.1)/ln(24/11) ~ 1.55.
@@ -77,6 +77,11 @@ ARITHMETIC_45NM: dict[str, OpEnergy] = {
     "fp8": OpEnergy(1.1 * (4 / 11) ** _FP_MULT_EXP, 0.4,
                     "derived: Horowitz fp16 multiplier scaled to a 4-bit mantissa; fp16 adder (a MAC adds at "
                     "its fp32 accumulator: ACCUMULATOR)"),
+    # fp4 (e2m1): 2-bit mantissa multiplier, fp32 accumulation (ACCUMULATOR); the block scale is
+    # applied once per block of 16 products, not counted.
+    "fp4": OpEnergy(1.1 * (2 / 11) ** _FP_MULT_EXP, 0.4,
+                    "derived: Horowitz fp16 multiplier scaled to a 2-bit mantissa; fp16 adder (a MAC adds at "
+                    "its fp32 accumulator: ACCUMULATOR)"),
     "int4": OpEnergy(0.2 * (4 / 8) ** _INT_MULT_EXP, 0.03 * 4 / 8,
                      "derived: Horowitz int8 multiplier x (4/8)^1.98, adder linear in width"),
 }
@@ -85,7 +90,7 @@ ARITHMETIC_45NM: dict[str, OpEnergy] = {
 # .f32 accumulators; AMX TDPBF16PS; AVX-512 VDPBF16PS), int32 for integer products (IMMA, VPDPBUSD,
 # AMX TDPBUSD), fp64 for fp64. Horowitz 2014: 32-bit int add 0.1 pJ at 45 nm.
 ACCUMULATOR = {"fp64": "fp64", "fp32": "fp32", "tf32": "fp32", "bf16": "fp32", "fp16": "fp32", "fp8": "fp32",
-               "int8": "int32", "int4": "int32"}
+               "fp4": "fp32", "int8": "int32", "int4": "int32"}
 ADD_45NM_PJ = {"fp64": None, "fp32": 0.9, "int32": 0.1}   # fp64: its own table entry's adder
 
 
@@ -455,7 +460,7 @@ REUSE_TABLE: dict[str, Reuse] = {
 }
 
 ACCUMULATOR_BYTES = {"fp64": 8.0, "fp32": 4.0, "tf32": 4.0, "bf16": 4.0, "fp16": 4.0, "fp8": 4.0,
-                     "int8": 4.0, "int4": 4.0}   # fp32/int32 accumulation except fp64
+                     "fp4": 4.0, "int8": 4.0, "int4": 4.0}   # fp32/int32 accumulation except fp64
 
 
 def check_reuse(circuit: str) -> Reuse:

@@ -18,12 +18,13 @@ docs/findings/2026-11-29-mlperf-llm-first-rows.md has the derivation.
 
 The runtime is "compiled": TensorRT-LLM and vLLM replay the decode step as a CUDA graph. The
 precision is fp8 (weights, activations and KV cache, as NVIDIA's and AMD's v4.1 submissions ran
-both models) where the chip has an fp8 engine, else fp16. The engine's running batch is what its
-KV cache holds (no submitter's batch setting is read: one parameter per system would be one per
-row). NVIDIA ran FP4 layers where the GPU has FP4 (`closed/NVIDIA/documentation/calibration.md`,
-"LLM Quantization", v4.1 at 198fc467): its Blackwell rows (FP4_CHIPS) are not predicted, since
-chipcal models no fp4 compute. gptj is not predicted: CNN-DailyMail's prompt lengths under GPT-J's
-tokenizer are not at hand.
+both models) where the chip has an fp8 engine, else fp16; TensorRT-LLM runs fp4 (NVFP4) where the
+GPU has it (`closed/NVIDIA/documentation/calibration.md`, "LLM Quantization", v4.1 at 198fc467:
+FP4 for selected linear and MLP layers and the KV cache on accelerators that support it; chipcal
+runs every matrix product at fp4 there, attention's included). The engine's running batch is what
+its KV cache holds (no submitter's batch setting is read: one parameter per system would be one per
+row). gptj is not predicted: CNN-DailyMail's prompt lengths under GPT-J's tokenizer are not at
+hand.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from chipcal.model.workload.types import LlmStep
 
 RUNTIME = "compiled"
 PRECISIONS = ("fp8", "fp16")
-FP4_CHIPS = frozenset({"b100", "b200", "gb200"})     # Blackwell: NVIDIA's LLM rows run FP4 layers there
+FP4_STACKS = frozenset({"tensorrt"})     # stacks that run fp4 where the chip has it (module docstring)
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,10 @@ class NotServed(ChipcalError, ValueError):
     """The model cannot be served on the system (no layout holds it, or none meets the limits)."""
 
 
-def precision_on(chip: Chip) -> str | None:
+def precision_on(chip: Chip, stack: str) -> str | None:
+    """The precision `stack` serves the LLM at on `chip` (module docstring); None if none of them."""
+    if stack in FP4_STACKS and chip.supports("fp4"):
+        return "fp4"
     return next((p for p in PRECISIONS if chip.supports(p)), None)
 
 
@@ -90,10 +94,7 @@ def served(bench: LlmBenchmark, chip: Chip, devices: int, scenario: str, stack: 
            llm_step: Callable[[StepKey], LlmStep]) -> Served:
     """`bench` on `devices` of `chip` in `scenario` ("Offline" or "Server") under `stack`
     (validate.mlperf_stack); NotServed with the reason where no layout serves it."""
-    if stack == "tensorrt" and chip.name in FP4_CHIPS:
-        raise NotServed(f"TensorRT-LLM runs FP4 layers on {chip.name} (NVIDIA's calibration.md, v4.1); "
-                        "chipcal models no fp4 compute")
-    precision = precision_on(chip)
+    precision = precision_on(chip, stack)
     if precision is None:
         raise NotServed(f"{chip.name} has no {' or '.join(PRECISIONS)} engine")
     config = load_llm_config(bench.model)

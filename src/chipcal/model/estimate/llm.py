@@ -99,7 +99,7 @@ WEIGHT_ONLY: dict[str, WeightOnly] = {
     "int8": WeightOnly("int8", 8, None, 2),
     "int4": WeightOnly("int4", 4, 128, 4),
 }
-LLM_PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
+LLM_PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp4", "int8", "int4")
 DEVICES_NOTE = "a memory bound: the fewest devices whose memory holds weights, KV cache and activations, not a parallel-speed claim"
 
 

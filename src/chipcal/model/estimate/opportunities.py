@@ -28,7 +28,7 @@ from chipcal.model.mapping.params import FamilyParams
 from chipcal.model.precision import BYTES_PER_ELEMENT
 from chipcal.model.workload.types import Subgraph
 
-LOWER_PRECISIONS = ("tf32", "bf16", "fp16", "fp8", "int8", "int4")
+LOWER_PRECISIONS = ("tf32", "bf16", "fp16", "fp8", "fp4", "int8", "int4")
 MB = 1e6
 
 

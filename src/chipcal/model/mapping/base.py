@@ -37,7 +37,7 @@ MAC_CLASSES = (*CONV_CLASSES, "matmul", "attention")
 # Programmable circuits that can run any elementwise op (and any precision, promoted to fp32).
 GENERAL_CIRCUITS = ("x86_performance", "arm_core", "cuda_core")
 # Storage precisions narrower than fp32 that a general-purpose engine computes by promoting to fp32.
-PROMOTABLE = ("tf32", "bf16", "fp16", "fp8", "int8", "int4")
+PROMOTABLE = ("tf32", "bf16", "fp16", "fp8", "fp4", "int8", "int4")
 
 
 @dataclass(frozen=True)

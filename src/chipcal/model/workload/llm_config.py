@@ -257,7 +257,7 @@ def decode_cached(runtime: str, context: int, new_tokens: int) -> int:
 
 def trace_dtype(precision: str) -> str:
     """torch dtype the model is built in for `precision`: fp32/tf32 in float32, fp16 in float16,
-    everything else (bf16, fp8, the weight-only int8/int4 that compute in bf16) in bfloat16 (the
+    everything else (bf16, fp8, fp4, the weight-only int8/int4 that compute in bf16) in bfloat16 (the
     ops a runtime issues depend on it: RMSNorm casts to float32 and back in bf16)."""
     return {"fp32": "float32", "tf32": "float32", "fp16": "float16"}.get(precision, "bfloat16")
 
