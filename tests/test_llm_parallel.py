@@ -18,6 +18,7 @@ from chipcal.model.estimate.parallel import (
     allreduce_s,
     choose_layout,
     parse_layout,
+    pipelines,
 )
 from chipcal.model.registry import load_registry
 from chipcal.model.workload.llm_config import LlmConfigError, load_llm_config, parse_config
@@ -52,7 +53,7 @@ def test_layouts_parse(text, devices, layout):
 
 
 @pytest.mark.parametrize("text, says", [("tp=3", "does not divide"), ("tp=4,dp=4", "16 devices"),
-                                        ("pp=2", "give tp=N"), ("tp=2,tp=4", "give tp=N")])
+                                        ("ep=2", "give tp=N"), ("tp=2,tp=4", "give tp=N")])
 def test_a_bad_layout_says_why(text, says):
     with pytest.raises(LayoutError, match=says):
         parse_layout(text, 8)
@@ -107,6 +108,56 @@ def test_joining_shards_adds_the_all_reduces_and_the_replicas_add_tokens(registr
     prefill_one = 2 * 1 / 2 * (4 * 16 * 64 * 2) / 450e9 + ALLREDUCE_FLOOR_S
     assert out.time_to_first_token_s == pytest.approx(0.02 + 4 * prefill_one)
     assert (out.energy_per_token_j, out.bandwidth_bound_tokens_per_s, out.devices) == (1.0, 2400.0, 6)
+
+
+def test_a_pipeline_passes_each_micro_batch_through_its_stages(registry):
+    """The same 10 ms stage step at a micro-batch of 4 (a running batch of 8 over pp=2 stages of one
+    layer each, tp=2, dp=3): a token passes both stages and one hand-over of 4 x 64 x 2 bytes at
+    450 GB/s plus the 10 us floor; each stage's one layer makes two all-reduces; every shard of
+    every stage spends its energy on each token."""
+    h100 = registry.get("h100-sxm5")
+    stage = LlmPrediction(model="tiny@tp2", chip="h100-sxm5", kind="gpu", phase="decode", batch=4, context=16,
+                          new_tokens=4, precision="bf16", compute_precision="bf16", weight_format="bf16",
+                          runtime="compiled", status="ok", tokens_per_s=400.0, step_tokens_per_s=400.0,
+                          time_to_first_token_s=0.02, time_per_output_token_s=0.01, energy_per_token_j=0.5,
+                          bandwidth_bound_tokens_per_s=800.0)
+    one = 2 * 1 / 2 * (4 * 64 * 2) / 450e9 + ALLREDUCE_FLOOR_S
+    hop = 4 * 64 * 2 / 450e9 + ALLREDUCE_FLOOR_S
+    out = joined(stage, tiny(), h100, Layout(2, 3, 2), "bfloat16", batch=8)
+    tpot = 2 * (0.01 + 2 * one) + hop
+    assert out.time_per_output_token_s == pytest.approx(tpot)
+    assert out.tokens_per_s == pytest.approx(3 * 8 / tpot) and out.batch == 8
+    prefill_hop = 4 * 16 * 64 * 2 / 450e9 + ALLREDUCE_FLOOR_S
+    prefill_one = 2 * 1 / 2 * (4 * 16 * 64 * 2) / 450e9 + ALLREDUCE_FLOOR_S
+    assert out.time_to_first_token_s == pytest.approx(2 * (0.02 + 2 * prefill_one) + prefill_hop)
+    assert (out.energy_per_token_j, out.devices) == (0.5 * 2 * 2, 12)
+
+
+def test_pipelines_are_powers_of_two_dividing_the_layers_within_the_link():
+    registry = load_registry()
+    h100, orin = registry.get("h100-sxm5"), registry.get("jetson-agx-orin-64gb")
+    assert parse_layout("tp=2,pp=2", 8) == Layout(2, 2, 2) and Layout(2, 2, 2).label == "tp=2,pp=2,dp=2"
+    assert Layout(4, 2).label == "tp=4,dp=2"          # no pipeline: the label as before
+    with pytest.raises(LayoutError, match="tp x pp = 6"):
+        parse_layout("tp=2,pp=3", 8)
+    # 8 H100s (an NVLink domain of 8), 64 heads, 80 layers: (tp, pp) with tp x pp <= 8
+    assert [(x.tp, x.pp, x.dp) for x in pipelines(8, 64, h100, 80)] == [
+        (1, 2, 4), (2, 2, 2), (4, 2, 1), (1, 4, 2), (2, 4, 1), (1, 8, 1)]
+    assert [x.pp for x in pipelines(8, 64, h100, 30)] == [2, 2, 2]      # 4 and 8 do not divide 30 layers
+    assert pipelines(8, 64, orin, 80) == []                               # no scale-up link
+
+
+def test_a_pipeline_stage_is_the_model_with_its_share_of_the_layers(source, registry):
+    """Two stages of a 4-layer tiny model: each stage is the 2-layer model. A layer: q and o 64 x 64,
+    k and v 64 x 32 (2 KV heads of 16), gate, up and down 64 x 128, two norms of 64 = 36,992; with
+    the embedding's and the head's 256 x 64 and the final norm, 106,816."""
+    config = parse_config({**TINY, "num_hidden_layers": 4}, "tiny4", "test")
+    p = predict_on_layout(config, registry.get("h100-sxm5"), "bf16", "compiled", "decode", 8, 16, 4,
+                          source.llm_step, 2, Layout(1, 1, 2))
+    assert p.params == 2 * 36_992 + 2 * 256 * 64 + 64 and (p.tp, p.dp, p.devices, p.batch) == (1, 1, 2, 8)
+    with pytest.raises(LayoutError, match="pp=3 does not divide"):
+        predict_on_layout(config, registry.get("h100-sxm5"), "bf16", "compiled", "decode", 8, 16, 4,
+                          source.llm_step, 3, Layout(1, 1, 3))
 
 
 def test_a_mixtral_shard_splits_every_experts_channels():

@@ -68,7 +68,7 @@ def test_no_room_for_one_sequence_says_so(monkeypatch):
 
     monkeypatch.setattr(serving, "predict_on_layout", lambda *a, **k: _first(24e9, 30e9, 1e9, 1000.0))
     config = parse_config(TINY, "tiny", "tests/tiny_llm.py")
-    with pytest.raises(NoRoomForKvCache, match="tiny on c .tp=1.: weights and activations leave no KV-cache room"):
+    with pytest.raises(NoRoomForKvCache, match="tiny on c .tp=1,dp=1.: weights and activations leave no KV-cache room"):
         offline(config, load_registry().get("l4"), "bf16", "compiled", 16, 8, lambda key: None, 1, Layout())
 
 
@@ -91,6 +91,24 @@ def test_cli_serves_offline(cli, tmp_path, monkeypatch, source):
         assert rc == 2 and says in err
     rc, _, err = cli(main, ["--model", "llama-3-8b", "--max-batch", "4"])
     assert rc == 2 and "--max-batch, --ttft-s and --tpot-s are for --scenario offline or server" in err
+
+
+def test_cli_serves_a_forced_pipeline_and_refuses_one_outside_serving(cli, tmp_path, monkeypatch, source):
+    """Two stages of the 2-layer tiny model on two H100s: the batch the KV cache holds is every
+    micro-batch's, and the layout is printed as --layout takes it."""
+    from chipcal.cli import predict
+
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(source._directory().parent))
+    main = lambda a: predict.main(a, prog="chipcal predict")  # noqa: E731
+    argv = ["--model", write_config(tmp_path), "--hardware", "h100-sxm5", "--context", "16", "--new-tokens", "8"]
+    rc, out, err = cli(main, [*argv, "--scenario", "offline", "--layout", "tp=1,pp=2", "--max-batch", "8", "--json"])
+    assert rc == 0, err
+    (row,) = json.loads(out)
+    assert (row["tp"], row["pp"], row["dp"], row["devices"], row["batch"]) == (1, 2, 1, 2, 8)
+    rc, out, _ = cli(main, [*argv, "--scenario", "offline", "--layout", "tp=1,pp=2", "--max-batch", "8"])
+    assert rc == 0 and "tp=1,pp=2,dp=1" in out
+    rc, _, err = cli(main, [*argv, "--layout", "tp=1,pp=2"])
+    assert rc == 2 and "pipelines are modelled for serving" in err
 
 
 def test_cli_serving_takes_the_calibration_and_host_cost(cli, tmp_path, monkeypatch):

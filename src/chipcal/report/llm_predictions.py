@@ -100,10 +100,15 @@ SERVER_LEGEND = ("server: the highest Poisson load whose p99 TTFT and TPOT meet 
                  "with the slots full; J/token: energy per output token over all devices")
 
 
+def _layout(run) -> str:
+    """A serving run's layout as --layout takes it."""
+    return f"tp={run.tp},{f'pp={run.pp},' if run.pp > 1 else ''}dp={run.dp}"
+
+
 def server_rows(runs: Sequence) -> list[dict]:
     """One row per latency-limited prediction (estimate/server.ServerLoad)."""
     return [{"model": r.model, "chip": r.chip, "prec": r.precision, "in+out": f"{r.input_tokens}+{r.output_tokens}",
-             "layout": f"tp={r.tp},dp={r.dp}", "slots": r.slots, "occ": f"{r.occupancy:.0%}",
+             "layout": _layout(r), "slots": r.slots, "occ": f"{r.occupancy:.0%}",
              "q/s": f"{r.queries_per_s:.4g}", "tok/s": _rate(r.tokens_per_s),
              "TTFT_p99_ms": f"{r.ttft_p99_s * 1e3:.4g}", "TPOT_ms": f"{r.tpot_s * 1e3:.4g}",
              "limits_ms": f"{r.ttft_limit_s * 1e3:g}/{r.tpot_limit_s * 1e3:g}", "bound": r.bottleneck,
@@ -114,7 +119,7 @@ def server_rows(runs: Sequence) -> list[dict]:
 def serving_rows(runs: Sequence) -> list[dict]:
     """One row per continuous-batching prediction (estimate/serving.Serving)."""
     return [{"model": r.model, "chip": r.chip, "prec": r.precision, "in+out": f"{r.input_tokens}+{r.output_tokens}",
-             "layout": f"tp={r.tp},dp={r.dp}", "batch": r.batch, "kv_limit": r.kv_batch_limit,
+             "layout": _layout(r), "batch": r.batch, "kv_limit": r.kv_batch_limit,
              "tok/s": _rate(r.tokens_per_s), "iteration_ms": f"{r.iteration_s * 1e3:.4g}",
              "decode_ms": f"{r.decode_step_s * 1e3:.4g}", "prefill_ms": f"{r.prefill_share_s * 1e3:.4g}",
              "bound": r.bottleneck, "J/token": f"{r.energy_per_token_j:.3g}"}

@@ -108,6 +108,6 @@ def served(bench: LlmBenchmark, chip: Chip, devices: int, scenario: str, stack: 
             batch = load.batch
     except (serving.NoRoomForKvCache, server.LimitsUnmet, LayoutError, LlmConfigError) as exc:
         raise NotServed(str(exc)) from None
-    return Served(tokens_per_s=load.tokens_per_s, batch=batch, layout=f"tp={load.tp} x {load.dp}",
+    return Served(tokens_per_s=load.tokens_per_s, batch=batch, layout=f"tp={load.tp}{f' pp={load.pp}' if load.pp > 1 else ''} x {load.dp}",
                   bottleneck=load.bottleneck, precision=precision,
                   device_power_w=load.energy_per_token_j * load.tokens_per_s / devices)

@@ -1,10 +1,13 @@
-"""An LLM served on many devices: tensor-parallel shards joined by all-reduces, replicated for
-data parallelism.
+"""An LLM served on many devices: tensor-parallel shards joined by all-reduces, pipeline stages
+passing the hidden state on, replicated for data parallelism.
 
-Layout tp x dp: each of dp replicas splits the model over tp devices (model.workload.llm_shard);
-a replica's step is its shard's step plus, per layer, two all-reduces of the hidden state (after
-the attention's output projection and after the MLP's down projection: Megatron-LM,
-arXiv:1909.08053, section 3). The replicas serve separate requests, so tokens/s adds up over dp.
+Layout tp x pp x dp: each of dp replicas splits the model's layers into pp stages (consecutive
+layers, llm_layers.with_layers) and each stage over tp devices (model.workload.llm_shard); a
+stage's step is its shard's step plus, per layer, two all-reduces of the hidden state (after the
+attention's output projection and after the MLP's down projection: Megatron-LM, arXiv:1909.08053,
+section 3). The replicas serve separate requests, so tokens/s adds up over dp. A pipeline keeps pp
+micro-batches in flight (estimate/llm_parallel.py); each stage sends its micro-batch's hidden state
+to the next, one point-to-point transfer over the same link, with the same floor.
 
 A ring all-reduce of S bytes over n devices (Patarasuk and Yuan 2009; NCCL's ring) sends
 2 (n - 1) / n x S bytes each way from every device, over 2 (n - 1) steps:
@@ -44,31 +47,32 @@ class LayoutError(ChipcalError, ValueError):
 class Layout:
     tp: int = 1
     dp: int = 1
+    pp: int = 1
 
     @property
     def devices(self) -> int:
-        return self.tp * self.dp
+        return self.tp * self.pp * self.dp
 
     @property
     def label(self) -> str:
-        return f"tp={self.tp},dp={self.dp}"
+        return f"tp={self.tp},{f'pp={self.pp},' if self.pp > 1 else ''}dp={self.dp}"
 
 
 def parse_layout(text: str, devices: int | None = None) -> Layout:
-    """'tp=8', 'tp=4,dp=2' (dp defaults to what fills `devices`); LayoutError otherwise."""
-    parts = dict.fromkeys(("tp", "dp"))
+    """'tp=8', 'tp=4,dp=2', 'tp=2,pp=2' (dp defaults to what fills `devices`); LayoutError otherwise."""
+    parts = dict.fromkeys(("tp", "pp", "dp"))
     for item in (t.strip() for t in text.split(",") if t.strip()):
-        m = re.fullmatch(r"(tp|dp)=([1-9][0-9]{0,3})", item)
+        m = re.fullmatch(r"(tp|pp|dp)=([1-9][0-9]{0,3})", item)
         if m is None or parts[m.group(1)] is not None:
-            raise LayoutError(f"--layout {text!r}: give tp=N[,dp=M] (positive integers, each once)")
+            raise LayoutError(f"--layout {text!r}: give tp=N[,pp=P][,dp=M] (positive integers, each once)")
         parts[m.group(1)] = int(m.group(2))
-    tp = parts["tp"] or 1
-    if devices is not None and parts["dp"] is None and devices % tp:
-        raise LayoutError(f"--layout {text}: tp={tp} does not divide the {devices} devices of --devices")
-    dp = parts["dp"] or (max(1, devices // tp) if devices else 1)
-    if devices is not None and tp * dp != devices:
-        raise LayoutError(f"--layout {text}: tp x dp = {tp * dp} devices, not the {devices} of --devices")
-    return Layout(tp, dp)
+    tp, pp = parts["tp"] or 1, parts["pp"] or 1
+    if devices is not None and parts["dp"] is None and devices % (tp * pp):
+        raise LayoutError(f"--layout {text}: tp x pp = {tp * pp} does not divide the {devices} devices of --devices")
+    dp = parts["dp"] or (max(1, devices // (tp * pp)) if devices else 1)
+    if devices is not None and tp * pp * dp != devices:
+        raise LayoutError(f"--layout {text}: tp x pp x dp = {tp * pp * dp} devices, not the {devices} of --devices")
+    return Layout(tp, dp, pp)
 
 
 def allreduce_s(message_bytes: float, n: int, chip: Chip) -> float:
@@ -85,12 +89,32 @@ def allreduce_s(message_bytes: float, n: int, chip: Chip) -> float:
 
 
 def layouts(devices: int, heads: int, chip: Chip) -> list[Layout]:
-    """Every layout of `devices`: tp a power of two dividing the devices and the heads, within the
-    chip's all-to-all domain (1 without a scale-up link), fewest shards first."""
+    """Every layout of `devices` without a pipeline: tp a power of two dividing the devices and the
+    heads, within the chip's all-to-all domain (1 without a scale-up link), fewest shards first."""
+    return [Layout(tp, devices // tp) for tp in _powers(devices, chip) if devices % tp == 0 and heads % tp == 0]
+
+
+def pipelines(devices: int, heads: int, chip: Chip, layers: int) -> list[Layout]:
+    """Every layout of `devices` with pp > 1 stages: pp a power of two dividing the layers, tp as
+    in `layouts`, tp x pp within the link's domain; fewest stages first. Serving engines keep to
+    tensor parallelism inside a node (vLLM's and TensorRT-LLM's defaults) and add stages where it
+    cannot hold the model (estimate/serving.py)."""
+    powers = _powers(devices, chip)
+    return [Layout(tp, devices // (tp * pp), pp) for pp in powers[1:] for tp in powers
+            if tp * pp in powers and devices % (tp * pp) == 0 and heads % tp == 0 and layers % pp == 0]
+
+
+def _powers(devices: int, chip: Chip) -> list[int]:
+    """Powers of two up to the devices, within the chip's link domain (1 without a link)."""
     link = chip.interconnect
     limit = min(devices, link.domain_devices or devices) if link else 1
-    tps = (1 << i for i in range(limit.bit_length()))
-    return [Layout(tp, devices // tp) for tp in tps if tp <= limit and devices % tp == 0 and heads % tp == 0]
+    return [1 << i for i in range(limit.bit_length()) if 1 << i <= limit]
+
+
+def p2p_s(message_bytes: float, chip: Chip) -> float:
+    """One stage's hidden state sent to the next (module docstring): bytes over the link one way
+    plus the floor."""
+    return message_bytes / chip.interconnect.per_direction_bytes_per_s + ALLREDUCE_FLOOR_S
 
 
 def choose_layout(devices: int, heads: int, chip: Chip, fits: Callable[[int], bool]) -> Layout:

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 
 from chipcal.model.chip import Chip
 from chipcal.model.errors import ChipcalError
-from chipcal.model.estimate.parallel import Layout, LayoutError, layouts
+from chipcal.model.estimate.parallel import Layout, LayoutError, layouts, pipelines
 from chipcal.model.estimate.serving import Engine, NoRoomForKvCache, Serving
 from chipcal.model.workload.llm_config import LlmConfig, LlmConfigError, StepKey
 from chipcal.model.workload.types import LlmStep
@@ -64,6 +64,7 @@ class ServerLoad:
     ttft_limit_s: float
     tpot_limit_s: float
     tp: int
+    pp: int                          # pipeline stages per replica
     dp: int
     devices: int
     slots: int                       # the engine's cap on running sequences per replica
@@ -143,14 +144,18 @@ def server(config: LlmConfig, chip: Chip, precision: str, runtime: str, input_to
            layout: Layout | None = None, max_batch: int | None = None, **launch) -> ServerLoad:
     """The highest load meeting both limits (module docstring) in `layout`, or in the layout of
     most tokens/s among those parallel.layouts allows; LimitsUnmet where none meets them."""
-    candidates = [layout] if layout is not None else list(layouts(devices, config.heads, chip))
+    rounds = ([layout],) if layout is not None else (
+        layouts(devices, config.heads, chip), pipelines(devices, config.heads, chip, config.layers))
     found, why = [], None
-    for candidate in candidates:
-        try:
-            found.append(_best_slots(config, chip, precision, runtime, input_tokens, output_tokens, llm_step,
-                                     ttft_s, tpot_s, candidate, max_batch, launch))
-        except (NoRoomForKvCache, LayoutError, LlmConfigError, LimitsUnmet) as exc:
-            why = exc
+    for candidates in rounds:
+        for candidate in candidates:
+            try:
+                found.append(_best_slots(config, chip, precision, runtime, input_tokens, output_tokens, llm_step,
+                                         ttft_s, tpot_s, candidate, max_batch, launch))
+            except (NoRoomForKvCache, LayoutError, LlmConfigError, LimitsUnmet) as exc:
+                why = exc
+        if found:
+            break
     if not found:
         raise why or LimitsUnmet(f"{config.name} on {chip.name}: no layout of {devices} devices")
     return max(found, key=lambda s: s.tokens_per_s)
@@ -171,7 +176,7 @@ def _best_slots(config, chip, precision, runtime, input_tokens, output_tokens, l
         guess = max(1, int(guess * 0.9))
     met = [s for s in loads if s is not None]
     if not met:
-        raise LimitsUnmet(f"{config.name} on {chip.name} (tp={layout.tp}): no slot count meets TPOT "
+        raise LimitsUnmet(f"{config.name} on {chip.name} ({layout.label}): no slot count meets TPOT "
                           f"{tpot_s:g} s and TTFT {ttft_s:g} s at the 99th percentile")
     return max(met, key=lambda s: s.tokens_per_s)
 
@@ -190,7 +195,7 @@ def _load(s: Serving, ttft_s: float, tpot_s: float) -> ServerLoad | None:
     wait = wait_p99_s(s.batch, service, rate)
     return ServerLoad(
         model=s.model, chip=s.chip, precision=s.precision, runtime=s.runtime, input_tokens=s.input_tokens,
-        output_tokens=s.output_tokens, ttft_limit_s=ttft_s, tpot_limit_s=tpot_s, tp=s.tp, dp=s.dp,
+        output_tokens=s.output_tokens, ttft_limit_s=ttft_s, tpot_limit_s=tpot_s, tp=s.tp, pp=s.pp, dp=s.dp,
         devices=s.devices, slots=s.batch, queries_per_s=s.dp * rate, tokens_per_s=s.dp * rate * s.output_tokens,
         occupancy=rate * service / s.batch, ttft_p99_s=wait + fixed, tpot_s=iteration, wait_p99_s=wait,
         energy_per_token_j=s.energy_per_token_j, bottleneck=s.bottleneck)

@@ -41,7 +41,7 @@ from chipcal.model.chip import Chip
 from chipcal.model.errors import ChipcalError
 from chipcal.model.estimate.llm import LlmPrediction
 from chipcal.model.estimate.llm_parallel import predict_on_layout
-from chipcal.model.estimate.parallel import Layout, LayoutError, layouts
+from chipcal.model.estimate.parallel import Layout, LayoutError, layouts, pipelines
 from chipcal.model.workload.llm_config import LlmConfig, LlmConfigError, StepKey
 from chipcal.model.workload.types import LlmStep
 
@@ -63,6 +63,7 @@ class Serving:
     input_tokens: int
     output_tokens: int
     tp: int
+    pp: int                         # pipeline stages per replica
     dp: int
     devices: int
     batch: int                      # running sequences per replica
@@ -101,17 +102,21 @@ def offline(config: LlmConfig, chip: Chip, precision: str, runtime: str, input_t
             max_batch: int | None = None, **launch) -> Serving:
     """Output tokens/s at saturation (module docstring) in `layout`, or without one in the
     layout of most tokens/s among those parallel.layouts allows (more shards leave more KV-cache
-    room per replica, fewer replicas); NoRoomForKvCache where no layout fits one sequence."""
+    room per replica, fewer replicas), or where none holds a sequence among parallel.pipelines;
+    NoRoomForKvCache where no layout fits one sequence."""
     if layout is not None:
         return Engine(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, layout, launch
                       ).saturated(max_batch)
     found, why = [], None
-    for candidate in layouts(devices, config.heads, chip):
-        try:
-            found.append(Engine(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, candidate,
-                                launch).saturated(max_batch))
-        except (NoRoomForKvCache, LayoutError, LlmConfigError) as exc:
-            why = exc
+    for candidates in (layouts(devices, config.heads, chip), pipelines(devices, config.heads, chip, config.layers)):
+        for candidate in candidates:
+            try:
+                found.append(Engine(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, candidate,
+                                    launch).saturated(max_batch))
+            except (NoRoomForKvCache, LayoutError, LlmConfigError) as exc:
+                why = exc
+        if found:
+            break
     if not found:
         raise why or NoRoomForKvCache(f"{config.name} on {chip.name}: no layout of {devices} devices")
     return max(found, key=lambda s: s.tokens_per_s)
@@ -142,7 +147,7 @@ class Engine:
         first, layout, output_tokens = self.predicted(1), self.layout, self.output_tokens
         limit = kv_batch_limit(first, self.input_tokens, output_tokens) if first.supported else 0
         if limit < 1:
-            raise NoRoomForKvCache(f"{self.config.name} on {first.chip} (tp={layout.tp}): weights and activations "
+            raise NoRoomForKvCache(f"{self.config.name} on {first.chip} ({layout.label}): weights and activations "
                                    f"leave no KV-cache room for one sequence of {self.input_tokens}+{output_tokens} "
                                    "tokens")
         batch = limit if max_batch is None else min(limit, max_batch)
@@ -152,10 +157,12 @@ class Engine:
         forwards = batch / (output_tokens * group)          # prefill forwards per iteration
         prefill_share = g.time_to_first_token_s * forwards
         iteration = p.time_per_output_token_s + prefill_share
-        prefill_energy = g.prefill.energy_j * layout.tp * forwards if g.prefill is not None else 0.0
+        # every shard of every stage prefills its micro-batches of the group (llm_parallel.py)
+        prefill_energy = (g.prefill.energy_j * layout.tp * layout.pp * group / g.prefill.batch * forwards
+                          if g.prefill is not None else 0.0)
         return Serving(
             model=self.config.name, chip=p.chip, precision=self.precision, runtime=self.runtime,
-            input_tokens=self.input_tokens, output_tokens=output_tokens, tp=layout.tp, dp=layout.dp,
+            input_tokens=self.input_tokens, output_tokens=output_tokens, tp=layout.tp, pp=layout.pp, dp=layout.dp,
             devices=layout.devices, batch=batch, kv_batch_limit=limit, max_batch=max_batch,
             tokens_per_s=layout.dp * batch / iteration, iteration_s=iteration, decode_step_s=p.time_per_output_token_s,
             prefill_share_s=prefill_share, prefill_group=group,
