@@ -50,7 +50,7 @@ def test_one_accelerator_systems_against_mlperf(served):
     assert len(checked) == 3
     for (system, scenario), c in by.items():
         assert abs(c.error) <= (0.15 if scenario == "Offline" else 0.20), (system, scenario, c.error)
-        assert c.layout == "tp=1 x 1" and c.precision == "fp8"
+        assert c.layout == "tp=1,dp=1" and c.precision == "fp8"
     mi300x = by[("1xMI300X", "Offline")]
     assert mi300x.measured == pytest.approx(3062.72) and mi300x.bottleneck == "power"
     assert by[("GH200-Gr", "Offline")].measured == pytest.approx(8021.46)
@@ -82,7 +82,7 @@ def test_the_cli_serves_an_llm_row_of_a_results_tree(tmp_path, source, cli):
     assert rc == 0, err
     (record,) = json.loads(out)
     assert (record["status"], record["chip"], record["layout"], record["measured"]) == (
-        "predicted", "mi300x", "tp=1 x 1", 3062.72)
+        "predicted", "mi300x", "tp=1,dp=1", 3062.72)
     assert abs(record["error"]) <= 0.15
 
 

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 
 from chipcal.model.estimate.llm import DEVICES_NOTE, WEIGHT_ONLY, LlmPrediction
+from chipcal.model.estimate.parallel import Layout
 
 GB = 1e9
 LLM_LEGEND = ("tok/s: decode tokens per second summed over the batch, generate end to end (prefill: prompt "
@@ -102,7 +103,7 @@ SERVER_LEGEND = ("server: the highest Poisson load whose p99 TTFT and TPOT meet 
 
 def _layout(run) -> str:
     """A serving run's layout as --layout takes it."""
-    return f"tp={run.tp},{f'pp={run.pp},' if run.pp > 1 else ''}dp={run.dp}"
+    return Layout(run.tp, run.dp, run.pp).label
 
 
 def server_rows(runs: Sequence) -> list[dict]:

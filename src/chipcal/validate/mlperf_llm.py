@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from chipcal.model.chip import Chip
 from chipcal.model.errors import ChipcalError
 from chipcal.model.estimate import server, serving
-from chipcal.model.estimate.parallel import LayoutError
+from chipcal.model.estimate.parallel import Layout, LayoutError
 from chipcal.model.workload.llm_config import LlmConfigError, StepKey, load_llm_config
 from chipcal.model.workload.types import LlmStep
 
@@ -108,6 +108,6 @@ def served(bench: LlmBenchmark, chip: Chip, devices: int, scenario: str, stack: 
             batch = load.batch
     except (serving.NoRoomForKvCache, server.LimitsUnmet, LayoutError, LlmConfigError) as exc:
         raise NotServed(str(exc)) from None
-    return Served(tokens_per_s=load.tokens_per_s, batch=batch, layout=f"tp={load.tp}{f' pp={load.pp}' if load.pp > 1 else ''} x {load.dp}",
+    return Served(tokens_per_s=load.tokens_per_s, batch=batch, layout=Layout(load.tp, load.dp, load.pp).label,
                   bottleneck=load.bottleneck, precision=precision,
                   device_power_w=load.energy_per_token_j * load.tokens_per_s / devices)
