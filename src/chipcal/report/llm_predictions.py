@@ -95,7 +95,7 @@ SERVING_LEGEND = ("offline: continuous batching at saturation. tok/s: output tok
 
 
 SERVER_LEGEND = ("server: the highest Poisson load whose p99 TTFT and TPOT meet the limits. slots: the engine's "
-                 "cap on running sequences per replica (the best of powers of two up to the KV cache's bound); "
+                 "cap on running sequences per replica (the count of most tokens/s within the limits, at most the KV cache's bound); "
                  "occ: mean running / slots; q/s and tok/s: queries and output tokens per second of every replica; "
                  "TTFT_p99: the wait for a slot (M/M/c) + one iteration + a group's prefill; TPOT: an iteration "
                  "with the slots full; J/token: energy per output token over all devices")
