@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tiny_llm import TINY, write_config
+from tiny_llm import TINY, TINY_MOE, write_config
 
 from chipcal.model.estimate.llm import LlmPrediction
 from chipcal.model.estimate.llm_parallel import joined, predict_on_layout
@@ -22,7 +22,7 @@ from chipcal.model.estimate.parallel import (
 )
 from chipcal.model.registry import load_registry
 from chipcal.model.workload.llm_config import LlmConfigError, load_llm_config, parse_config
-from chipcal.model.workload.llm_shard import tensor_shard
+from chipcal.model.workload.llm_shard import expert_shard, tensor_shard
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def test_layouts_parse(text, devices, layout):
 
 
 @pytest.mark.parametrize("text, says", [("tp=3", "does not divide"), ("tp=4,dp=4", "16 devices"),
-                                        ("ep=2", "give tp=N"), ("tp=2,tp=4", "give tp=N")])
+                                        ("xp=2", "give tp=N"), ("tp=2,tp=4", "give tp=N"), ("tp=2,ep=4", "give ep=2")])
 def test_a_bad_layout_says_why(text, says):
     with pytest.raises(LayoutError, match=says):
         parse_layout(text, 8)
@@ -158,6 +158,38 @@ def test_a_pipeline_stage_is_the_model_with_its_share_of_the_layers(source, regi
     with pytest.raises(LayoutError, match="pp=3 does not divide"):
         predict_on_layout(config, registry.get("h100-sxm5"), "bf16", "compiled", "decode", 8, 16, 4,
                           source.llm_step, 3, Layout(1, 1, 3))
+
+
+def test_an_expert_parallel_shard_keeps_its_experts_whole():
+    """Mixtral over 2 devices, experts whole: 16 heads, 4 KV heads, 4 of the 8 experts at their
+    14,336 channels; a token still picks 2 of all 8 (the router of a shard of 8 picks its only one)."""
+    mixtral = load_llm_config("mixtral-8x7b")
+    two = expert_shard(mixtral, 2)
+    assert (two.heads, two.kv_heads, two.experts, two.fields()["intermediate_size"]) == (16, 4, 4, 14336)
+    assert (two.experts_per_token, two.expert_shards) == (2, 2)
+    eight = expert_shard(mixtral, 8)
+    assert (eight.experts, eight.fields()["num_experts_per_tok"], eight.experts_per_token) == (1, 1, 2)
+    with pytest.raises(LlmConfigError, match="ep=3"):
+        expert_shard(mixtral, 3)
+    # 4 experts, k = 2, over 2 devices of 2: one token sends 2 x 1 / 2 = 1 row to each device, on
+    # one of its 2 experts; three tokens send 3 rows, touching 2 (1 - (1/2)^3) = 1.75 on average
+    tiny_two = expert_shard(parse_config(TINY_MOE, "moe", "test"), 2)
+    assert tiny_two.routed_rows(1) == 1 and tiny_two.expected_experts(1) == pytest.approx(1.0)
+    assert tiny_two.expected_experts(3) == pytest.approx(1.75)
+
+
+def test_an_expert_parallel_shard_holds_and_computes_what_a_channel_split_does(source, registry):
+    """The tiny MoE (4 experts of 128 channels, k = 2) on 2 devices, decoding one token: split by
+    channel each device holds 4 experts of 64 channels, split whole 2 experts of 128; the same
+    expert weights (4 x 3 x 64 x 64 = 2 x 3 x 64 x 128), a router of 2 rows of 64 instead of 4 on
+    each of the 2 layers, and the token's 2 experts' work halved either way."""
+    config = parse_config(TINY_MOE, "moe", "test")
+    h100 = registry.get("h100-sxm5")
+    channel, whole = (predict_on_layout(config, h100, "bf16", "compiled", "decode", 1, 16, 4, source.llm_step, 2, layout)
+                      for layout in (Layout(2, 1), Layout(2, 1, 1, 2)))
+    assert whole.params == channel.params - 2 * (4 - 2) * 64
+    router = 2 * 64 * (4 - 2)     # the two layers' routers: 64 x 4 MACs a token each, 64 x 2
+    assert whole.step_macs == channel.step_macs - router
 
 
 def test_a_mixtral_shard_splits_every_experts_channels():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tiny_llm import TINY, write_config
+from tiny_llm import TINY, TINY_MOE, write_config
 
 from chipcal.model.estimate.llm import LlmPrediction
 from chipcal.model.estimate.llm_parallel import predict_on_layout
@@ -108,7 +108,16 @@ def test_cli_serves_a_forced_pipeline_and_refuses_one_outside_serving(cli, tmp_p
     rc, out, _ = cli(main, [*argv, "--scenario", "offline", "--layout", "tp=1,pp=2", "--max-batch", "8"])
     assert rc == 0 and "tp=1,pp=2,dp=1" in out
     rc, _, err = cli(main, [*argv, "--layout", "tp=1,pp=2"])
-    assert rc == 2 and "pipelines are modelled for serving" in err
+    assert rc == 2 and "pipelines and expert parallelism are modelled for serving" in err
+    # experts kept whole over the two devices of a mixture of experts; a dense model has none
+    (tmp_path / "moe").mkdir()
+    moe = ["--model", write_config(tmp_path / "moe", TINY_MOE), *argv[2:]]
+    rc, out, err = cli(main, [*moe, "--scenario", "offline", "--layout", "tp=2,ep=2", "--max-batch", "8", "--json"])
+    assert rc == 0, err
+    (row,) = json.loads(out)
+    assert (row["tp"], row["ep"], row["devices"]) == (2, 2, 2)
+    rc, _, err = cli(main, [*argv, "--scenario", "offline", "--layout", "tp=2,ep=2"])
+    assert rc == 2 and "needs a mixture of experts" in err and len(err.strip().splitlines()) == 1
 
 
 def test_cli_serving_takes_the_calibration_and_host_cost(cli, tmp_path, monkeypatch):

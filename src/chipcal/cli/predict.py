@@ -157,9 +157,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="--scenario server: the p99 time-per-output-token limit (MLPerf llama2-70b: 0.2)")
     p.add_argument("--max-batch", type=at_most(positive_int, 1 << 20), metavar="B",
                    help="with --scenario: the engine's cap on running sequences (vLLM max_num_seqs); default none")
-    p.add_argument("--layout", metavar="tp=N[,pp=P][,dp=M]",
-                   help="LLMs: force the layout (tp shards per stage, pp pipeline stages per replica, with "
-                        "--scenario only; dp replicas; alone, it gives the devices)")
+    p.add_argument("--layout", metavar="tp=N[,pp=P][,ep=N][,dp=M]",
+                   help="LLMs: force the layout (tp shards per stage; with --scenario only: pp pipeline stages "
+                        "per replica, ep=N a mixture of experts' experts kept whole over the tp devices; dp "
+                        "replicas; alone, it gives the devices)")
     p.add_argument("--usd-per-hour", type=positive_float, metavar="USD",
                    help="price per device-hour (an instance's on-demand price / its accelerators): adds the "
                         "cost per 1,000 inferences, or an LLM's per million tokens on its --devices")
@@ -214,8 +215,9 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
                             host_source=host_source)
     if args.max_batch is not None or args.ttft_s or args.tpot_s:
         raise UsageError("--max-batch, --ttft-s and --tpot-s are for --scenario offline or server")
-    if layout is not None and layout.pp > 1:
-        raise UsageError("--layout pp=: pipelines are modelled for serving, with --scenario offline or server")
+    if layout is not None and (layout.pp > 1 or layout.ep > 1):
+        raise UsageError("--layout pp= or ep=: pipelines and expert parallelism are modelled for serving, "
+                         "with --scenario offline or server")
     preds = predict_all_llm(args.model, chips, args.batch, args.precision or [LLM_PRECISION], request,
                             source.llm_step, calibration, host_s, devices, layout, host_source=host_source,
                             framework=args.framework, fp32_mode=args.fp32_mode)

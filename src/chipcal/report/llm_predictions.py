@@ -103,7 +103,7 @@ SERVER_LEGEND = ("server: the highest Poisson load whose p99 TTFT and TPOT meet 
 
 def _layout(run) -> str:
     """A serving run's layout as --layout takes it."""
-    return Layout(run.tp, run.dp, run.pp).label
+    return Layout(run.tp, run.dp, run.pp, run.ep).label
 
 
 def server_rows(runs: Sequence) -> list[dict]:

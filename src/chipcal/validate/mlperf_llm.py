@@ -108,6 +108,6 @@ def served(bench: LlmBenchmark, chip: Chip, devices: int, scenario: str, stack: 
             batch = load.batch
     except (serving.NoRoomForKvCache, server.LimitsUnmet, LayoutError, LlmConfigError) as exc:
         raise NotServed(str(exc)) from None
-    return Served(tokens_per_s=load.tokens_per_s, batch=batch, layout=Layout(load.tp, load.dp, load.pp).label,
+    return Served(tokens_per_s=load.tokens_per_s, batch=batch, layout=Layout(load.tp, load.dp, load.pp, load.ep).label,
                   bottleneck=load.bottleneck, precision=precision,
                   device_power_w=load.energy_per_token_j * load.tokens_per_s / devices)

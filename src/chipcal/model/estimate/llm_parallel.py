@@ -49,7 +49,7 @@ from chipcal.model.estimate.parallel import (
 from chipcal.model.estimate.placement import TRACE_DTYPE_BYTES
 from chipcal.model.workload.llm_config import LlmConfig, StepKey, step_key, trace_dtype
 from chipcal.model.workload.llm_layers import NotRepeating, with_layers
-from chipcal.model.workload.llm_shard import tensor_shard
+from chipcal.model.workload.llm_shard import expert_shard, tensor_shard
 from chipcal.model.workload.types import LlmStep
 
 
@@ -99,7 +99,8 @@ def predict_on_layout(config: LlmConfig, chip: Chip, precision: str, runtime: st
     one shard's steps from `llm_step`; `launch`: predict_llm's keyword arguments."""
     def shard_prediction(tp: int, pp: int = 1) -> LlmPrediction:
         try:
-            shard = tensor_shard(config if pp == 1 else with_layers(config, config.layers // pp), tp)
+            stage = config if pp == 1 else with_layers(config, config.layers // pp)
+            shard = expert_shard(stage, tp) if layout is not None and layout.ep > 1 else tensor_shard(stage, tp)
         except NotRepeating as exc:
             raise LayoutError(f"pp={pp}: {exc}") from None
         micro = -(-batch // pp)

@@ -1,5 +1,6 @@
 """An LLM served on many devices: tensor-parallel shards joined by all-reduces, pipeline stages
-passing the hidden state on, replicated for data parallelism.
+passing the hidden state on, replicated for data parallelism; a mixture of experts may keep its
+experts whole, ep = tp of them spread over a stage's devices (expert parallelism, llm_shard).
 
 Layout tp x pp x dp: each of dp replicas splits the model's layers into pp stages (consecutive
 layers, llm_layers.with_layers) and each stage over tp devices (model.workload.llm_shard); a
@@ -48,6 +49,7 @@ class Layout:
     tp: int = 1
     dp: int = 1
     pp: int = 1
+    ep: int = 1         # the tp devices of a stage also split its experts whole (llm_shard.expert_shard)
 
     @property
     def devices(self) -> int:
@@ -55,24 +57,28 @@ class Layout:
 
     @property
     def label(self) -> str:
-        return f"tp={self.tp},{f'pp={self.pp},' if self.pp > 1 else ''}dp={self.dp}"
+        extra = "".join(f"{k}={v}," for k, v in (("pp", self.pp), ("ep", self.ep)) if v > 1)
+        return f"tp={self.tp},{extra}dp={self.dp}"
 
 
 def parse_layout(text: str, devices: int | None = None) -> Layout:
-    """'tp=8', 'tp=4,dp=2', 'tp=2,pp=2' (dp defaults to what fills `devices`); LayoutError otherwise."""
-    parts = dict.fromkeys(("tp", "pp", "dp"))
+    """'tp=8', 'tp=4,dp=2', 'tp=2,pp=2', 'tp=8,ep=8' (dp defaults to what fills `devices`; ep, if
+    given, equals tp); LayoutError otherwise."""
+    parts = dict.fromkeys(("tp", "pp", "ep", "dp"))
     for item in (t.strip() for t in text.split(",") if t.strip()):
-        m = re.fullmatch(r"(tp|pp|dp)=([1-9][0-9]{0,3})", item)
+        m = re.fullmatch(r"(tp|pp|ep|dp)=([1-9][0-9]{0,3})", item)
         if m is None or parts[m.group(1)] is not None:
-            raise LayoutError(f"--layout {text!r}: give tp=N[,pp=P][,dp=M] (positive integers, each once)")
+            raise LayoutError(f"--layout {text!r}: give tp=N[,pp=P][,ep=N][,dp=M] (positive integers, each once)")
         parts[m.group(1)] = int(m.group(2))
     tp, pp = parts["tp"] or 1, parts["pp"] or 1
+    if parts["ep"] not in (None, 1, tp):
+        raise LayoutError(f"--layout {text}: ep splits the experts over the tp devices: give ep={tp}")
     if devices is not None and parts["dp"] is None and devices % (tp * pp):
         raise LayoutError(f"--layout {text}: tp x pp = {tp * pp} does not divide the {devices} devices of --devices")
     dp = parts["dp"] or (max(1, devices // (tp * pp)) if devices else 1)
     if devices is not None and tp * pp * dp != devices:
         raise LayoutError(f"--layout {text}: tp x pp x dp = {tp * pp * dp} devices, not the {devices} of --devices")
-    return Layout(tp, dp, pp)
+    return Layout(tp, dp, pp, parts["ep"] or 1)
 
 
 def allreduce_s(message_bytes: float, n: int, chip: Chip) -> float:

@@ -65,6 +65,7 @@ class ServerLoad:
     tpot_limit_s: float
     tp: int
     pp: int                          # pipeline stages per replica
+    ep: int                          # devices a stage's experts are spread over, whole
     dp: int
     devices: int
     slots: int                       # the engine's cap on running sequences per replica
@@ -195,7 +196,7 @@ def _load(s: Serving, ttft_s: float, tpot_s: float) -> ServerLoad | None:
     wait = wait_p99_s(s.batch, service, rate)
     return ServerLoad(
         model=s.model, chip=s.chip, precision=s.precision, runtime=s.runtime, input_tokens=s.input_tokens,
-        output_tokens=s.output_tokens, ttft_limit_s=ttft_s, tpot_limit_s=tpot_s, tp=s.tp, pp=s.pp, dp=s.dp,
+        output_tokens=s.output_tokens, ttft_limit_s=ttft_s, tpot_limit_s=tpot_s, tp=s.tp, pp=s.pp, ep=s.ep, dp=s.dp,
         devices=s.devices, slots=s.batch, queries_per_s=s.dp * rate, tokens_per_s=s.dp * rate * s.output_tokens,
         occupancy=rate * service / s.batch, ttft_p99_s=wait + fixed, tpot_s=iteration, wait_p99_s=wait,
         energy_per_token_j=s.energy_per_token_j, bottleneck=s.bottleneck)

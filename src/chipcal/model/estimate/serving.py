@@ -64,6 +64,7 @@ class Serving:
     output_tokens: int
     tp: int
     pp: int                         # pipeline stages per replica
+    ep: int                         # devices a stage's experts are spread over, whole (1: split by channel)
     dp: int
     devices: int
     batch: int                      # running sequences per replica
@@ -162,7 +163,7 @@ class Engine:
                           if g.prefill is not None else 0.0)
         return Serving(
             model=self.config.name, chip=p.chip, precision=self.precision, runtime=self.runtime,
-            input_tokens=self.input_tokens, output_tokens=output_tokens, tp=layout.tp, pp=layout.pp, dp=layout.dp,
+            input_tokens=self.input_tokens, output_tokens=output_tokens, tp=layout.tp, pp=layout.pp, ep=layout.ep, dp=layout.dp,
             devices=layout.devices, batch=batch, kv_batch_limit=limit, max_batch=max_batch,
             tokens_per_s=layout.dp * batch / iteration, iteration_s=iteration, decode_step_s=p.time_per_output_token_s,
             prefill_share_s=prefill_share, prefill_group=group,

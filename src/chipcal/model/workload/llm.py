@@ -125,10 +125,10 @@ def _experts_forward(config: LlmConfig):
     """An experts-module forward that routes evenly over the expected experts (module docstring)."""
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
-        tokens, k = top_k_index.shape
+        tokens = top_k_index.shape[0]
         out = torch.zeros_like(hidden_states)
         flat_weights = top_k_weights.reshape(-1)
-        for j, n in enumerate(_split(tokens * k, expected_experts_rounded(config, tokens))):
+        for j, n in enumerate(_split(config.routed_rows(tokens), expected_experts_rounded(config, tokens))):
             token_idx = torch.empty(n, dtype=torch.long, device=hidden_states.device)
             gate, up = F.linear(hidden_states[token_idx], self.gate_up_proj[j]).chunk(2, dim=-1)
             h = F.linear(self.act_fn(gate) * up, self.down_proj[j])

@@ -73,6 +73,9 @@ class UnknownLlmError(UnknownName):
 
 
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")     # a config.json's layer count, by architecture
+# an expert-parallel shard's own keys (llm_shard.expert_shard): the experts a token picks among all
+# devices' experts, and the devices; Hugging Face keeps unknown keys as attributes and reads neither
+EXPERTS_PER_TOKEN, EXPERT_SHARDS = "chipcal_experts_per_token", "chipcal_expert_shards"
 
 
 class LlmConfigError(ChipcalError, ValueError):
@@ -122,6 +125,7 @@ class LlmConfig:
     source: str
     published_params: int | None
     text: str                   # canonical JSON (sorted keys) of the config.json
+    expert_shards: int = 1      # devices its experts are spread over, whole (llm_shard.expert_shard)
 
     @property
     def digest(self) -> str:
@@ -140,11 +144,20 @@ class LlmConfig:
         return min(tokens, self.sliding_window) if self.sliding_window else tokens
 
     def expected_experts(self, tokens: int) -> float:
-        """Expected distinct experts per layer that `tokens` tokens touch (uniform routing)."""
+        """Expected distinct experts per layer that `tokens` tokens touch (uniform routing). On an
+        expert-parallel shard (`expert_shards` devices of `experts` each), tokens x k / shards of
+        the (token, expert) rows land on its experts, each on one of them at random."""
         if not self.experts:
             return 0.0
         e, k = self.experts, self.experts_per_token
+        if self.expert_shards > 1:
+            return e * (1.0 - (1.0 - 1.0 / e) ** self.routed_rows(tokens))
         return e * (1.0 - (1.0 - k / e) ** tokens)
+
+    def routed_rows(self, tokens: int) -> int:
+        """(token, expert) rows of `tokens` tokens this config's experts compute: tokens x k, over
+        the expert shards (rounded up)."""
+        return -(-tokens * self.experts_per_token // self.expert_shards)
 
     def check_positions(self, tokens: int) -> None:
         if tokens > self.max_positions:
@@ -178,13 +191,14 @@ def parse_config(raw: object, name: str, source: str, published_params: int | No
     head_dim = _int(raw, source, "head_dim", default=hidden // heads)
     experts = _int(raw, source, "num_local_experts", "num_experts", default=0) if any(
         raw.get(k) for k in ("num_local_experts", "num_experts")) else 0
-    top_k = _int(raw, source, "num_experts_per_tok", default=1) if experts else 0
+    top_k = _int(raw, source, EXPERTS_PER_TOKEN, "num_experts_per_tok", default=1) if experts else 0
     return LlmConfig(
         name=name, model_type=raw["model_type"], layers=layers, hidden=hidden, heads=heads,
         kv_heads=kv_heads, head_dim=head_dim, vocab=_int(raw, source, "vocab_size"),
         max_positions=_int(raw, source, "max_position_embeddings", "n_positions", "n_ctx"),
         experts=experts, experts_per_token=top_k, sliding_window=_window(raw), source=source,
-        published_params=published_params, text=json.dumps(raw, sort_keys=True, separators=(",", ":")))
+        published_params=published_params, text=json.dumps(raw, sort_keys=True, separators=(",", ":")),
+        expert_shards=_int(raw, source, EXPERT_SHARDS, default=1))
 
 
 def load_llm_config(name: str) -> LlmConfig:
@@ -311,4 +325,5 @@ def expected_experts_rounded(config: LlmConfig, tokens: int) -> int:
     """Whole experts a capture routes `tokens` tokens to: the expected count, rounded, at least k."""
     if not config.experts:
         return 0
-    return min(config.experts, max(config.experts_per_token, round(config.expected_experts(tokens))))
+    least = config.experts_per_token if config.expert_shards == 1 else 1
+    return min(config.experts, max(least, round(config.expected_experts(tokens))))
