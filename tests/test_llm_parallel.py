@@ -91,15 +91,20 @@ def test_a_shard_counts_its_share_of_the_parameters(source, registry):
     assert p.params == 2 * 18_560 + 2 * 128 * 64 + 64 and (p.tp, p.dp, p.devices) == (2, 1, 2)
 
 
+def step_of_a_shard() -> LlmPrediction:
+    """A tp=2 shard's decode at batch 4: a 10 ms step, a 20 ms prefill, 0.5 J a token."""
+    return LlmPrediction(model="tiny@tp2", chip="h100-sxm5", kind="gpu", phase="decode", batch=4, context=16,
+                         new_tokens=4, precision="bf16", compute_precision="bf16", weight_format="bf16",
+                         runtime="compiled", status="ok", tokens_per_s=400.0, step_tokens_per_s=400.0,
+                         time_to_first_token_s=0.02, time_per_output_token_s=0.01, energy_per_token_j=0.5,
+                         bandwidth_bound_tokens_per_s=800.0)
+
+
 def test_joining_shards_adds_the_all_reduces_and_the_replicas_add_tokens(registry):
     """A shard step of 10 ms at batch 4 (hidden 64, 2 layers, bf16) on tp=2 over NVLink: each of
     the 2 x 2 all-reduces moves 4 x 64 x 2 bytes; dp=3 replicas triple the tokens."""
     h100 = registry.get("h100-sxm5")
-    shard = LlmPrediction(model="tiny@tp2", chip="h100-sxm5", kind="gpu", phase="decode", batch=4, context=16,
-                          new_tokens=4, precision="bf16", compute_precision="bf16", weight_format="bf16",
-                          runtime="compiled", status="ok", tokens_per_s=400.0, step_tokens_per_s=400.0,
-                          time_to_first_token_s=0.02, time_per_output_token_s=0.01, energy_per_token_j=0.5,
-                          bandwidth_bound_tokens_per_s=800.0)
+    shard = step_of_a_shard()
     one = 2 * 1 / 2 * (4 * 64 * 2) / 450e9 + ALLREDUCE_FLOOR_S
     out = joined(shard, tiny(), h100, Layout(2, 3), "bfloat16")
     assert out.allreduce_s == pytest.approx(2 * 2 * one)
@@ -116,11 +121,7 @@ def test_a_pipeline_passes_each_micro_batch_through_its_stages(registry):
     450 GB/s plus the 10 us floor; each stage's one layer makes two all-reduces; every shard of
     every stage spends its energy on each token."""
     h100 = registry.get("h100-sxm5")
-    stage = LlmPrediction(model="tiny@tp2", chip="h100-sxm5", kind="gpu", phase="decode", batch=4, context=16,
-                          new_tokens=4, precision="bf16", compute_precision="bf16", weight_format="bf16",
-                          runtime="compiled", status="ok", tokens_per_s=400.0, step_tokens_per_s=400.0,
-                          time_to_first_token_s=0.02, time_per_output_token_s=0.01, energy_per_token_j=0.5,
-                          bandwidth_bound_tokens_per_s=800.0)
+    stage = step_of_a_shard()
     one = 2 * 1 / 2 * (4 * 64 * 2) / 450e9 + ALLREDUCE_FLOOR_S
     hop = 4 * 64 * 2 / 450e9 + ALLREDUCE_FLOOR_S
     out = joined(stage, tiny(), h100, Layout(2, 3, 2), "bfloat16", batch=8)

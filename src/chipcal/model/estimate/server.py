@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass
 
 from chipcal.model.chip import Chip
 from chipcal.model.errors import ChipcalError
-from chipcal.model.estimate.parallel import Layout, LayoutError, layouts, pipelines
-from chipcal.model.estimate.serving import Engine, NoRoomForKvCache, Serving
+from chipcal.model.estimate.parallel import Layout, LayoutError
+from chipcal.model.estimate.serving import Engine, NoRoomForKvCache, Serving, best_layout
 from chipcal.model.workload.llm_config import LlmConfig, LlmConfigError, StepKey
 from chipcal.model.workload.types import LlmStep
 
@@ -144,23 +144,16 @@ def server(config: LlmConfig, chip: Chip, precision: str, runtime: str, input_to
            llm_step: Callable[[StepKey], LlmStep], ttft_s: float, tpot_s: float, devices: int = 1,
            layout: Layout | None = None, max_batch: int | None = None, **launch) -> ServerLoad:
     """The highest load meeting both limits (module docstring) in `layout`, or in the layout of
-    most tokens/s among those parallel.layouts allows; LimitsUnmet where none meets them."""
-    rounds = ([layout],) if layout is not None else (
-        layouts(devices, config.heads, chip), pipelines(devices, config.heads, chip, config.layers))
-    found, why = [], None
-    for candidates in rounds:
-        for candidate in candidates:
-            try:
-                found.append(_best_slots(config, chip, precision, runtime, input_tokens, output_tokens, llm_step,
-                                         ttft_s, tpot_s, candidate, max_batch, launch))
-            except (NoRoomForKvCache, LayoutError, LlmConfigError, LimitsUnmet) as exc:
-                why = exc
-        if found:
-            break
-    if not found:
-        raise why or LimitsUnmet(f"{config.name} on {chip.name}: no layout of {devices} devices")
-    return max(found, key=lambda s: s.tokens_per_s)
+    most tokens/s among those a serving engine tries (serving.best_layout); LimitsUnmet where none
+    meets them."""
+    def attempt(candidate: Layout) -> ServerLoad:
+        return _best_slots(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, ttft_s, tpot_s,
+                           candidate, max_batch, launch)
 
+    if layout is not None:
+        return attempt(layout)
+    return best_layout(config, chip, devices, attempt, (NoRoomForKvCache, LayoutError, LlmConfigError, LimitsUnmet),
+                       LimitsUnmet)
 
 def _best_slots(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, ttft_s, tpot_s,
                 layout: Layout, max_batch, launch) -> ServerLoad:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 from chipcal.model.chip import Chip
 from chipcal.model.errors import ChipcalError
@@ -46,6 +47,7 @@ from chipcal.model.workload.llm_config import LlmConfig, LlmConfigError, StepKey
 from chipcal.model.workload.types import LlmStep
 
 MEMORY_UTILIZATION = 0.9
+R = TypeVar("R")
 
 
 class NoRoomForKvCache(ChipcalError, ValueError):
@@ -108,20 +110,28 @@ def offline(config: LlmConfig, chip: Chip, precision: str, runtime: str, input_t
     if layout is not None:
         return Engine(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, layout, launch
                       ).saturated(max_batch)
-    found, why = [], None
+    return best_layout(config, chip, devices, lambda candidate: Engine(
+        config, chip, precision, runtime, input_tokens, output_tokens, llm_step, candidate, launch).saturated(max_batch),
+        (NoRoomForKvCache, LayoutError, LlmConfigError), NoRoomForKvCache)
+
+
+def best_layout(config: LlmConfig, chip: Chip, devices: int, attempt: Callable[[Layout], R],
+                refusals: tuple[type[Exception], ...], nothing: type[Exception]) -> R:
+    """The run of most tokens/s that `attempt(layout)` gives over the layouts a serving engine
+    tries on `devices`: parallel.layouts, and parallel.pipelines only where none of those serves.
+    `refusals`: the errors of a layout that cannot serve; the last one is raised where no layout
+    serves (a `nothing` error where there was no layout to try)."""
+    why = None
     for candidates in (layouts(devices, config.heads, chip), pipelines(devices, config.heads, chip, config.layers)):
+        found = []
         for candidate in candidates:
             try:
-                found.append(Engine(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, candidate,
-                                    launch).saturated(max_batch))
-            except (NoRoomForKvCache, LayoutError, LlmConfigError) as exc:
+                found.append(attempt(candidate))
+            except refusals as exc:
                 why = exc
         if found:
-            break
-    if not found:
-        raise why or NoRoomForKvCache(f"{config.name} on {chip.name}: no layout of {devices} devices")
-    return max(found, key=lambda s: s.tokens_per_s)
-
+            return max(found, key=lambda s: s.tokens_per_s)
+    raise why or nothing(f"{config.name} on {chip.name}: no layout of {devices} devices")
 
 class Engine:
     """One layout's serving engine for requests of `input_tokens` + `output_tokens`: its
