@@ -1,12 +1,15 @@
-"""Dollars per 1,000 inferences and per million tokens (model.estimate.cost), worked by hand."""
+"""Dollars per 1,000 inferences and per million tokens (model.estimate.cost), worked by hand, and
+the registry's dated prices against the table they come from."""
 
 from __future__ import annotations
 
+import datetime
 import math
 
 import pytest
 
-from chipcal.model.estimate.cost import INFERENCES_PER_QUOTE, TOKENS_PER_QUOTE, usd_per_units
+from chipcal.model.estimate.cost import INFERENCES_PER_QUOTE, TOKENS_PER_QUOTE, quote, usd_per_units
+from chipcal.model.registry import RegistryError, load_registry, price_from_dict
 
 
 def test_a_price_per_device_hour_turns_a_rate_into_a_cost():
@@ -21,3 +24,38 @@ def test_a_price_per_device_hour_turns_a_rate_into_a_cost():
 @pytest.mark.parametrize("rate", [0.0, -1.0, math.inf, math.nan])
 def test_no_rate_no_cost(rate):
     assert math.isnan(usd_per_units(3.6, rate, TOKENS_PER_QUOTE))
+
+
+# AWS's capacity-block table (aws.amazon.com/ec2/capacityblocks/pricing, rates in effect up to
+# 2024-12-31): each instance's hourly rate, shared by its 8 accelerators
+AWS_INSTANCE_USD_PER_HOUR = {"h100-sxm5": 39.33, "h200-sxm": 43.26, "a100-sxm4-40gb": 14.75}
+
+
+@pytest.mark.parametrize("name", sorted(AWS_INSTANCE_USD_PER_HOUR))
+def test_the_registry_prices_are_the_instance_rates_over_eight_devices(name):
+    price = load_registry().get(name).price
+    # AWS rounds the accelerator's share to a tenth of a cent ($43.26 / 8 = $5.4075 -> $5.408)
+    assert price.usd_per_device_hour == pytest.approx(AWS_INSTANCE_USD_PER_HOUR[name] / 8, abs=5.01e-4)
+    assert price.kind == "capacity-block" and price.as_of == datetime.date(2024, 12, 31)
+    assert "aws.amazon.com/ec2/capacityblocks/pricing" in price.source
+
+
+def test_the_price_given_wins_else_the_registry_s_else_none():
+    registry = load_registry()
+    h100, mi300x = registry.get("h100-sxm5"), registry.get("mi300x")
+    assert quote(h100, 2.0).usd_per_device_hour == 2.0 and quote(h100, 2.0).basis == "given"
+    assert quote(h100, None).price is h100.price and "as of 2024-12-31" in quote(h100, None).basis
+    assert mi300x.price is None and quote(mi300x, None) is None
+
+
+@pytest.mark.parametrize("table, field", [
+    ({"usd_per_device_hour": 1.0, "kind": "on-demand", "offer": "x", "as_of": "2024-12-31", "source": "s"}, "as_of"),
+    ({"usd_per_device_hour": 1.0, "kind": "spot", "offer": "x", "as_of": datetime.date(2024, 1, 1), "source": "s"},
+     "kind"),
+    ({"usd_per_device_hour": 0, "kind": "on-demand", "offer": "x", "as_of": datetime.date(2024, 1, 1), "source": "s"},
+     "usd_per_device_hour"),
+    ({"usd_per_device_hour": 1.0, "kind": "on-demand", "offer": "x", "as_of": datetime.date(2024, 1, 1)}, "source"),
+])
+def test_a_price_without_a_date_a_kind_a_rate_or_a_source_is_refused(table, field):
+    with pytest.raises(RegistryError, match=f"price.{field}"):
+        price_from_dict({"price": table}, "chip.toml")

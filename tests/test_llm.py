@@ -346,7 +346,7 @@ def test_predict_an_llm_from_a_config_json(cli, source, tiny_config, monkeypatch
     rc, out, _ = cli(predict_main, ["--model", tiny_config, "--hardware", "h100-sxm5", "--context", "64",
                                     "--usd-per-hour", "3.6"])
     assert rc == 0 and "of the bandwidth bound" in out and "no per-op host cost" in out
-    assert "Cost at $3.6 per device-hour" in out and "$/M tokens" in out
+    assert "h100-sxm5: given" in out and "$/device-h" in out and "$/M tokens" in out
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -102,8 +102,23 @@ def test_a_price_per_device_hour_gives_the_cost_per_1000_inferences(cli, hand_ml
     h100, v100 = rows["h100-sxm5"], rows["v100-sxm2"]
     assert h100["usd_per_hour"] == 7.2 and h100["usd_per_1000_inferences"] == pytest.approx(2 / h100["throughput_per_s"])
     assert v100["status"] == "unsupported" and v100["usd_per_1000_inferences"] is None
+    assert h100["price_basis"] == "given"
     rc, out, _ = cli(predict_main, argv)
-    assert rc == 0 and "Cost at $7.2 per device-hour (given)" in out and "$/1k inferences" in out
+    assert rc == 0 and "h100-sxm5: given" in out and "$/1k inferences" in out
+
+
+def test_without_a_price_the_registry_dated_price_is_used_and_named(cli, hand_mlp):
+    """AWS's capacity-block table: p5.48xlarge $39.33 an hour for 8 H100s. The V100 has no price
+    in the registry, so no cost."""
+    argv = ["--model", "mlp1024", "--hardware", "h100-sxm5,v100-sxm2", "--precision", "fp16"]
+    rows = {r["chip"]: r for r in json.loads(cli(predict_main, [*argv, "--json"])[1])}
+    h100, v100 = rows["h100-sxm5"], rows["v100-sxm2"]
+    assert h100["usd_per_hour"] == pytest.approx(39.33 / 8, abs=5.01e-4)
+    assert h100["price_basis"] == "capacity-block, p5.48xlarge (8 x H100), US East (N. Virginia), as of 2024-12-31"
+    assert h100["usd_per_1000_inferences"] == pytest.approx(1000 * h100["usd_per_hour"] / 3600 / h100["throughput_per_s"])
+    assert "usd_per_hour" not in v100 and "usd_per_1000_inferences" not in v100
+    rc, out, _ = cli(predict_main, argv)
+    assert rc == 0 and "h100-sxm5: capacity-block, p5.48xlarge (8 x H100), US East (N. Virginia), as of 2024-12-31" in out
 
 
 def test_json_rows_sweep_batch_and_precision_and_are_deterministic(cli, hand_mlp):

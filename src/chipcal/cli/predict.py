@@ -42,14 +42,14 @@ from chipcal.cli.common import (
 from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.chip import Chip
 from chipcal.model.estimate import server, serving
-from chipcal.model.estimate.cost import INFERENCES_PER_QUOTE, TOKENS_PER_QUOTE, usd_per_units
+from chipcal.model.estimate.cost import INFERENCES_PER_QUOTE, TOKENS_PER_QUOTE, quote, usd_per_units
 from chipcal.model.estimate.grid import LlmRequest, opportunities_all, predict_all, predict_all_llm
 from chipcal.model.estimate.host import DEFAULT_FRAMEWORK, FRAMEWORKS
 from chipcal.model.estimate.llm import LLM_PRECISIONS
 from chipcal.model.estimate.numerics import AUTOCAST_PRECISIONS, FP32_MODES
 from chipcal.model.estimate.opportunities import Opportunity
 from chipcal.model.estimate.parallel import parse_layout
-from chipcal.model.estimate.prediction import MEMORY_FORMATS, Prediction
+from chipcal.model.estimate.prediction import MEMORY_FORMATS, Prediction, chip_label
 from chipcal.model.estimate.ranking import rankings
 from chipcal.model.estimate.records import prediction_records
 from chipcal.model.estimate.throttle import with_power_limit
@@ -162,8 +162,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         "per replica, ep=N a mixture of experts' experts kept whole over the tp devices; dp "
                         "replicas; alone, it gives the devices)")
     p.add_argument("--usd-per-hour", type=positive_float, metavar="USD",
-                   help="price per device-hour (an instance's on-demand price / its accelerators): adds the "
-                        "cost per 1,000 inferences, or an LLM's per million tokens on its --devices")
+                   help="price per device-hour (an instance's hourly price / its accelerators): adds the "
+                        "cost per 1,000 inferences, or an LLM's per million tokens on its --devices; default: the "
+                        "chip's dated price in the registry, where it has one (`chipcal hardware show CHIP`)")
     p.add_argument("--by-layer", action="store_true", help="per-subgraph roofline table")
     p.add_argument("--explain", action="store_true",
                    help="energy breakdown, memory timeline and quantified opportunities per row "
@@ -223,7 +224,7 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
                             framework=args.framework, fp32_mode=args.fp32_mode)
     records = [p.record() for p in preds]
     _priced(records, args.usd_per_hour, "usd_per_million_tokens", TOKENS_PER_QUOTE,
-            ((p.tokens_per_s if p.fits_in_memory else math.nan, p.devices) for p in preds))
+            ((p.tokens_per_s if p.fits_in_memory else math.nan, p.devices, p.chip) for p in preds), chips)
     if args.csv:
         _write_csv(args.csv, records)
     if args.json:
@@ -259,7 +260,7 @@ def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSo
             for name in args.model for precision in args.precision or [LLM_PRECISION] for chip in chips]
     records = [r.record() for r in runs]
     _priced(records, args.usd_per_hour, "usd_per_million_tokens", TOKENS_PER_QUOTE,
-            ((r.tokens_per_s, r.devices) for r in runs))
+            ((r.tokens_per_s, r.devices, r.chip) for r in runs), chips)
     if args.csv:
         _write_csv(args.csv, records)
     if args.json:
@@ -272,25 +273,33 @@ def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSo
     return 0
 
 
-def _priced(records: list[dict], usd_per_hour: float | None, field: str, units: int, rates) -> None:
-    """With a price (--usd-per-hour), each record gains it and `field`: what `units` of work cost
-    at its (rate per second, devices) from `rates`; None where there is no rate."""
-    if usd_per_hour is None:
-        return
-    for record, (rate, devices) in zip(records, rates, strict=True):
-        cost = usd_per_units(usd_per_hour, rate, units, devices)
-        record.update(usd_per_hour=usd_per_hour, **{field: cost if math.isfinite(cost) else None})
+def _priced(records: list[dict], usd_per_hour: float | None, field: str, units: int, rates,
+            chips: list[Chip]) -> None:
+    """Each record whose chip has a price (--usd-per-hour, else the registry's dated one) gains it,
+    its basis and `field`: what `units` of work cost at its (rate per second, devices, chip name)
+    from `rates`; None where there is no rate."""
+    by_name = {chip_label(chip): chip for chip in chips}
+    for record, (rate, devices, name) in zip(records, rates, strict=True):
+        price = quote(by_name[name], usd_per_hour)
+        if price is not None:
+            cost = usd_per_units(price.usd_per_device_hour, rate, units, devices)
+            record.update(usd_per_hour=price.usd_per_device_hour, price_basis=price.basis,
+                          **{field: cost if math.isfinite(cost) else None})
 
 
 def _print_cost(records: list[dict], rate: str, cost: str, label: str) -> None:
-    """The cost table, where --usd-per-hour gave a price (records carry it)."""
+    """The cost table, for the records that carry a price, and the prices it used."""
     priced = [r for r in records if cost in r]
     if not priced:
         return
-    print(f"\nCost at ${priced[0]['usd_per_hour']:g} per device-hour (given), every device of the row charged "
-          "(no cost: unsupported, or an LLM whose share does not fit a device):")
+    print("\nCost per device-hour priced (--usd-per-hour, else the registry's dated price; `chipcal hardware show "
+          "CHIP` cites it), every device of the row charged (no cost: unsupported, or an LLM whose share does not "
+          "fit a device):")
     print_table([{"model": r["model"], "chip": r["chip"], "batch": r["batch"], "precision": r["precision"],
-                  rate: r[rate], label: r[cost]} for r in priced], {rate: ".4g", label: ".4g"})
+                  rate: r[rate], "$/device-h": r["usd_per_hour"], label: r[cost]} for r in priced],
+                {rate: ".4g", "$/device-h": ".4g", label: ".4g"})
+    for chip, basis in dict.fromkeys((r["chip"], r["price_basis"]) for r in priced):
+        print(f"  {chip}: {basis}")
 
 
 # --- main --------------------------------------------------------------------------------------
@@ -352,7 +361,7 @@ def run_models(args: argparse.Namespace, chips: list[Chip], calibration: Calibra
     records = prediction_records(preds, found, by_layer=args.by_layer)
     if not args.by_layer:
         _priced(records, args.usd_per_hour, "usd_per_1000_inferences", INFERENCES_PER_QUOTE,
-                ((p.throughput_per_s if p.supported else math.nan, 1) for p in preds))
+                ((p.throughput_per_s if p.supported else math.nan, 1, p.chip) for p in preds), chips)
     if args.csv:
         _write_csv(args.csv, records)
     if args.plot:

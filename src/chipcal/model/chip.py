@@ -15,6 +15,7 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import date
 
 from chipcal.model.memo import recent
 from chipcal.model.precision import FLOP_PER_MAC, PRECISIONS
@@ -22,6 +23,8 @@ from chipcal.model.precision import FLOP_PER_MAC, PRECISIONS
 KINDS = ("cpu", "gpu", "tpu", "kpu")
 # the device-to-device link of a scale-up system (what a tensor-parallel all-reduce crosses)
 INTERCONNECT_KINDS = ("nvlink", "infinity_fabric", "ici", "pcie", "ethernet")
+# how a rented device-hour was bought: pay as you go, or a short reservation at a published rate
+PRICE_KINDS = ("on-demand", "capacity-block")
 
 # Microarchitecture fields each kind must declare (the mappers use them).
 REQUIRED_MICROARCH: dict[str, tuple[str, ...]] = {
@@ -82,6 +85,29 @@ class Interconnect:
     per_direction_bytes_per_s: float
     domain_devices: int | None
     source: str
+
+
+@dataclass(frozen=True)
+class Price:
+    """What renting one device for an hour cost, as a cloud published it on a date.
+
+    `usd_per_device_hour`: the instance's hourly rate over its accelerators (AWS's p5.48xlarge:
+    8 H100s). `kind`: one of PRICE_KINDS; a capacity block is a reservation of days, paid up front,
+    at a rate the cloud publishes and revises. `offer`: the instance and region; `as_of`: the day
+    the source states the rate for. Prices move, so every cost chipcal prints names the offer and
+    the date (`chipcal predict`, model/estimate/cost.py).
+    """
+
+    usd_per_device_hour: float
+    kind: str                        # one of PRICE_KINDS
+    offer: str
+    as_of: date
+    source: str
+
+    @property
+    def label(self) -> str:
+        """One line: rate, kind, offer, date."""
+        return f"${self.usd_per_device_hour:g}/device-hour, {self.kind}, {self.offer}, as of {self.as_of.isoformat()}"
 
 
 @dataclass(frozen=True)
@@ -165,6 +191,7 @@ class Chip:
     # (every datasheet part); False where tdp_w is an assumed share (a VM's slice of a CPU)
     tdp_limits_clock: bool = True
     interconnect: Interconnect | None = None     # None: a chip without a scale-up link (a CPU, an edge part)
+    price: Price | None = None                   # None: no dated, sourced rental price in the registry
 
     def sustained_for(self, precision: str) -> Measured | None:
         """The sustained measurement on random data at `precision` (None if there is none)."""

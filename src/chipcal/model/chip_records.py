@@ -41,6 +41,9 @@ def _figures(chip: Chip) -> dict:
     row["interconnect"] = link and link.kind
     row["interconnect_per_direction_bytes_per_s"] = link and link.per_direction_bytes_per_s
     row["interconnect_domain_devices"] = link and link.domain_devices
+    price = chip.price
+    row["price_usd_per_device_hour"] = price and price.usd_per_device_hour
+    row["price"] = price and f"{price.kind}, {price.offer}, as of {price.as_of.isoformat()}"
     return row
 
 
@@ -52,6 +55,7 @@ def _sources(chip: Chip) -> dict:
     for i, e in enumerate(chip.engines):
         row[f"engine_{i}_source"] = e.source
     row["interconnect_source"] = chip.interconnect and chip.interconnect.source
+    row["price_source"] = chip.price and chip.price.source
     row["notes"] = chip.notes or None
     return row
 

@@ -6,6 +6,7 @@ file and the field) is kept in `Registry.errors` for the CLIs to print as a warn
 
 from __future__ import annotations
 
+import datetime
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -16,6 +17,7 @@ from chipcal.model.chip import (
     KINDS,
     MEASURED_DATA,
     MEASURED_KINDS,
+    PRICE_KINDS,
     REQUIRED_MICROARCH,
     Chip,
     Engine,
@@ -23,6 +25,7 @@ from chipcal.model.chip import (
     Measured,
     Memory,
     PowerMode,
+    Price,
 )
 from chipcal.model.errors import ChipcalError, UnknownName
 from chipcal.model.precision import PRECISIONS
@@ -195,6 +198,26 @@ def interconnect_from_dict(data: dict, file: str) -> Interconnect | None:
     )
 
 
+def price_from_dict(data: dict, file: str) -> Price | None:
+    """The optional [price] table: usd_per_device_hour (positive), kind (one of PRICE_KINDS),
+    offer, as_of (a TOML date: the day the source states the rate for), source."""
+    table = data.get("price")
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise RegistryError(file, "price", "must be a table")
+    as_of = table.get("as_of")
+    if not isinstance(as_of, datetime.date) or isinstance(as_of, datetime.datetime):
+        raise RegistryError(file, "price.as_of", f"must be a TOML date (2024-12-31), got {as_of!r}")
+    return Price(
+        usd_per_device_hour=_positive(file, "price.usd_per_device_hour", table.get("usd_per_device_hour")),
+        kind=_one_of(file, "price.kind", _text(file, "price.", table, "kind"), PRICE_KINDS),
+        offer=_text(file, "price.", table, "offer"),
+        as_of=as_of,
+        source=_source(file, "price.", table),
+    )
+
+
 def _mac_rates(engine: dict, file: str, where: str) -> dict:
     """An engine's non-empty `macs_per_unit_per_clock` table: precision -> positive MAC rate."""
     rates = engine.get("macs_per_unit_per_clock")
@@ -344,6 +367,7 @@ def chip_from_dict(data: dict, file: str = "<dict>") -> Chip:
         **clocks_from_dict(data, file),
         measured=measured_from_dict(data, file),
         interconnect=interconnect_from_dict(data, file),
+        price=price_from_dict(data, file),
     )
 
 
