@@ -295,7 +295,7 @@ def _print_cost(records: list[dict], rate: str, cost: str, label: str) -> None:
     print("\nCost per device-hour priced (--usd-per-hour, else the registry's dated price; `chipcal hardware show "
           "CHIP` cites it), every device of the row charged (no cost: unsupported, or an LLM whose share does not "
           "fit a device):")
-    print_table([{"model": r["model"], "chip": r["chip"], "batch": r["batch"], "precision": r["precision"],
+    print_table([{**{k: r[k] for k in ("model", "chip", "batch", "layout", "precision") if k in r},
                   rate: r[rate], "$/device-h": r["usd_per_hour"], label: r[cost]} for r in priced],
                 {rate: ".4g", "$/device-h": ".4g", label: ".4g"})
     for chip, basis in dict.fromkeys((r["chip"], r["price_basis"]) for r in priced):
