@@ -263,13 +263,20 @@ def cli(capsys):
     return call
 
 
+@pytest.fixture(scope="session")
+def llm_cache_dir(tmp_path_factory):
+    """The directory of `source`'s cache, one per test session (per worker)."""
+    return tmp_path_factory.mktemp("llm-cache")
+
+
 @pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    """An LLM workload cache of the module's own (tests/test_llm*.py, test_serving.py): each
-    forward is characterized once per module."""
+def source(llm_cache_dir):
+    """An LLM workload cache of the session's own (tests/test_llm*.py, test_serving.py,
+    test_mlperf_llm.py, ...): each forward is characterized once per worker and read back from
+    the file in the other modules."""
     from chipcal.measure.workloads import WorkloadSource
 
     mp = pytest.MonkeyPatch()
-    mp.setenv("CHIPCAL_CACHE_DIR", str(tmp_path_factory.mktemp("llm-cache")))
+    mp.setenv("CHIPCAL_CACHE_DIR", str(llm_cache_dir))
     yield WorkloadSource()
     mp.undo()

@@ -39,6 +39,11 @@ def _wait_done(cli, store, count: int) -> list[dict]:
 def test_a_fleet_runs_through_slurm_into_one_store(slurm_cluster, cli, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     monkeypatch.delenv("CHIPCAL_NODE", raising=False)
+    # sbatch passes the environment on: each task's calibration runs one torch thread beside the
+    # suite's two workers on a 2-core host (a smoke run alone: 35 CPU-s on two threads, 25 on one;
+    # beside the workers, its second thread waits for a core they hold); what is checked here is
+    # the fleet, not the figures
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     store = tmp_path / "store"
     rc, out, err = cli(fleet_cli.main, ["run", "--scheduler", "slurm", "--store", str(store), "--nodes", "2",
                                         "--partition", slurm_cluster.partition, "--", "--smoke"])

@@ -31,6 +31,27 @@ def test_round_trip_of_real_characterized_models(name, partition):
     assert any(op.gemm is not None for op in back.ops) and any(op.terms for op in back.ops)
 
 
+@pytest.mark.parametrize("name,partition", [("resnet18", "fused"), ("vit_b_16", "fused"), ("resnet18", "codegen")])
+def test_the_dict_is_what_dataclasses_asdict_gives(name, partition):
+    """The per-type writer against the standard library's: the same JSON, field for field."""
+    import dataclasses
+
+    w = real(name, partition)
+    assert json.dumps(workload_to_dict(w)) == json.dumps(dataclasses.asdict(w))
+
+
+def test_an_llm_step_s_dict_is_what_dataclasses_asdict_gives(source):
+    import dataclasses
+
+    from chipcal.model.workload.llm_config import load_llm_config, step_key
+    from chipcal.model.workload.serialize import llm_step_from_dict, llm_step_to_dict
+
+    step = source.llm_step(step_key(load_llm_config("gpt2"), "eager", "decode", 2, 16, 4, "bf16"))
+    text = json.dumps(llm_step_to_dict(step))
+    assert text == json.dumps(dataclasses.asdict(step))
+    assert llm_step_from_dict(json.loads(text)) == step
+
+
 @pytest.mark.parametrize("mutate, says", [
     (lambda d: d.pop("ops"), "missing field 'ops'"),
     (lambda d: d.update(batch=True), "workload.batch: expected an integer"),

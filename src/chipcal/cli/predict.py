@@ -292,9 +292,9 @@ def _print_cost(records: list[dict], rate: str, cost: str, label: str) -> None:
     priced = [r for r in records if cost in r]
     if not priced:
         return
-    print("\nCost per device-hour priced (--usd-per-hour, else the registry's dated price; `chipcal hardware show "
-          "CHIP` cites it), every device of the row charged (no cost: unsupported, or an LLM whose share does not "
-          "fit a device):")
+    print("\nCost at a price per device-hour (--usd-per-hour, else the registry's dated price, which `chipcal "
+          "hardware show CHIP`\ncites), every device of the row charged (no cost: unsupported, or an LLM whose share "
+          "does not fit a device):")
     print_table([{**{k: r[k] for k in ("model", "chip", "batch", "layout", "precision") if k in r},
                   rate: r[rate], "$/device-h": r["usd_per_hour"], label: r[cost]} for r in priced],
                 {rate: ".4g", "$/device-h": ".4g", label: ".4g"})

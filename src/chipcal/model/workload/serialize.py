@@ -26,7 +26,7 @@ class WorkloadDataError(ChipcalError, ValueError):
 
 def workload_to_dict(workload: Workload) -> dict:
     """The workload's fields as nested dicts/lists of str, int, float, bool and None."""
-    return dataclasses.asdict(workload)
+    return _dumper(Workload)(workload)
 
 
 def workload_from_dict(data: object) -> Workload:
@@ -35,12 +35,43 @@ def workload_from_dict(data: object) -> Workload:
 
 
 def llm_step_to_dict(step: LlmStep) -> dict:
-    return dataclasses.asdict(step)
+    """The step's fields, as workload_to_dict gives a workload's."""
+    return _dumper(LlmStep)(step)
 
 
 def llm_step_from_dict(data: object) -> LlmStep:
     """The LlmStep `data` describes (as written by llm_step_to_dict); WorkloadDataError if not one."""
     return _build(LlmStep, data, "llm_step")
+
+
+@cache
+def _dumper(tp: object) -> Callable[[object], object]:
+    """The function that writes a value of annotation `tp` as JSON types: what dataclasses.asdict
+    gives, tuples as lists, with the rules worked out once per type as _builder's are (asdict
+    deep-copies field by field: 20 s for a 70B model's step against about 1)."""
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        spec = tuple((f.name, _dumper(hints[f.name])) for f in dataclasses.fields(tp))
+        return lambda value: {name: dump(getattr(value, name)) for name, dump in spec}
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            each = _dumper(args[0])
+            return list if each is _same else lambda value: list(map(each, value))
+        items = tuple(_dumper(a) for a in args)
+        return list if all(i is _same for i in items) else lambda value: list(map(_call, items, value))
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [o for o in typing.get_args(tp) if o is not type(None)]
+        dump = _dumper(inner)
+        return dump if dump is _same else lambda value: None if value is None else dump(value)
+    if tp in _LEAVES:
+        return _same
+    raise TypeError(f"no rule for type {tp!r}")  # a new field type in types.py: extend _dumper
+
+
+def _same(value: object) -> object:
+    return value
 
 
 class _Misshapen(Exception):
