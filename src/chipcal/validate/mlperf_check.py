@@ -59,7 +59,8 @@ from chipcal.validate.mlperf_stack import Observed, family_of, held_out_factor, 
 NOT_CHARACTERIZED = {
     "stable-diffusion-xl": "the SDXL UNet needs diffusers, which chipcal does not build",
     **dict.fromkeys(("gptj-99", "gptj-99.9"),
-                    "LLM serving: `predict --scenario offline|server` models it, but the mean prompt length of "
+                    "LLM serving: `predict --scenario offline|server` models it and mlperf.conf gives the mean "
+                    "output (token_latency_scaling_factor = 69 tokens), but the mean prompt length of "
                     "CNN-DailyMail under GPT-J's tokenizer is not at hand"),
 }
 PREDICTED_SCENARIOS = ("Offline", "Server", "SingleStream")
