@@ -163,6 +163,11 @@ def test_hardware_list_and_show(cli):
         assert {"name", "kind", "process_nm", "tdp_w", "hypothetical"} <= set(row)
     rc, out, _ = cli(hardware.main, ["show", "h100-sxm5"])
     assert rc == 0 and "whitepaper" in out
+    rc, out, _ = cli(hardware.main, ["show", "h100-sxm5", "--json"])
+    (shown,) = json.loads(out)
+    # AWS's capacity-block table: p5.48xlarge at $39.33 an hour for 8 H100s -> $4.916 each
+    assert shown["price_usd_per_device_hour"] == pytest.approx(39.33 / 8, abs=5.01e-4)
+    assert "as of 2024-12-31" in shown["price"] and "capacityblocks" in shown["price_source"]
     _one_line_error(*cli(hardware.main, ["show", "h100"])[::2])
     _one_line_error(*cli(hardware.main, ["frobnicate"])[::2])
 
