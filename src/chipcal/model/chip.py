@@ -105,9 +105,9 @@ class Price:
     source: str
 
     @property
-    def label(self) -> str:
-        """One line: rate, kind, offer, date."""
-        return f"${self.usd_per_device_hour:g}/device-hour, {self.kind}, {self.offer}, as of {self.as_of.isoformat()}"
+    def basis(self) -> str:
+        """Which price it is, in one line: kind, offer and date."""
+        return f"{self.kind}, {self.offer}, as of {self.as_of.isoformat()}"
 
 
 @dataclass(frozen=True)

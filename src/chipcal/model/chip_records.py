@@ -43,7 +43,7 @@ def _figures(chip: Chip) -> dict:
     row["interconnect_domain_devices"] = link and link.domain_devices
     price = chip.price
     row["price_usd_per_device_hour"] = price and price.usd_per_device_hour
-    row["price"] = price and f"{price.kind}, {price.offer}, as of {price.as_of.isoformat()}"
+    row["price"] = price and price.basis
     return row
 
 

@@ -33,7 +33,6 @@ def usd_per_units(usd_per_device_hour: float, units_per_s: float, units: float, 
     return units * usd_per_device_hour * devices / SECONDS_PER_HOUR / units_per_s
 
 
-
 @dataclass(frozen=True)
 class Quote:
     """The price a cost is worked out at: a rate per device-hour, and the registry's dated price
@@ -44,11 +43,8 @@ class Quote:
 
     @property
     def basis(self) -> str:
-        """Where the rate comes from, for the record: 'given', or the registry price's kind,
-        offer and date."""
-        if self.price is None:
-            return "given"
-        return f"{self.price.kind}, {self.price.offer}, as of {self.price.as_of.isoformat()}"
+        """Where the rate comes from, for the record: 'given', or the registry price's basis."""
+        return "given" if self.price is None else self.price.basis
 
 
 def quote(chip: Chip, usd_per_device_hour: float | None) -> Quote | None:
