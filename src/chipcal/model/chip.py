@@ -92,7 +92,7 @@ class Price:
     """What renting one device for an hour cost, as a cloud published it on a date.
 
     `usd_per_device_hour`: the instance's hourly rate over its accelerators (AWS's p5.48xlarge:
-    8 H100s). `kind`: one of PRICE_KINDS; a capacity block is a reservation of days, paid up front,
+    8 H100s). `kind`: one of PRICE_KINDS; a capacity block is a reservation paid up front,
     at a rate the cloud publishes and revises. `offer`: the instance and region; `as_of`: the day
     the source states the rate for. Prices move, so every cost chipcal prints names the offer and
     the date (`chipcal predict`, model/estimate/cost.py).
