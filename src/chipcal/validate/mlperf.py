@@ -117,7 +117,9 @@ class MlperfRow:
 
     `accelerators`: accelerators per node times nodes (0 for a CPU-only system, whose work is
     shared by `host_processors` sockets). `value` is in `unit` (samples_per_s, tokens_per_s or
-    latency_s). `avg_power_w`: the system's average power over the run (MaxQ), else None."""
+    latency_s). `avg_power_w`: the system's average power over the run (MaxQ), else None.
+    `accelerator_interconnect` and `accelerator_host_interconnect`: the links the system's
+    description names ("N/A": none; "": a source that does not say, as summary_results.json)."""
 
     round: str
     commit: str
@@ -135,6 +137,8 @@ class MlperfRow:
     value: float
     valid: bool
     avg_power_w: float | None
+    accelerator_interconnect: str = ""
+    accelerator_host_interconnect: str = ""
 
 
 # --- the LoadGen summary and the power window ------------------------------------------------------
@@ -224,7 +228,9 @@ def _row(root: Path, summary: Path, round_name: str, commit: str) -> MlperfRow:
         host_processor=str(desc.get("host_processor_model_name", "")).strip(),
         host_processors=_count(desc.get("host_processors_per_node")),
         framework=str(desc.get("framework", "")).strip(), benchmark=benchmark, scenario=scenario, unit=unit,
-        value=value, valid=valid, avg_power_w=_power(summary.parent))
+        value=value, valid=valid, avg_power_w=_power(summary.parent),
+        accelerator_interconnect=str(desc.get("accelerator_interconnect", "")).strip(),
+        accelerator_host_interconnect=str(desc.get("accelerator_host_interconnect", "")).strip())
 
 
 def _power(run: Path) -> float | None:

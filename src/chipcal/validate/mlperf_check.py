@@ -18,8 +18,9 @@ predicted at that limit, with its system's average power beside it, and its ener
 token) as power over throughput.
 The LLM benchmarks (llama2-70b, mixtral-8x7b) are served as a serving engine serves them
 (validate.mlperf_llm): Offline at saturation, Server at the highest Poisson load within the
-TTFT and TPOT limits, on all of a system's accelerators in the layout of most tokens/s; their
-figure is output tokens/s per accelerator.
+TTFT and TPOT limits, on all of a system's accelerators in the layout of most tokens/s, over the
+link the system's description names (validate.mlperf_links: PCIe where a system lacks its chip's
+bridges); their figure is output tokens/s per accelerator.
 
 The predictions are the physics with the family defaults, fitted on none of these rows. Beside
 them, each throughput row carries its software stack's efficiency fitted on the other
@@ -50,6 +51,7 @@ from chipcal.validate.mlperf import (
     per_accelerator,
 )
 from chipcal.validate.mlperf_benchmarks import Benchmark, benchmarks
+from chipcal.validate.mlperf_links import UnreadLink, with_system_link
 from chipcal.validate.mlperf_llm import LlmBenchmark, NotServed, Served, llm_benchmark
 from chipcal.validate.mlperf_power import node_power_w, power_limit_w
 from chipcal.validate.mlperf_scenarios import Workloads, fitting, saturation, server_choice
@@ -169,7 +171,7 @@ def check(rows: Sequence[MlperfRow], registry: Registry, workloads: Workloads,
         return known[key]
 
     def serve(bench: LlmBenchmark, chip, devices: int, scenario: str, stack: str) -> Served | NotServed:
-        key = (bench, chip.name, chip.tdp_w, devices, scenario, stack)
+        key = (bench, chip.name, chip.tdp_w, chip.interconnect, devices, scenario, stack)
         if key not in served:
             try:
                 served[key] = mlperf_llm.served(bench, chip, devices, scenario, stack, llm_step)
@@ -232,6 +234,10 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads, options, serv
             return Excluded(row, "a power submission (MaxQ) whose power limit its submitter's configs do not give")
         chip = with_power_limit(chip, cap)
     if llm is not None:
+        try:
+            chip = with_system_link(row, chip)
+        except UnreadLink as exc:
+            return Excluded(row, str(exc))
         return _served(row, chip, serve(llm, chip, row.accelerators, row.scenario, stack_of(row)), cap)
     precision = bench.precision_on(chip, stack_of(row))
     if precision is None:
