@@ -85,3 +85,17 @@ def test_the_check_serves_an_llm_row_over_the_system_s_link(systems):
     assert links == [("h100-nvl", "pcie", 4)]
     unread = mlperf_check._one(replace(rows[0], accelerator_host_interconnect="OAM"), registry, None, None, serve)
     assert "not a PCIe generation and width" in unread.reason and len(links) == 1
+
+
+def test_a_csv_written_before_the_links_were_kept_still_reads(tmp_path):
+    """An earlier chipcal's CSV (no link columns) loads, its links not said: the registry's stay."""
+    import csv
+
+    rows = mlperf.read_csv(mlperf.PACKAGED)[:3]
+    path = tmp_path / "old.csv"
+    with open(path, "w", newline="") as f:
+        out = csv.DictWriter(f, mlperf.COLUMNS_BEFORE_LINKS, lineterminator="\n", extrasaction="ignore")
+        out.writeheader()
+        out.writerows({k: ("" if v is None else v) for k, v in vars(r).items()} for r in rows)
+    back = mlperf.read_csv(path)
+    assert back == [replace(r, accelerator_interconnect="", accelerator_host_interconnect="") for r in rows]

@@ -320,6 +320,8 @@ def _commit_of(path: Path) -> str:
 # --- the CSV ---------------------------------------------------------------------------------------
 
 COLUMNS = tuple(f.name for f in fields(MlperfRow))
+# a CSV an earlier chipcal wrote, before the systems' links were kept: its links read as not said
+COLUMNS_BEFORE_LINKS = COLUMNS[:-2]
 
 
 def write_csv(rows: Iterable[MlperfRow], path: Path) -> None:
@@ -334,7 +336,7 @@ def read_csv(path: Path) -> list[MlperfRow]:
     """The rows of a CSV `write_csv` wrote; MlperfError naming the line of a damaged one."""
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        if tuple(reader.fieldnames or ()) != COLUMNS:
+        if tuple(reader.fieldnames or ()) not in (COLUMNS, COLUMNS_BEFORE_LINKS):
             raise MlperfError(f"{path}: columns {reader.fieldnames} are not {list(COLUMNS)}")
         return [_typed(r, f"{path}:{i + 2}") for i, r in enumerate(reader)]
 
