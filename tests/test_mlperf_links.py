@@ -99,3 +99,20 @@ def test_a_csv_written_before_the_links_were_kept_still_reads(tmp_path):
         out.writerows({k: ("" if v is None else v) for k, v in vars(r).items()} for r in rows)
     back = mlperf.read_csv(path)
     assert back == [replace(r, accelerator_interconnect="", accelerator_host_interconnect="") for r in rows]
+
+
+def test_an_llm_row_s_record_names_the_link_it_was_served_over(systems):
+    """The stub serving returns a prediction: the record carries the layout and the link."""
+    from chipcal.validate import mlperf_check
+    from chipcal.validate.mlperf_llm import Served
+
+    def serve(bench, chip, devices, scenario, stack):
+        return Served(tokens_per_s=4000.0, batch=64, layout="tp=1,dp=4", bottleneck="power", precision="fp8",
+                      device_power_w=400.0)
+
+    rows = [r for r in mlperf.read_csv(mlperf.PACKAGED) if r.benchmark == "llama2-70b-99" and r.scenario == "Offline"
+            and r.system in ("ESC4000A_E12_4XH100_TRT", "HPE_ProLiant_DL380a_H100_NVL_94GBx4_TRT")]
+    records = {r.system: mlperf_check._one(r, load_registry(), None, None, serve).record() for r in rows}
+    assert records["ESC4000A_E12_4XH100_TRT"]["link"] == "pcie 63 GB/s"
+    assert records["HPE_ProLiant_DL380a_H100_NVL_94GBx4_TRT"]["link"] == "nvlink 300 GB/s"   # the registry's bridges
+    assert records["ESC4000A_E12_4XH100_TRT"]["predicted"] == 1000.0                        # 4000 tok/s over 4 GPUs

@@ -51,7 +51,7 @@ from chipcal.validate.mlperf import (
     per_accelerator,
 )
 from chipcal.validate.mlperf_benchmarks import Benchmark, benchmarks
-from chipcal.validate.mlperf_links import UnreadLink, with_system_link
+from chipcal.validate.mlperf_links import UnreadLink, link_label, with_system_link
 from chipcal.validate.mlperf_llm import LlmBenchmark, NotServed, Served, llm_benchmark
 from chipcal.validate.mlperf_power import node_power_w, power_limit_w
 from chipcal.validate.mlperf_scenarios import Workloads, fitting, saturation, server_choice
@@ -92,6 +92,7 @@ class Checked:
     held_out: float | None = None
     options: tuple[tuple[int, float, float], ...] = ()
     layout: str = ""                        # an LLM row's parallel layout (validate.mlperf_llm)
+    link: str = ""                          # and the link its all-reduces cross (validate.mlperf_links)
 
     @property
     def error(self) -> float:
@@ -129,7 +130,7 @@ class Checked:
                 "held_out_error": self.held_out_error, "power_limit_w": self.power_limit_w,
                 "measured_power_w": self.row.avg_power_w, "predicted_power_w": self.predicted_power_w,
                 "power_error": self.power_error, "energy_error": self.energy_error, "bottleneck": self.bottleneck,
-                "layout": self.layout or None, "reason": None}
+                "layout": self.layout or None, "link": self.link or None, "reason": None}
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ class Excluded:
                 "measured": per_accelerator(self.row), "predicted": None, "error": None,
                 "stack": stack_of(self.row), "stack_factor": None, "held_out_error": None, "power_limit_w": None,
                 "measured_power_w": self.row.avg_power_w, "predicted_power_w": None, "power_error": None,
-                "energy_error": None, "bottleneck": None, "layout": None, "reason": self.reason}
+                "energy_error": None, "bottleneck": None, "layout": None, "link": None, "reason": self.reason}
 
 
 def _provenance(row: MlperfRow) -> dict:
@@ -263,7 +264,8 @@ def _served(row: MlperfRow, chip, outcome: Served | NotServed, cap: float | None
     powered = row.avg_power_w is not None and row.scenario == "Offline"
     return Checked(row, chip.name, outcome.batch, per_accelerator(row), outcome.tokens_per_s / row.accelerators,
                    outcome.bottleneck, outcome.precision, power_limit_w=cap if powered else None,
-                   device_power_w=outcome.device_power_w if powered else None, layout=outcome.layout)
+                   device_power_w=outcome.device_power_w if powered else None, layout=outcome.layout,
+                   link=link_label(chip))
 
 
 def _server(row: MlperfRow, chip, bench: Benchmark, precision: str, fits: list[Prediction]) -> Checked | Excluded:

@@ -57,3 +57,9 @@ def with_system_link(row: MlperfRow, chip: Chip) -> Chip:
         raise UnreadLink(f"{row.system} has no accelerator interconnect and its host link "
                          f"'{row.accelerator_host_interconnect}' is not a PCIe generation and width")
     return dataclasses.replace(chip, interconnect=link)
+
+
+def link_label(chip: Chip) -> str:
+    """The link in a record: its kind and GB/s each way ("pcie 63 GB/s"); "" without one."""
+    link = chip.interconnect
+    return "" if link is None else f"{link.kind} {link.per_direction_bytes_per_s / 1e9:.3g} GB/s"
