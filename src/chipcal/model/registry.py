@@ -122,6 +122,14 @@ def _section(data: dict, file: str, key: str) -> dict:
     return table
 
 
+def _optional_section(data: dict, file: str, key: str) -> dict | None:
+    """An optional top-level table ([interconnect], [price]); None where the file has none."""
+    table = data.get(key)
+    if table is not None and not isinstance(table, dict):
+        raise RegistryError(file, key, "must be a table")
+    return table
+
+
 @dataclass(frozen=True)
 class _Identity:
     """The fields that say which chip a document is: read first, so a document without them
@@ -181,11 +189,9 @@ def interconnect_from_dict(data: dict, file: str) -> Interconnect | None:
     """The optional [interconnect] table: kind (one of INTERCONNECT_KINDS), the bandwidth one
     device sends per direction (positive), the devices it reaches all-to-all (a positive integer,
     optional), source."""
-    link = data.get("interconnect")
+    link = _optional_section(data, file, "interconnect")
     if link is None:
         return None
-    if not isinstance(link, dict):
-        raise RegistryError(file, "interconnect", "must be a table")
     domain = link.get("domain_devices")
     if domain is not None and (isinstance(domain, bool) or not isinstance(domain, int) or domain < 1):
         raise RegistryError(file, "interconnect.domain_devices", f"must be a positive integer, got {domain!r}")
@@ -201,11 +207,9 @@ def interconnect_from_dict(data: dict, file: str) -> Interconnect | None:
 def price_from_dict(data: dict, file: str) -> Price | None:
     """The optional [price] table: usd_per_device_hour (positive), kind (one of PRICE_KINDS),
     offer, as_of (a TOML date: the day the source states the rate for), source."""
-    table = data.get("price")
+    table = _optional_section(data, file, "price")
     if table is None:
         return None
-    if not isinstance(table, dict):
-        raise RegistryError(file, "price", "must be a table")
     as_of = table.get("as_of")
     if not isinstance(as_of, datetime.date) or isinstance(as_of, datetime.datetime):
         raise RegistryError(file, "price.as_of", f"must be a TOML date (2024-12-31), got {as_of!r}")
