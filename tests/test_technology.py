@@ -13,16 +13,17 @@ PJ = 1e-12
 
 
 def test_horowitz_45nm_anchors_reproduced():
-    # Horowitz ISSCC 2014 (issue's list): fp32 3.7+0.9, fp16 1.1+0.4, int8 0.2+0.03 pJ.
+    # Horowitz ISSCC 2014 (issue's list): fp32 3.7+0.9, fp16 1.1+0.4, int8 adder 0.03 pJ; the int8
+    # multiplier is measured on a tensor core instead (0.70 pJ, not his 0.2: tests/test_int8_energy.py).
     a = t.ARITHMETIC_45NM
     assert (a["fp32"].mult_pj, a["fp32"].add_pj) == (3.7, 0.9)
     assert (a["fp16"].mult_pj, a["fp16"].add_pj) == (1.1, 0.4)
-    assert (a["int8"].mult_pj, a["int8"].add_pj) == (0.2, 0.03)
+    assert (a["int8"].mult_pj, a["int8"].add_pj) == (0.7, 0.03)
     # A MAC adds at its accumulator's width: fp32 for fp16 (1.1 + 0.9 = 2.0 pJ), int32 for int8
-    # (Horowitz's 32-bit int add, 0.1 pJ: 0.2 + 0.1 = 0.3 pJ).
+    # (Horowitz's 32-bit int add, 0.1 pJ: 0.7 + 0.1 = 0.8 pJ).
     assert t.arithmetic_energy_per_mac_j(45, "fp32") / PJ == pytest.approx(4.6, rel=1e-12)
     assert t.arithmetic_energy_per_mac_j(45, "fp16") / PJ == pytest.approx(2.0, rel=1e-12)
-    assert t.arithmetic_energy_per_mac_j(45, "int8") / PJ == pytest.approx(0.3, rel=1e-12)
+    assert t.arithmetic_energy_per_mac_j(45, "int8") / PJ == pytest.approx(0.8, rel=1e-12)
 
 
 def test_7nm_anchor_and_bf16_cross_check():
