@@ -20,14 +20,18 @@ from chipcal.model.registry import load_registry
 CUDA = Device("cuda", 0)
 
 
-def test_the_decoder_first_then_compiled_rows_largest_batch_first():
+def test_the_decoder_first_then_bf16_weights_at_both_ends_of_the_batches():
     planned = ur.plan(QUICK_MODELS)
     assert [(p.kind, p.context) for p in planned[:4]] == [("step", 128), ("generate", 128), ("step", 2048),
                                                           ("generate", 2048)]
     compiled = planned[4:]
     # 3 models x 3 batches x (bf16 weights, autocast)
     assert len(compiled) == 18 and {p.kind for p in compiled} == {"compiled"}
-    assert [p.batch for p in compiled[:6]] == [64] * 6 and compiled[0].label == "compiled resnet50 b64 bf16"
+    assert compiled[0].label == "compiled resnet50 b64 bf16"
+    # the ~5 rows a lent H200's 90 s held: every model at batch 64 and then at batch 1, bf16 weights
+    assert [(p.model, p.batch, p.mode) for p in compiled[:6]] == [
+        (m, b, "bf16") for b in (64, 1) for m in ("resnet50", "vit_b_16", "mobilenet_v2")]
+    assert {p.mode for p in compiled[9:]} == {"autocast"}
     assert ur.plan(("resnet18",))[4:] == []            # no compiled model among the run's
 
 

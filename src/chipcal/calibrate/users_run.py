@@ -11,8 +11,10 @@ recorded run says how long it takes, so the phase runs inside a wall budget
 (CalibrationConfig.users_run_time_s): before each row it checks that the row, priced at the
 longest row of its kind so far, still fits, and lists every row that does not as skipped. The
 first row of a kind has no price yet, so the phase can overrun by that one row (a compile). The
-decoder's rows come first (no compile), then the compiled rows, largest batch first: the case
-where issue 55 saw compiled predicted 2x too fast. A row that fails (out of memory, a compile
+decoder's rows come first (no compile), then the compiled rows with bf16 weights, batch 64 first
+(where issue 55 saw compiled predicted 2x too fast), then batch 1 and 8, then the autocast rows.
+On a lent H200 a row took 10-16 s, compile included, so --quick's 90 s hold the decoder and about
+five compiled rows: both ends of the batch range for every model. A row that fails (out of memory, a compile
 error, no transformers for the decoder) is listed as skipped with its reason, and the run goes on:
 this phase comes after every fitted figure, and must not lose them. A CPU run has no such phase
 (a CPU's compiled and generate checks are measure_model_efficiency runs, docs/runtimes.md).
@@ -29,7 +31,7 @@ from chipcal.calibrate.context import RunContext
 from chipcal.model.errors import ChipcalError
 
 COMPILED_MODELS = ("resnet50", "vit_b_16", "mobilenet_v2")
-COMPILED_BATCHES = (64, 8, 1)
+COMPILED_BATCHES = (64, 1, 8)             # the two ends first: device-bound, then graph-launch-bound
 COMPILED_MODES = ("bf16", "autocast")        # bf16 weights; fp32 weights under bf16 autocast
 DECODER = "llama-3.2-1b"
 DECODER_CONTEXTS = (128, 2048)
@@ -55,10 +57,11 @@ class Planned:
 
 def plan(models: tuple[str, ...]) -> list[Planned]:
     """The rows in the order they run (module docstring): the decoder's, then the compiled rows of
-    the COMPILED_MODELS among the run's validation `models`, largest batch first."""
+    the COMPILED_MODELS among the run's validation `models`: bf16 weights at every batch first, in
+    COMPILED_BATCHES' order, then the same under autocast."""
     rows = [Planned(kind, DECODER, 1, "bf16", context) for context in DECODER_CONTEXTS for kind in ("step", "generate")]
-    return rows + [Planned("compiled", m, b, mode) for b in COMPILED_BATCHES for m in COMPILED_MODELS
-                   if m in models for mode in COMPILED_MODES]
+    return rows + [Planned("compiled", m, b, mode) for mode in COMPILED_MODES for b in COMPILED_BATCHES
+                   for m in COMPILED_MODELS if m in models]
 
 
 def run_rows(planned: list[Planned], budget_s: float, measure: Callable[[Planned], cd.UsersRunRow],

@@ -356,24 +356,26 @@ _DEFAULTS: dict[str, FamilyParams] = {
 
 # Today's PyTorch on a GPU (eager, torch.compile): its kernels reach a smaller fraction of tensor-core
 # peak than the TensorRT-class kernels the GPU defaults were fitted on. Derived from device-bound
-# timings recorded on an H100 SXM5 with torch 2.11 (docs/prediction-parameters.md): cuBLAS/SDPA
-# matmul and attention at 0.65x the default (measure_model_efficiency's ViT-B/16 bf16 at batch 64),
-# and, where eager PyTorch hands cuDNN NCHW activations, convolutions at 0.2x (the calibrations'
-# TF32 convolutions at batch 32, ResNet-50 bf16 at batch 64); channels-last and Inductor's
-# convolutions keep the default. CUDA cores keep theirs.
+# timings recorded with torch 2.11 (docs/prediction-parameters.md): cuBLAS/SDPA matmul and
+# attention at 0.65x the default (an H100 SXM5's ViT-B/16 bf16 at batch 64); where eager PyTorch
+# hands cuDNN NCHW activations, convolutions at 0.2x (the H100 calibrations' TF32 convolutions at
+# batch 32, ResNet-50 bf16 at batch 64); channels-last ones, as Inductor lays a convolution network
+# out, at 0.3x (an H200's torch.compile ResNet-50 bf16 at batch 64, 3.49 ms). CUDA cores keep theirs.
 PYTORCH_TENSOR_SCALE = {"matmul": 0.65, "attention": 0.65}
 NCHW_CONV_TENSOR_SCALE = 0.2
+CHANNELS_LAST_CONV_TENSOR_SCALE = 0.3
 _PT_SOURCE = ("default for today's PyTorch on a GPU ({}): the GPU defaults with tensor-core efficiency x 0.65 for "
-              "matmul and attention{} (docs/prediction-parameters.md), from recorded H100 SXM5 device-bound timings, "
-              "torch 2.11")
+              "matmul and attention, x {} for {} convolutions (docs/prediction-parameters.md), from recorded H100 "
+              "SXM5 and H200 device-bound timings, torch 2.11")
 
 
 def _pytorch_gpu(nchw: bool) -> FamilyParams:
     base = _DEFAULTS["gpu"]
-    scale = dict(PYTORCH_TENSOR_SCALE, **(dict.fromkeys(("conv", "conv1x1"), NCHW_CONV_TENSOR_SCALE) if nchw else {}))
+    conv = NCHW_CONV_TENSOR_SCALE if nchw else CHANNELS_LAST_CONV_TENSOR_SCALE
+    scale = dict(PYTORCH_TENSOR_SCALE, **dict.fromkeys(("conv", "conv1x1"), conv))
     return replace(base, tensor_efficiency={c: v * scale.get(c, 1.0) for c, v in base.efficiency.items()},
-                   source=_PT_SOURCE.format("eager, NCHW" if nchw else "channels-last or compiled",
-                                            ", x 0.2 for NCHW convolutions" if nchw else ""))
+                   source=_PT_SOURCE.format("eager, NCHW" if nchw else "channels-last or compiled", conv,
+                                            "NCHW" if nchw else "channels-last"))
 
 
 PYTORCH_GPU = _pytorch_gpu(nchw=False)
