@@ -15,9 +15,6 @@ from chipcal.model.registry import load_registry
 
 FOLDER = MACHINES / "nvidia-h200"
 BOUND = 0.35         # issue 55: compiled and generate predictions against a GPU's timings
-# The one compiled row beyond it: 105 kernels replayed in 0.39 ms, 3.8 us each, where the model
-# charges every kernel the 10.5k cycles (5.3 us) fitted on TensorRT's convolutions (the finding).
-KNOWN_MISS = "mobilenet_v2 b1"
 
 
 def recorded(name: str):
@@ -59,16 +56,12 @@ def test_the_recorded_compiled_rows_are_bf16_weights_under_reduce_overhead():
 
 
 def test_compiled_predictions_within_the_bound(compiled_errors):
-    """Eight rows, three models at batch 1, 8 and 64: median |error| within 25 % (11 % when this was
-    written), and every row within 35 % but the known miss."""
+    """Eight rows, three models at batch 1, 8 and 64: median |error| within 25 %, every row within
+    35 % (when this was written: median 11 %, -29 % to +34 %, mobilenet_v2 at batch 1 the widest; it
+    was +51 % at the corpus's 10.5k cycles per kernel, params.PYTORCH_OVERHEAD_CYCLES)."""
     assert len(compiled_errors) == 8
     assert statistics.median(abs(e) for e in compiled_errors.values()) <= 0.25, compiled_errors
-    assert all(abs(e) <= BOUND for k, e in compiled_errors.items() if k != KNOWN_MISS), compiled_errors
-
-
-def test_the_known_miss_is_predicted_too_slow(compiled_errors):
-    """mobilenet_v2 at batch 1 is the model's per-kernel floor, not its work: too slow, not too fast."""
-    assert compiled_errors[KNOWN_MISS] > BOUND
+    assert all(abs(e) <= BOUND for e in compiled_errors.values()), compiled_errors
 
 
 def test_compiled_at_batch_64_is_not_faster_than_the_eager_library_kernels(h200):
