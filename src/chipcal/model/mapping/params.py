@@ -370,9 +370,9 @@ CHANNELS_LAST_CONV_TENSOR_SCALE = 0.3
 # torch.compile of ResNet-50, ViT-B/16 and MobileNetV2 at batch 1, 8 and 64) by the median |error|,
 # 9.0 %; left out one at a time, 12.0 % (max 33.6 %). TensorRT's kernels keep the corpus's 10.5k.
 PYTORCH_OVERHEAD_CYCLES = 9.2e3
-_PT_SOURCE = ("default for today's PyTorch on a GPU ({}): the GPU defaults with tensor-core efficiency x 0.65 for "
-              "matmul and attention, x {} for {} convolutions, 9.2k cycles per kernel "
-              "(docs/prediction-parameters.md), from recorded H100 SXM5 and H200 device-bound timings, torch 2.11")
+_PT_SOURCE = ("default for today's PyTorch on a GPU ({runtime}): the GPU defaults with tensor-core efficiency "
+              "x {matmul:g} for matmul and attention, x {conv:g} for {layout} convolutions, {kcycles:g}k cycles per "
+              "kernel (docs/prediction-parameters.md), from recorded H100 SXM5 and H200 device-bound timings, torch 2.11")
 
 
 def _pytorch_gpu(nchw: bool) -> FamilyParams:
@@ -381,8 +381,9 @@ def _pytorch_gpu(nchw: bool) -> FamilyParams:
     scale = dict(PYTORCH_TENSOR_SCALE, **dict.fromkeys(("conv", "conv1x1"), conv))
     return replace(base, tensor_efficiency={c: v * scale.get(c, 1.0) for c, v in base.efficiency.items()},
                    overhead_cycles=PYTORCH_OVERHEAD_CYCLES,
-                   source=_PT_SOURCE.format("eager, NCHW" if nchw else "channels-last or compiled", conv,
-                                            "NCHW" if nchw else "channels-last"))
+                   source=_PT_SOURCE.format(runtime="eager, NCHW" if nchw else "channels-last or compiled",
+                                            matmul=PYTORCH_TENSOR_SCALE["matmul"], conv=conv,
+                                            layout="NCHW" if nchw else "channels-last", kcycles=PYTORCH_OVERHEAD_CYCLES / 1e3))
 
 
 PYTORCH_GPU = _pytorch_gpu(nchw=False)
