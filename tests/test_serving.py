@@ -83,6 +83,9 @@ def test_cli_serves_offline(cli, tmp_path, monkeypatch, source):
     assert rc == 0, err
     (row,) = json.loads(out)
     assert row["batch"] == 4 and row["devices"] == 2
+    # the search's progress on stderr: two layouts of 2 devices (tp=2; tp=1,dp=2), each at a running batch of 1
+    # and 4 (its prefill group, round(4 / 8) -> 1, is batch 1 again), each a prefill and a decode step
+    assert "LLM steps (cache or trace): 8step" in err.replace("\r", "\n"), err
     assert row["usd_per_million_tokens"] == pytest.approx(1e6 * 2 * 0.001 / row["tokens_per_s"])
     rc, out, _ = cli(main, argv)
     assert rc == 0 and "continuous batching at saturation" in out

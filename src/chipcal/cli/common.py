@@ -248,6 +248,14 @@ def interrupted_exit(prog: str, rows: Sequence[dict]) -> int:
     return EXIT_INTERRUPTED
 
 
+def note(line: str) -> None:
+    """One line of a library's notes (a WorkloadSource's `notify`: characterizing, a cache entry
+    unusable) on stderr, above any tqdm bar drawn there rather than through it."""
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)
+
+
 class Measuring:
     """`with Measuring(total, desc) as bar:` a measurement loop with a tqdm bar on stderr (stdout
     stays for the table/JSON). A Ctrl-C ends the loop, not the command: the rows measured so far

@@ -32,6 +32,7 @@ from chipcal.cli.common import (
     csv_choices,
     device_arg,
     interrupted_exit,
+    note,
     output_file,
     positive_float,
     positive_int,
@@ -326,7 +327,7 @@ def _body(args: argparse.Namespace) -> int:
     ref = reference_peaks(fp, args.device)
     power = UnavailableSource("--no-power given") if args.no_power else open_power_source(args.device)
     writer = RowWriter(args.csv, LAYER_FIELDS if args.by_layer else FIELDS)
-    source = WorkloadSource(notify=lambda line: sys.stderr.write(line + "\n"))
+    source = WorkloadSource(notify=note)
     jobs = [(m, b, p) for m in models for b in args.batch for p in args.precision]
     rows: list[dict] = []
     layered: list = []            # measurements timed by layer, for their tables

@@ -14,6 +14,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+from contextlib import contextmanager
 
 from chipcal.calibrate.prediction_inputs import (
     LOCAL,
@@ -29,6 +30,7 @@ from chipcal.cli.common import (
     csv_choices,
     csv_list,
     load_registry_warn,
+    note,
     output_file,
     plot_path,
     positive_float,
@@ -251,13 +253,15 @@ def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSo
     limits = (args.ttft_s, args.tpot_s)
     if (args.scenario == "server") != all(limits) or (args.scenario == "offline" and any(limits)):
         raise UsageError("--scenario server takes both --ttft-s and --tpot-s; offline neither")
-    request = (args.runtime or LLM_RUNTIME, args.context or DEFAULT_CONTEXT, args.new_tokens or DEFAULT_NEW_TOKENS,
-               source.llm_step)
     launch |= {"framework": args.framework, "fp32_mode": args.fp32_mode}
-    runs = [server.server(load_llm_config(name), chip, precision, *request, *limits, devices, layout, args.max_batch,
-                          **launch) if args.scenario == "server" else
-            serving.offline(load_llm_config(name), chip, precision, *request, devices, layout, args.max_batch, **launch)
-            for name in args.model for precision in args.precision or [LLM_PRECISION] for chip in chips]
+    with _counted_steps(source) as llm_step:
+        request = (args.runtime or LLM_RUNTIME, args.context or DEFAULT_CONTEXT,
+                   args.new_tokens or DEFAULT_NEW_TOKENS, llm_step)
+        runs = [server.server(load_llm_config(name), chip, precision, *request, *limits, devices, layout,
+                              args.max_batch, **launch) if args.scenario == "server" else
+                serving.offline(load_llm_config(name), chip, precision, *request, devices, layout, args.max_batch,
+                                **launch)
+                for name in args.model for precision in args.precision or [LLM_PRECISION] for chip in chips]
     records = [r.record() for r in runs]
     _priced(records, args.usd_per_hour, "usd_per_million_tokens", TOKENS_PER_QUOTE,
             ((r.tokens_per_s, r.devices, r.chip) for r in runs), chips)
@@ -271,6 +275,31 @@ def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSo
     print(llm_predictions.SERVER_LEGEND if limited else llm_predictions.SERVING_LEGEND)
     _print_cost(records, "tokens_per_s", "usd_per_million_tokens", "$/M tokens")
     return 0
+
+
+@contextmanager
+def _counted_steps(source: WorkloadSource):
+    """source.llm_step with a tqdm counter on stderr: a serving search reads or traces a step per
+    layout and running batch it tries (llama-2-70b on 8 x MI300X: 24 steps, about 20 s here). The
+    bar starts with the first step, so a layout refused before any leaves its one-line error alone."""
+    from tqdm import tqdm
+
+    bar = None
+
+    def llm_step(key):
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(desc="LLM steps (cache or trace)", unit="step", file=sys.stderr, dynamic_ncols=True,
+                       leave=False, mininterval=0, miniters=1)
+        step = source.llm_step(key)
+        bar.update()
+        return step
+
+    try:
+        yield llm_step
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def _priced(records: list[dict], usd_per_hour: float | None, field: str, units: int, rates,
@@ -383,7 +412,7 @@ def _body(args: argparse.Namespace) -> int:
     warning = unused_calibration_warning(calibration, chips)
     if warning:
         sys.stderr.write(warning + "\n")
-    source = WorkloadSource(use_cache=not args.no_cache, notify=lambda line: sys.stderr.write(line + "\n"))
+    source = WorkloadSource(use_cache=not args.no_cache, notify=note)
     host_s, host_source = host_overhead(args.host_overhead_s, use_cache=not args.no_cache)
     llms = [is_llm(m) for m in args.model]
     if any(llms):

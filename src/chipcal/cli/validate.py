@@ -19,6 +19,7 @@ from chipcal.cli.common import (
     RowWriter,
     UsageError,
     load_registry_warn,
+    note,
     output_file,
     plot_path,
     print_json,
@@ -95,7 +96,7 @@ def _mlperf(args: argparse.Namespace) -> int:
     if args.fit or args.markdown or args.corpus or args.split != "test":
         raise UsageError("--mlperf takes --json, --csv, --plot and --skip-llm only")
     rows = mlperf.load_rows(Path(args.mlperf) if args.mlperf else None)
-    source = WorkloadSource(use_cache=not args.no_cache, notify=lambda line: sys.stderr.write(line + "\n"))
+    source = WorkloadSource(use_cache=not args.no_cache, notify=note)
     registry = load_registry_warn()
     from tqdm import tqdm
 
@@ -154,7 +155,7 @@ def _body(args: argparse.Namespace) -> int:
 
     rows = load_corpus(args.corpus)
     registry = load_registry_warn()
-    source = WorkloadSource(use_cache=not args.no_cache, notify=lambda line: sys.stderr.write(line + "\n"))
+    source = WorkloadSource(use_cache=not args.no_cache, notify=note)
     shown, by_split = compare_splits(rows, args.split, source.get, registry, every_split=bool(args.markdown))
     fit = _fit(rows, source, registry) if args.fit else None
     if args.markdown:
