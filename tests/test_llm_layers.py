@@ -31,8 +31,8 @@ def unnamed(w):
 def test_expansion_is_the_full_trace(fields, runtime, phase):
     config = parse_config({**fields, "num_hidden_layers": 7}, "deep", "test")
     key = step_key(config, runtime, phase, 3, 24, 8, "bf16")
-    full = llm._traced(key)
-    few = [llm._traced(replace(key, config=with_layers(config, n))) for n in TRACED]
+    full = llm.trace_step(key)
+    few = [llm.trace_step(replace(key, config=with_layers(config, n))) for n in TRACED]
     built = expand(*(s.workload for s in few), 7)
     assert unnamed(built) == unnamed(full.workload)
     assert built.params == full.params and len(built.subgraphs) == len(full.workload.subgraphs)
@@ -44,14 +44,30 @@ def test_expansion_is_the_full_trace(fields, runtime, phase):
 def test_a_deep_model_is_characterized_from_few_layers(monkeypatch):
     config = parse_config({**TINY, "num_hidden_layers": 2 * sum(TRACED) + 1}, "deep", "test")
     key = step_key(config, "eager", "decode", 2, 16, 8, "bf16")
-    full = llm._traced(key)
+    full = llm.trace_step(key)
     traced = []
-    real = llm._traced
-    monkeypatch.setattr(llm, "_traced", lambda k: traced.append(k.config.layers) or real(k))
+    real = llm.trace_step
+    monkeypatch.setattr(llm, "trace_step", lambda k: traced.append(k.config.layers) or real(k))
     step = llm.characterize_step(key)
     assert traced == list(TRACED)
     assert unnamed(step.workload) == unnamed(full.workload)
     assert replace(step, workload=None) == replace(full, workload=None)     # params, matrix counts
+
+
+def test_the_cache_keeps_a_deep_model_s_few_traces_and_builds_the_step_without_torch(tmp_path, monkeypatch):
+    """A WorkloadSource keeps the traces of TRACED layers, not the expanded step (a 70B decoder's
+    is 7 MB of JSON); a second source builds the same step from them without tracing anything."""
+    from chipcal.measure.workloads import WorkloadSource
+
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path))
+    config = parse_config({**TINY, "num_hidden_layers": 2 * sum(TRACED) + 1}, "deep", "test")
+    key = step_key(config, "eager", "decode", 2, 16, 8, "bf16")
+    first = WorkloadSource().llm_step(key)
+    entries = sorted(tmp_path.glob("workloads/llm-*.json"))
+    assert len(entries) == len(TRACED)                   # one per traced depth, none for the 13 layers
+    monkeypatch.setattr(llm, "trace_step", lambda k: pytest.fail(f"traced {k.config.layers} layers again"))
+    again = WorkloadSource().llm_step(key)
+    assert again == first and len(again.workload.subgraphs) == len(first.workload.subgraphs)
 
 
 def test_a_config_with_a_value_per_layer_is_traced_whole():
@@ -62,6 +78,6 @@ def test_a_config_with_a_value_per_layer_is_traced_whole():
 
 def test_traces_that_do_not_repeat_are_refused():
     config = parse_config({**TINY, "num_hidden_layers": 2}, "t", "test")
-    a = llm._traced(step_key(config, "eager", "decode", 1, 8, 4, "bf16")).workload
+    a = llm.trace_step(step_key(config, "eager", "decode", 1, 8, 4, "bf16")).workload
     with pytest.raises(NotRepeating, match="a layer adds"):
         expand(a, a, a, 9)

@@ -105,24 +105,31 @@ class WorkloadSource:
         return directory / f"{model}-b{batch}-{partition}-{self.key}.json"
 
     def llm_step(self, key):
-        """The LlmStep `key` (llm_config.StepKey) names, from the cache or characterized now
-        (torch and transformers; TransformersMissing without them)."""
-        if key in self.memo:
-            return self.memo[key]
+        """The LlmStep `key` (llm_config.StepKey) names, worked out from traces the cache holds
+        or made now (llm_layers.expanded_step: a deep model's few layers; torch and transformers,
+        TransformersMissing without them)."""
+        if key not in self.memo:
+            from chipcal.model.workload.llm_layers import expanded_step
+
+            self.memo[key] = expanded_step(key, self._traced_step)
+        return self.memo[key]
+
+    def _traced_step(self, key):
+        """The forward of every layer of `key` traced (llm.trace_step), from the cache or traced
+        now and kept there."""
         directory = self._directory() if self.use_cache else None
         path = directory / f"{key.slug}-{self.key}.json" if directory else None
         header = {"step": key.slug}
         step = self._load(path, header, "llm_step") if path else None
         if step is None:
-            from chipcal.model.workload.llm import characterize_step, transformers_module
+            from chipcal.model.workload.llm import trace_step, transformers_module
 
             transformers_module(key.config.name)        # refused in one line, before the note
             self.notify(f"characterizing {key.config.name} {key.phase} at batch {key.batch}, "
-                        f"{key.cached + key.tokens} tokens (torch, meta tensors)...")
-            step = characterize_step(key)
+                        f"{key.cached + key.tokens} tokens, {key.config.layers} layers (torch, meta tensors)...")
+            step = trace_step(key)
             if path:
                 self._store(path, header, "llm_step", step)
-        self.memo[key] = step
         return step
 
     def get(self, model: str, batch: int, partition: str = "fused"):

@@ -37,13 +37,7 @@ from chipcal.model.workload.llm_config import (
     TransformersMissing,
     expected_experts_rounded,
 )
-from chipcal.model.workload.llm_layers import (
-    TRACED,
-    NotRepeating,
-    expand,
-    per_layer_count,
-    with_layers,
-)
+from chipcal.model.workload.llm_layers import expanded_step
 from chipcal.model.workload.types import LlmStep
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -194,23 +188,11 @@ class Forward(torch.nn.Module):
 
 def characterize_step(key: StepKey) -> LlmStep:
     """Characterize the forward `key` names on the meta device (module docstring): a deep model
-    from traces of llm_layers.TRACED layers, its layers repeated (llm_layers.py), unless they do
-    not repeat exactly; then, and for a shallow one, every layer is traced."""
-    config = key.config
-    if config.layers > 2 * sum(TRACED):     # the few traces hold sum(TRACED) layers, and cost more each
-        try:
-            few = [_traced(replace(key, config=with_layers(config, n))) for n in TRACED]
-            workload = expand(*(step.workload for step in few), config.layers)
-        except NotRepeating:
-            pass
-        else:
-            return replace(few[0], workload=workload, params=workload.params,
-                           matrix_params=per_layer_count([step.matrix_params for step in few], config.layers),
-                           matrix_channels=per_layer_count([step.matrix_channels for step in few], config.layers))
-    return _traced(key)
+    from traces of llm_layers.TRACED layers, its layers repeated (llm_layers.expanded_step)."""
+    return expanded_step(key, trace_step)
 
 
-def _traced(key: StepKey) -> LlmStep:
+def trace_step(key: StepKey) -> LlmStep:
     """The forward `key` names, every layer traced."""
     config = key.config
     tf = transformers_module(config.name)
