@@ -57,7 +57,7 @@ def pytest_configure(config):
     transformers' and the session's shared results (refits, characterized workloads). With CPython's defaults each
     worker ran 40-55 full collections at 0.3-0.5 s each, about 40 of the suite's 330 CPU-seconds (gc.callbacks,
     2-vCPU Zen 4 VM); with these and the freeze after collection, none but that freeze's own, and about 9 s spent in
-    every generation together: the suite's CPU went from 325-356 s to about 288 s."""
+    every generation together: the suite's CPU went from 325-356 s to 276-291 s."""
     gc.set_threshold(*GC_THRESHOLDS)
     if "PYTEST_XDIST_WORKER" not in os.environ and (busy := _machine_busy_s()) is not None:
         _MACHINE_BUSY_AT_START.append(busy)

@@ -54,7 +54,7 @@ def test_a_deep_model_is_characterized_from_few_layers(monkeypatch):
     assert replace(step, workload=None) == replace(full, workload=None)     # params, matrix counts
 
 
-def test_the_cache_keeps_a_deep_model_s_few_traces_and_builds_the_step_without_torch(tmp_path, monkeypatch):
+def test_the_cache_keeps_a_deep_model_s_few_traces_and_builds_the_step_without_tracing(tmp_path, monkeypatch):
     """A WorkloadSource keeps the traces of TRACED layers, not the expanded step (a 70B decoder's
     is 7 MB of JSON); a second source builds the same step from them without tracing anything."""
     from chipcal.measure.workloads import WorkloadSource
