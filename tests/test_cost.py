@@ -40,12 +40,21 @@ def test_the_registry_prices_are_the_instance_rates_over_eight_devices(name):
     assert "aws.amazon.com/ec2/capacityblocks/pricing" in price.source
 
 
+def test_the_mi300x_price_is_the_hyperscalers_list_rate_as_quoted():
+    """The note quotes Azure and Oracle at $6 per MI300X-hour (ND96isr MI300X v5: 8 GPUs), dated
+    2026-05-18; the output names it as quoted, not read at the cloud."""
+    price = load_registry().get("mi300x").price
+    assert price.usd_per_device_hour == 6.0 and price.kind == "on-demand"
+    assert price.as_of == datetime.date(2026, 5, 18) and "cliffcenter.com" in price.source
+    assert "as a third party quotes it" in price.basis and "as of 2026-05-18" in price.basis
+
+
 def test_the_price_given_wins_else_the_registry_s_else_none():
     registry = load_registry()
-    h100, mi300x = registry.get("h100-sxm5"), registry.get("mi300x")
+    h100, l40s = registry.get("h100-sxm5"), registry.get("l40s")
     assert quote(h100, 2.0).usd_per_device_hour == 2.0 and quote(h100, 2.0).basis == "given"
     assert quote(h100, None).price is h100.price and "as of 2024-12-31" in quote(h100, None).basis
-    assert mi300x.price is None and quote(mi300x, None) is None
+    assert l40s.price is None and quote(l40s, None) is None
 
 
 @pytest.mark.parametrize("table, field", [

@@ -85,8 +85,10 @@ def test_fp8_on_v100_is_an_unsupported_row(cli, hand_mlp):
     rc, out, err = cli(predict_main, ["--model", "mlp1024", "--hardware", "v100-sxm2", "--precision", "fp8",
                                       "--explain"])
     assert rc == 0 and "Traceback" not in err
-    assert out.rstrip().splitlines()[-2:] == ["mlp1024 on v100-sxm2, batch 1, fp8",
-                                              "  unsupported: v100-sxm2 has no engine for fp8; it runs fp64, fp32, fp16"]
+    assert out.rstrip().splitlines()[-4:] == ["mlp1024 on v100-sxm2, batch 1, fp8",
+                                              "  unsupported: v100-sxm2 has no engine for fp8; it runs fp64, fp32, fp16",
+                                              "",
+                                              "No cost for v100-sxm2: the registry holds no dated price; give --usd-per-hour"]
 
 
 REQUIRED = ("latency_s", "throughput_per_s", "energy_j", "avg_power_w", "peak_memory_bytes",
@@ -109,7 +111,7 @@ def test_a_price_per_device_hour_gives_the_cost_per_1000_inferences(cli, hand_ml
 
 def test_without_a_price_the_registry_dated_price_is_used_and_named(cli, hand_mlp):
     """AWS's capacity-block table: p5.48xlarge $39.33 an hour for 8 H100s. The V100 has no price
-    in the registry, so no cost."""
+    in the registry, so no cost, and the output says so."""
     argv = ["--model", "mlp1024", "--hardware", "h100-sxm5,v100-sxm2", "--precision", "fp16"]
     rows = {r["chip"]: r for r in json.loads(cli(predict_main, [*argv, "--json"])[1])}
     h100, v100 = rows["h100-sxm5"], rows["v100-sxm2"]
@@ -119,6 +121,7 @@ def test_without_a_price_the_registry_dated_price_is_used_and_named(cli, hand_ml
     assert "usd_per_hour" not in v100 and "usd_per_1000_inferences" not in v100
     rc, out, _ = cli(predict_main, argv)
     assert rc == 0 and "h100-sxm5: capacity-block, p5.48xlarge (8 x H100), US East (N. Virginia), as of 2024-12-31" in out
+    assert "No cost for v100-sxm2: the registry holds no dated price; give --usd-per-hour" in out
 
 
 def test_json_rows_sweep_batch_and_precision_and_are_deterministic(cli, hand_mlp):

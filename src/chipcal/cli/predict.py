@@ -317,18 +317,21 @@ def _priced(records: list[dict], usd_per_hour: float | None, field: str, units: 
 
 
 def _print_cost(records: list[dict], rate: str, cost: str, label: str) -> None:
-    """The cost table, for the records that carry a price, and the prices it used."""
+    """The cost table, for the records that carry a price, and the prices it used; then the chips
+    without one, so that a missing cost is never silent."""
     priced = [r for r in records if cost in r]
-    if not priced:
-        return
-    print("\nCost at a price per device-hour (--usd-per-hour, else the registry's dated price, which `chipcal "
-          "hardware show CHIP`\ncites), every device of the row charged (no cost: unsupported, or an LLM whose share "
-          "does not fit a device):")
-    print_table([{**{k: r[k] for k in ("model", "chip", "batch", "layout", "precision") if k in r},
-                  rate: r[rate], "$/device-h": r["usd_per_hour"], label: r[cost]} for r in priced],
-                {rate: ".4g", "$/device-h": ".4g", label: ".4g"})
-    for chip, basis in dict.fromkeys((r["chip"], r["price_basis"]) for r in priced):
-        print(f"  {chip}: {basis}")
+    if priced:
+        print("\nCost at a price per device-hour (--usd-per-hour, else the registry's dated price, which `chipcal "
+              "hardware show CHIP`\ncites), every device of the row charged (no cost: unsupported, or an LLM whose "
+              "share does not fit a device):")
+        print_table([{**{k: r[k] for k in ("model", "chip", "batch", "layout", "precision") if k in r},
+                      rate: r[rate], "$/device-h": r["usd_per_hour"], label: r[cost]} for r in priced],
+                    {rate: ".4g", "$/device-h": ".4g", label: ".4g"})
+        for chip, basis in dict.fromkeys((r["chip"], r["price_basis"]) for r in priced):
+            print(f"  {chip}: {basis}")
+    unpriced = ", ".join(dict.fromkeys(r["chip"] for r in records if cost not in r))
+    if unpriced:
+        print(f"\nNo cost for {unpriced}: the registry holds no dated price; give --usd-per-hour")
 
 
 # --- main --------------------------------------------------------------------------------------
@@ -400,7 +403,8 @@ def run_models(args: argparse.Namespace, chips: list[Chip], calibration: Calibra
         return 0
     _print_summary(preds, "TDP" if args.power_limit_w is None else "power limit")
     _print_details(preds, found, args.by_layer)
-    _print_cost(records, "throughput_per_s", "usd_per_1000_inferences", "$/1k inferences")
+    if not args.by_layer:
+        _print_cost(records, "throughput_per_s", "usd_per_1000_inferences", "$/1k inferences")
     return 0
 
 
