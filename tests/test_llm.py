@@ -66,6 +66,7 @@ def llama_params(vocab, hidden, inter, layers, heads, kv_heads, experts=0):
     ("gpt2", gpt2_params()),
     ("llama-3-8b", llama_params(128256, 4096, 14336, 32, 32, 8)),
     ("mixtral-8x7b", llama_params(32000, 4096, 14336, 32, 32, 8, experts=8)),
+    ("llama-3.1-405b", llama_params(128256, 16384, 53248, 126, 128, 8)),
 ])
 def test_parameters_match_the_hand_count_and_the_published_figure(name, by_hand):
     model = build_llm(load_llm_config(name), "bfloat16", "meta")

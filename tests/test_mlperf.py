@@ -177,6 +177,25 @@ def test_cli_predicts_or_excludes_every_row_of_a_tree(tree, cli):
     assert records["1-node-2S-EMR"]["status"] == "excluded"
 
 
+def test_a_later_round_s_llm_benchmarks_are_mapped_or_excluded_with_their_reason(tree, cli):
+    """v5.0 and v5.1 name new LLM benchmarks (mlcommons/inference's mlperf.conf at those tags):
+    llama3.1-405b and llama2-70b-interactive map to Hugging Face configs, so they are LLM rows
+    (here left out by --skip-llm); llama3.1-8b and deepseek-r1 are excluded, each with its reason."""
+    from chipcal.cli import validate as validate_cli
+
+    _system(tree, "AMD", "8xMI300X_v5", accelerator_model_name="AMD Instinct MI300X-NPS1-SPX-192GB-750W",
+            accelerators_per_node=8, number_of_nodes=1, host_processor_model_name="AMD EPYC 9374F",
+            host_processors_per_node=2, framework="vLLM 0.6")
+    for benchmark in ("llama3.1-405b", "llama2-70b-interactive-99", "llama3.1-8b", "deepseek-r1"):
+        _run(tree, "AMD", "8xMI300X_v5", benchmark, "Offline", LLM_OFFLINE)
+    rc, out, _ = cli(validate_cli.main, ["--mlperf", str(tree), "--json", "--skip-llm"])
+    assert rc == 0
+    reasons = {r["benchmark"]: r["reason"] for r in json.loads(out) if r["system"] == "8xMI300X_v5"}
+    assert "--skip-llm" in reasons["llama3.1-405b"] and "--skip-llm" in reasons["llama2-70b-interactive-99"]
+    assert "gen_len 8,167,644 over 13,368 samples" in reasons["llama3.1-8b"]
+    assert "multi-head latent attention" in reasons["deepseek-r1"]
+
+
 def test_cli_refuses_an_unknown_accelerator_and_corpus_options_in_one_line(tree, cli):
     from chipcal.cli import validate as validate_cli
 

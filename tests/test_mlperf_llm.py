@@ -32,6 +32,21 @@ def test_benchmarks_map_to_their_configs_and_the_datasets_means():
     assert (llama.ttft_s, llama.tpot_s) == (mixtral.ttft_s, mixtral.tpot_s) == (2.0, 0.2)   # mlperf.conf
 
 
+def test_later_rounds_llm_benchmarks_map_to_their_configs_means_and_limits():
+    """v5.0's llama3.1-405b: 9,428.64 prompt tokens (the per-sample summary) and 684.68 generated
+    (its README), p99 TTFT 6 s and TPOT 175 ms (mlperf.conf); llama2-70b-interactive: llama2-70b's
+    model and means at 450 ms and 40 ms."""
+    big = llm_benchmark("llama3.1-405b")
+    assert big is llm_benchmark("llama3_1-405b")
+    assert (big.model, big.input_tokens, big.output_tokens, big.ttft_s, big.tpot_s) == (
+        "llama-3.1-405b", 9429, 685, 6.0, 0.175)
+    fast = llm_benchmark("llama2-70b-interactive-99")
+    assert fast is llm_benchmark("llama2-70b-interactive-99.9")
+    assert (fast.model, fast.input_tokens, fast.output_tokens, fast.ttft_s, fast.tpot_s) == (
+        "llama-2-70b", 222, 294, 0.45, 0.04)
+    assert llm_benchmark("llama3.1-8b") is None and llm_benchmark("deepseek-r1") is None
+
+
 @pytest.fixture(scope="module")
 def served(source):
     from chipcal.validate import mlperf_check

@@ -64,6 +64,13 @@ NOT_CHARACTERIZED = {
                     "LLM serving: `predict --scenario offline|server` models it and mlperf.conf gives the mean "
                     "output (token_latency_scaling_factor = 69 tokens), but the mean prompt length of "
                     "CNN-DailyMail under GPT-J's tokenizer is not at hand"),
+    # later rounds' LLM benchmarks that mlperf_llm.LLM_BENCHMARKS does not map (mlcommons/inference v5.1 tag)
+    **dict.fromkeys(("llama3.1-8b", "llama3.1-8b-edge"),
+                    "LLM serving: Llama-3.1-8B on CNN-DailyMail; the reference README states the generated "
+                    "length in characters (gen_len 8,167,644 over 13,368 samples), not tokens, so the mean "
+                    "output is not at hand"),
+    "deepseek-r1": "LLM serving: DeepSeek-R1's multi-head latent attention and 256 routed experts are not among "
+                   "the decoders chipcal traces (Llama, Mistral, Mixtral, Qwen2, GPT-2)",
 }
 PREDICTED_SCENARIOS = ("Offline", "Server", "SingleStream")
 SCENARIO_NOT_PREDICTED = {"MultiStream": "MultiStream: the latency of 8-sample queries is not predicted yet"}

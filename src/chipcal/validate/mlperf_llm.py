@@ -6,14 +6,21 @@ most tokens/s, with the datasets' mean lengths.
 A benchmark maps to a Hugging Face config by name (LLM_BENCHMARKS; the presets of
 model/workload/llm_config.py cite their config.json):
 - llama2-70b (-99, -99.9): Llama-2-70b-chat-hf on OpenOrca, 24,576 samples;
-- mixtral-8x7b: Mixtral-8x7B-Instruct-v0.1 on 5,000 each of OpenOrca, GSM8K and MBXP.
+- mixtral-8x7b: Mixtral-8x7B-Instruct-v0.1 on 5,000 each of OpenOrca, GSM8K and MBXP;
+- from v5.0, llama2-70b-interactive: llama2-70b's model and data under tighter limits;
+- from v5.0, llama3.1-405b (results spell it so, mlperf.conf llama3_1-405b): Llama-3.1-405B-Instruct
+  on 8,313 long-context samples.
 The lengths are the dataset's means, rounded to a token:
 - prompt tokens from a published per-sample summary of the MLCommons pickles
   (openshift-psap/performance-dashboard at 71007029, `mlperf-data/summaries/`: llama2-70b 222.33,
-  mixtral 427.39);
+  mixtral 427.39, llama3-1-405b 9,428.64);
 - generated tokens from the reference implementations' READMEs (mlcommons/inference v4.1 tag,
-  `language/llama2-70b/README.md` L245: 294.45; `language/mixtral-8x7b/README.md` L276: 145.9).
-The Server limits are mlperf.conf's (v4.1 tag, L68-69 and L72-73): p99 TTFT 2 s, TPOT 200 ms.
+  `language/llama2-70b/README.md` L245: 294.45; `language/mixtral-8x7b/README.md` L276: 145.9;
+  v5.0 tag, `language/llama3.1-405b/README.md` L265: 684.68).
+The Server limits are mlperf.conf's, p99 TTFT and TPOT: llama2-70b and mixtral 2 s and 200 ms (v4.1
+tag, L68-69 and L72-73); llama3.1-405b 6 s and 175 ms (v5.0 tag, loadgen/mlperf.conf L84-85);
+llama2-70b-interactive 450 ms and 40 ms (v5.1 tag, loadgen/mlperf.conf L95-96). These are the
+benchmarks' definitions (mlcommons/inference), not any round's results.
 docs/findings/2026-11-29-mlperf-llm-first-rows.md has the derivation.
 
 The runtime is "compiled": TensorRT-LLM and vLLM replay the decode step as a CUDA graph. The
@@ -58,7 +65,10 @@ class LlmBenchmark:
 LLM_BENCHMARKS = {
     "llama2-70b": LlmBenchmark("llama-2-70b", 222, 294, 2.0, 0.2),
     "mixtral-8x7b": LlmBenchmark("mixtral-8x7b", 427, 146, 2.0, 0.2),
+    "llama2-70b-interactive": LlmBenchmark("llama-2-70b", 222, 294, 0.45, 0.04),
+    "llama3.1-405b": LlmBenchmark("llama-3.1-405b", 9429, 685, 6.0, 0.175),
 }
+LLM_BENCHMARKS["llama3_1-405b"] = LLM_BENCHMARKS["llama3.1-405b"]      # mlperf.conf's spelling
 
 
 def llm_benchmark(benchmark: str) -> LlmBenchmark | None:

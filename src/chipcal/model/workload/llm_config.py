@@ -56,6 +56,11 @@ PRESETS: dict[str, Preset] = {
     "llama-3-70b": Preset("llama-3-70b.json", 70_553_706_496,
                           "https://huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json; 70.6B "
                           "parameters (safetensors total 70,553,706,496)"),
+    "llama-3.1-405b": Preset("llama-3.1-405b.json", 405_853_388_800,
+                             "https://huggingface.co/meta-llama/Llama-3.1-405B-Instruct/blob/main/config.json "
+                             "(MLPerf Inference's llama3.1-405b benchmark, from v5.0, runs it); 405B (model card), "
+                             "405,853,388,800 derived from the shapes: 126 x 3,187,703,808 per layer + 2 x 128,256 "
+                             "x 16,384 (embedding, LM head) + 16,384"),
     "mistral-7b": Preset("mistral-7b.json", 7_241_732_096,
                          "https://huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json; 7.24B "
                          "parameters (safetensors total 7,241,732,096)"),
