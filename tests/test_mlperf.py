@@ -180,7 +180,8 @@ def test_cli_predicts_or_excludes_every_row_of_a_tree(tree, cli):
 def test_a_later_round_s_llm_benchmarks_are_mapped_or_excluded_with_their_reason(tree, cli):
     """v5.0 and v5.1 name new LLM benchmarks (mlcommons/inference's mlperf.conf at those tags):
     llama3.1-405b and llama2-70b-interactive map to Hugging Face configs, so they are LLM rows
-    (here left out by --skip-llm); llama3.1-8b and deepseek-r1 are excluded, each with its reason."""
+    (here left out by --skip-llm); llama3.1-8b and deepseek-r1 are excluded, each with its reason.
+    v5.1's Interactive runs keep their folder's scenario."""
     from chipcal.cli import validate as validate_cli
 
     _system(tree, "AMD", "8xMI300X_v5", accelerator_model_name="AMD Instinct MI300X-NPS1-SPX-192GB-750W",
@@ -188,10 +189,16 @@ def test_a_later_round_s_llm_benchmarks_are_mapped_or_excluded_with_their_reason
             host_processors_per_node=2, framework="vLLM 0.6")
     for benchmark in ("llama3.1-405b", "llama2-70b-interactive-99", "llama3.1-8b", "deepseek-r1"):
         _run(tree, "AMD", "8xMI300X_v5", benchmark, "Offline", LLM_OFFLINE)
+    # v5.1's Interactive scenario: a Server run in a folder of its own, which LoadGen logs as Server
+    server = LLM_OFFLINE.replace("Scenario : Offline", "Scenario : Server").replace(
+        "Tokens per second", "Completed tokens per second")
+    _run(tree, "AMD", "8xMI300X_v5", "llama2-70b-99", "Interactive", server)
     rc, out, _ = cli(validate_cli.main, ["--mlperf", str(tree), "--json", "--skip-llm"])
     assert rc == 0
-    reasons = {r["benchmark"]: r["reason"] for r in json.loads(out) if r["system"] == "8xMI300X_v5"}
+    rows = [r for r in json.loads(out) if r["system"] == "8xMI300X_v5"]
+    reasons = {r["benchmark"]: r["reason"] for r in rows}
     assert "--skip-llm" in reasons["llama3.1-405b"] and "--skip-llm" in reasons["llama2-70b-interactive-99"]
+    assert [r["scenario"] for r in rows if r["benchmark"] == "llama2-70b-99"] == ["Interactive"]
     assert "gen_len 8,167,644 over 13,368 samples" in reasons["llama3.1-8b"]
     assert "multi-head latent attention" in reasons["deepseek-r1"]
 
@@ -247,6 +254,19 @@ def test_cli_reads_a_summary_results_json(cli):
     assert len(records) == 9
     (resnet,) = [r for r in records if r["benchmark"] == "resnet50" and r["accelerator"] == "NVIDIA H100-SXM-80GB"]
     assert resnet["status"] == "predicted" and resnet["measured"] == pytest.approx(709920.0 / 8)
+
+
+def test_an_interactive_record_of_a_later_round_is_read_as_interactive(tmp_path):
+    """v5.1's summary_results.json names the Interactive scenario as its results folder does;
+    AMD's MI300X llama2-70b record stands in for one, moved to an Interactive folder."""
+    (amd,) = [r for r in json.loads(EXCERPT.read_text()) if r["Location"].endswith("llama2-70b-99/Offline")
+              and r["Submitter"] == "AMD"]
+    amd = {**amd, "Scenario": "Interactive", "version": "v5.1",
+           "Location": amd["Location"].replace("/Offline", "/Interactive")}
+    path = tmp_path / "summary_results.json"
+    path.write_text(json.dumps([amd]))
+    (row,) = mlperf.load_rows(path)
+    assert (row.scenario, row.unit, row.round) == ("Interactive", "tokens_per_s", "v5.1")
 
 
 def test_a_damaged_summary_results_json_is_refused_in_one_line(tmp_path, cli):

@@ -13,7 +13,7 @@ from test_mlperf import LLM_OFFLINE, _run, _system
 
 from chipcal.model.registry import load_registry
 from chipcal.validate import mlperf
-from chipcal.validate.mlperf_llm import LLM_BENCHMARKS, llm_benchmark
+from chipcal.validate.mlperf_llm import LLM_BENCHMARKS, NotServed, llm_benchmark
 
 # one accelerator each, so one layout: AMD's MI300X under vLLM (llama2-70b, Offline and Server) and
 # NVIDIA's GH200 under TensorRT-LLM (mixtral-8x7b, a mixture of experts: Offline); about 10 s of
@@ -45,6 +45,11 @@ def test_later_rounds_llm_benchmarks_map_to_their_configs_means_and_limits():
     assert (fast.model, fast.input_tokens, fast.output_tokens, fast.ttft_s, fast.tpot_s) == (
         "llama-2-70b", 222, 294, 0.45, 0.04)
     assert llm_benchmark("llama3.1-8b") is None and llm_benchmark("deepseek-r1") is None
+    # v5.1's Interactive scenario (its submission checker's LLM_LATENCY_LIMITS); mixtral has none
+    assert llm_benchmark("llama2-70b-99").limits("Interactive") == (0.45, 0.04)
+    assert big.limits("Interactive") == (4.5, 0.08) and big.limits("Server") == (6.0, 0.175)
+    with pytest.raises(NotServed, match="no Interactive latency limits"):
+        llm_benchmark("mixtral-8x7b").limits("Interactive")
 
 
 @pytest.fixture(scope="module")

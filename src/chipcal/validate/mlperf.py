@@ -15,6 +15,9 @@ the round's summary_results.json, below), as LoadGen's summary prints it:
   gptj, whose harness counts no tokens, LoadGen's "Tokens per second (inferred)" (samples/s × 69);
 - Server: completed samples/s ("Completed samples per second"); an LLM's "Completed tokens per
   second", or gptj's "(inferred)" one;
+- Interactive (from v5.1, an LLM's): a Server run under tighter latency limits, which LoadGen logs as
+  Server (v5.1 tag's tools/submission/submission_checker.py: an Interactive folder's log must say
+  Server); its folder names it, and its metric is the Server one;
 - SingleStream: the 90th-percentile latency of one query: LoadGen's early-stopping estimate of it
   ("Early stopping 90th percentile estimate"), where the run used early stopping, which is what
   MLPerf reports (on v4.1 up to 1.6 % above the run's own 90th percentile), else the
@@ -65,6 +68,7 @@ METRIC_LINES = {
                ("Completed tokens per second (inferred)", "tokens_per_s", 1.0),
                ("Completed samples per second", "samples_per_s", 1.0),
                ("Scheduled samples per second", "samples_per_s", 1.0)),
+    "Interactive": (("Completed tokens per second", "tokens_per_s", 1.0),),
     "SingleStream": (("Early stopping 90th percentile estimate", "latency_s", 1e-9),
                      ("90th percentile latency (ns)", "latency_s", 1e-9)),
     "MultiStream": (("Early stopping 99th percentile estimate", "latency_s", 1e-9),
@@ -218,9 +222,11 @@ def rows_from_tree(root: Path, round_name: str, commit: str) -> list[MlperfRow]:
 
 def _row(root: Path, summary: Path, round_name: str, commit: str) -> MlperfRow:
     rel = summary.relative_to(root)
-    _, submitter, _, system, benchmark, _, *_ = rel.parts
+    _, submitter, _, system, benchmark, folder, *_ = rel.parts
     desc = read_system(root / "closed" / submitter / "systems" / f"{system}.json")
     scenario, unit, value, valid = parse_summary(summary.read_text(), str(rel))
+    if folder == "Interactive" and scenario == "Server":       # LoadGen logs it as Server (module docstring)
+        scenario = folder
     return MlperfRow(
         round=round_name, commit=commit, path=str(rel), submitter=submitter, system=system,
         accelerator=str(desc.get("accelerator_model_name", "")).strip(),

@@ -16,9 +16,9 @@ the 90th percentile of calls, run at the batch of highest throughput up to that 
 A MaxQ row whose accelerators' power limit its submitter published (validate.mlperf_power) is
 predicted at that limit, with its system's average power beside it, and its energy per sample (per
 token) as power over throughput.
-The LLM benchmarks (llama2-70b, mixtral-8x7b) are served as a serving engine serves them
-(validate.mlperf_llm): Offline at saturation, Server at the highest Poisson load within the
-TTFT and TPOT limits, on all of a system's accelerators in the layout of most tokens/s, over the
+The LLM benchmarks (llama2-70b, mixtral-8x7b; from v5.0 llama3.1-405b) are served as a serving
+engine serves them (validate.mlperf_llm): Offline at saturation, Server (and v5.1's Interactive)
+at the highest Poisson load within the TTFT and TPOT limits, on all of a system's accelerators in the layout of most tokens/s, over the
 link the system's description names (validate.mlperf_links: PCIe where a system lacks its chip's
 bridges); their figure is output tokens/s per accelerator.
 
@@ -72,7 +72,7 @@ NOT_CHARACTERIZED = {
     "deepseek-r1": "LLM serving: DeepSeek-R1's multi-head latent attention and 256 routed experts are not among "
                    "the decoders chipcal traces (Llama, Mistral, Mixtral, Qwen2, GPT-2)",
 }
-PREDICTED_SCENARIOS = ("Offline", "Server", "SingleStream")
+PREDICTED_SCENARIOS = ("Offline", "Server", "Interactive", "SingleStream")
 SCENARIO_NOT_PREDICTED = {"MultiStream": "MultiStream: the latency of 8-sample queries is not predicted yet"}
 
 
@@ -232,6 +232,8 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads, options, serv
         return Excluded(row, NOT_CHARACTERIZED.get(row.benchmark, f"benchmark {row.benchmark} is not characterized"))
     if row.scenario not in PREDICTED_SCENARIOS:
         return Excluded(row, SCENARIO_NOT_PREDICTED[row.scenario])
+    if row.scenario == "Interactive" and llm is None:
+        return Excluded(row, "Interactive is a scenario of the LLM benchmarks only")
     name = chip_of(row)
     if name is None or name not in registry.names:
         return Excluded(row, NOT_IN_REGISTRY.get(name, f"{device_name(row)}: no registry chip"))

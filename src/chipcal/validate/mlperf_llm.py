@@ -19,8 +19,11 @@ The lengths are the dataset's means, rounded to a token:
   v5.0 tag, `language/llama3.1-405b/README.md` L265: 684.68).
 The Server limits are mlperf.conf's, p99 TTFT and TPOT: llama2-70b and mixtral 2 s and 200 ms (v4.1
 tag, L68-69 and L72-73); llama3.1-405b 6 s and 175 ms (v5.0 tag, loadgen/mlperf.conf L84-85);
-llama2-70b-interactive 450 ms and 40 ms (v5.1 tag, loadgen/mlperf.conf L95-96). These are the
-benchmarks' definitions (mlcommons/inference), not any round's results.
+llama2-70b-interactive 450 ms and 40 ms (v5.1 tag, loadgen/mlperf.conf L95-96). From v5.1 the
+Interactive scenario replaces that benchmark: a Server run of llama2-70b under 450 ms and 40 ms, of
+llama3.1-405b under 4.5 s and 80 ms (v5.1 tag, tools/submission/submission_checker.py,
+LLM_LATENCY_LIMITS). These are the benchmarks' definitions (mlcommons/inference), not any round's
+results.
 docs/findings/2026-11-29-mlperf-llm-first-rows.md has the derivation.
 
 The runtime is "compiled": TensorRT-LLM and vLLM replay the decode step as a CUDA graph. The
@@ -58,15 +61,28 @@ class LlmBenchmark:
     model: str              # a preset of model/workload/llm_config.py
     input_tokens: int
     output_tokens: int
-    ttft_s: float
-    tpot_s: float
+    ttft_s: float           # Server: p99 time to first token
+    tpot_s: float           # Server: p99 time per output token
+    interactive: tuple[float, float] | None = None    # the Interactive scenario's (TTFT, TPOT); None: none
+
+    def limits(self, scenario: str) -> tuple[float, float]:
+        """(TTFT, TPOT) of a latency-bound scenario; NotServed where the benchmark has none."""
+        if scenario == "Server":
+            return self.ttft_s, self.tpot_s
+        if scenario == "Interactive" and self.interactive is not None:
+            return self.interactive
+        raise NotServed(f"{self.model}: no {scenario} latency limits in MLPerf's definition")
+
+
+class NotServed(ChipcalError, ValueError):
+    """The model cannot be served on the system (no layout holds it, or none meets the limits)."""
 
 
 LLM_BENCHMARKS = {
-    "llama2-70b": LlmBenchmark("llama-2-70b", 222, 294, 2.0, 0.2),
+    "llama2-70b": LlmBenchmark("llama-2-70b", 222, 294, 2.0, 0.2, interactive=(0.45, 0.04)),
     "mixtral-8x7b": LlmBenchmark("mixtral-8x7b", 427, 146, 2.0, 0.2),
     "llama2-70b-interactive": LlmBenchmark("llama-2-70b", 222, 294, 0.45, 0.04),
-    "llama3.1-405b": LlmBenchmark("llama-3.1-405b", 9429, 685, 6.0, 0.175),
+    "llama3.1-405b": LlmBenchmark("llama-3.1-405b", 9429, 685, 6.0, 0.175, interactive=(4.5, 0.08)),
 }
 LLM_BENCHMARKS["llama3_1-405b"] = LLM_BENCHMARKS["llama3.1-405b"]      # mlperf.conf's spelling
 
@@ -89,10 +105,6 @@ class Served:
     device_power_w: float
 
 
-class NotServed(ChipcalError, ValueError):
-    """The model cannot be served on the system (no layout holds it, or none meets the limits)."""
-
-
 def precision_on(chip: Chip, stack: str) -> str | None:
     """The precision `stack` serves the LLM at on `chip` (module docstring); None if none of them."""
     if stack in FP4_STACKS and chip.supports("fp4"):
@@ -102,16 +114,17 @@ def precision_on(chip: Chip, stack: str) -> str | None:
 
 def served(bench: LlmBenchmark, chip: Chip, devices: int, scenario: str, stack: str,
            llm_step: Callable[[StepKey], LlmStep]) -> Served:
-    """`bench` on `devices` of `chip` in `scenario` ("Offline" or "Server") under `stack`
+    """`bench` on `devices` of `chip` in `scenario` ("Offline", "Server" or "Interactive") under `stack`
     (validate.mlperf_stack); NotServed with the reason where no layout serves it."""
     precision = precision_on(chip, stack)
     if precision is None:
         raise NotServed(f"{chip.name} has no {' or '.join(PRECISIONS)} engine")
+    limits = None if scenario == "Offline" else bench.limits(scenario)
     config = load_llm_config(bench.model)
     request = (config, chip, precision, RUNTIME, bench.input_tokens, bench.output_tokens, llm_step)
     try:
-        if scenario == "Server":
-            load = server.server(*request, bench.ttft_s, bench.tpot_s, devices)
+        if limits is not None:
+            load = server.server(*request, *limits, devices)
             batch = load.slots
         else:
             load = serving.offline(*request, devices)
