@@ -46,7 +46,7 @@ def test_the_mi300x_price_is_the_hyperscalers_list_rate_as_quoted():
     price = load_registry().get("mi300x").price
     assert price.usd_per_device_hour == 6.0 and price.kind == "on-demand"
     assert price.as_of == datetime.date(2026, 5, 18) and "cliffcenter.com" in price.source
-    assert "as a third party quotes it" in price.basis and "as of 2026-05-18" in price.basis
+    assert "quoted by a third party" in price.basis and "as of 2026-05-18" in price.basis
 
 
 def test_the_price_given_wins_else_the_registry_s_else_none():

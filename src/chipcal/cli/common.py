@@ -25,6 +25,7 @@ EXIT_INTERRUPTED = 130          # 128 + SIGINT, as shells report a Ctrl-C
 # float overflow (1e308 GHz once went through as inf and came out as '-').
 MAX_NUMBER = 1e15
 MAX_BATCH = 1 << 20
+TERMINAL_COLUMNS = 120          # every line of a table or note a person reads fits this (issue 39)
 
 
 class UsageError(ChipcalError):
