@@ -440,9 +440,10 @@ def test_measure_model_efficiency_times_an_llm_from_a_config(cli, tiny_config, m
     assert row["flop"] > 0 and row["delivered_flop_per_s"] == pytest.approx(row["flop"] / row["latency_s"])
 
 
-def test_a_cached_llm_prediction_imports_neither_torch_nor_transformers(tmp_path):
+def test_a_cached_llm_prediction_imports_neither_torch_nor_transformers(tmp_path, monkeypatch, capsys):
     """A decoder of 19 layers, deep enough to be built from its cached traces of 2, 3 and 4 layers
-    (llm_layers.expanded_step), as a 70B one is."""
+    (llm_layers.expanded_step), as a 70B one is: characterized here, then predicted from the cache
+    by a process of its own."""
     import subprocess
     import sys
 
@@ -451,11 +452,12 @@ def test_a_cached_llm_prediction_imports_neither_torch_nor_transformers(tmp_path
     root = tmp_path / "cache"
     deep = write_config(tmp_path, {**TINY, "num_hidden_layers": 19})
     argv = ["--model", deep, "--hardware", "h100-sxm5", "--context", "64", "--json"]
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(root))
+    assert predict_main(argv) == 0                                    # characterizes and caches
+    capsys.readouterr()
     code = ("import sys; from chipcal.cli import predict; rc = predict.main(sys.argv[1:]); "
             "print(rc, 'torch' in sys.modules, 'transformers' in sys.modules)")
     env = {**__import__("os").environ, "CHIPCAL_CACHE_DIR": str(root)}
-    first = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env)
-    assert first.returncode == 0, first.stderr                       # characterizes and caches
     config = load_llm_config(deep)
     cached = " ".join(path.name for path in root.rglob("llm-*.json"))
     assert all(f"llm-{with_layers(config, n).digest}-" in cached for n in TRACED)
