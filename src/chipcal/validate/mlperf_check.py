@@ -61,9 +61,11 @@ from chipcal.validate.mlperf_stack import Observed, family_of, held_out_factor, 
 NOT_CHARACTERIZED = {
     "stable-diffusion-xl": "the SDXL UNet needs diffusers, which chipcal does not build",
     **dict.fromkeys(("gptj-99", "gptj-99.9"),
-                    "LLM serving: `predict --scenario offline|server` models it and mlperf.conf gives the mean "
+                    "LLM serving: mlperf.conf gives the mean "
                     "output (token_latency_scaling_factor = 69 tokens), but the mean prompt length of "
-                    "CNN-DailyMail under GPT-J's tokenizer is not at hand"),
+                    "CNN-DailyMail under GPT-J's tokenizer is not at hand, and it decodes 4 beams a sample "
+                    "(runtime_beam_width 4, closed/NVIDIA/code/gptj/tensorrt/generation_config.json), "
+                    "which the serving model does not"),
     # later rounds' LLM benchmarks that mlperf_llm.LLM_BENCHMARKS does not map (mlcommons/inference v5.1 tag)
     **dict.fromkeys(("llama3.1-8b", "llama3.1-8b-edge"),
                     "LLM serving: Llama-3.1-8B on CNN-DailyMail; the reference README states the generated "

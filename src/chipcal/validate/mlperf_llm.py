@@ -34,7 +34,7 @@ FP4 for selected linear and MLP layers and the KV cache on accelerators that sup
 runs every matrix product at fp4 there, attention's included). The engine's running batch is what
 its KV cache holds (no submitter's batch setting is read: one parameter per system would be one per
 row). gptj is not predicted: CNN-DailyMail's prompt lengths under GPT-J's tokenizer are not at
-hand.
+hand, and its beam search (4 beams) is not modelled.
 """
 
 from __future__ import annotations
