@@ -177,6 +177,15 @@ def test_cli_predicts_or_excludes_every_row_of_a_tree(tree, cli):
     assert records["1-node-2S-EMR"]["status"] == "excluded"
 
 
+def test_the_summary_a_person_reads_fits_120_columns(tree, cli):
+    """Issue 39's width: the long reasons (gptj's, here) wrap instead of running on."""
+    from chipcal.cli import validate as validate_cli
+
+    rc, out, _ = cli(validate_cli.main, ["--mlperf", str(tree), "--skip-llm"])
+    assert rc == 0 and "excluded 1: LLM serving: mlperf.conf gives the mean" in out
+    assert max(map(len, out.splitlines())) <= 120
+
+
 def test_a_later_round_s_llm_benchmarks_are_mapped_or_excluded_with_their_reason(tree, cli):
     """v5.0 and v5.1 name new LLM benchmarks (mlcommons/inference's mlperf.conf at those tags):
     llama3.1-405b and llama2-70b-interactive map to Hugging Face configs, so they are LLM rows

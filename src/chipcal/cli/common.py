@@ -13,6 +13,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -247,6 +248,13 @@ def interrupted_exit(prog: str, rows: Sequence[dict]) -> int:
     """Say that a Ctrl-C ended the measurements and how many rows were kept; the exit status."""
     sys.stderr.write(f"{prog}: interrupted; {len(rows)} row(s) kept\n")
     return EXIT_INTERRUPTED
+
+
+def print_wrapped(text: str, indent: str = "") -> None:
+    """`text` as lines of at most TERMINAL_COLUMNS, the first indented by `indent` and the rest by
+    two more spaces (a note or a summary line a person reads)."""
+    print(textwrap.fill(text, width=TERMINAL_COLUMNS, initial_indent=indent, subsequent_indent=indent + "  ",
+                        break_on_hyphens=False, break_long_words=False))
 
 
 def note(line: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import textwrap
 from collections.abc import Sequence
 from contextlib import contextmanager
 
@@ -25,7 +24,6 @@ from chipcal.calibrate.prediction_inputs import (
 )
 from chipcal.calibrate.store import load_calibration
 from chipcal.cli.common import (
-    TERMINAL_COLUMNS,
     Parser,
     UsageError,
     at_most,
@@ -40,6 +38,7 @@ from chipcal.cli.common import (
     positive_int_list,
     print_json,
     print_table,
+    print_wrapped,
     run,
     save_figure,
 )
@@ -333,8 +332,8 @@ def _print_cost(records: list[dict], rate: str, cost: str, label: str) -> None:
             print(f"  {chip}: {basis}")
     unpriced = ", ".join(dict.fromkeys(r["chip"] for r in records if cost not in r))
     if unpriced:
-        print("\n" + textwrap.fill(f"No cost for {unpriced}: the registry holds no dated price; give --usd-per-hour",
-                                   width=TERMINAL_COLUMNS, subsequent_indent="  ", break_on_hyphens=False))
+        print()
+        print_wrapped(f"No cost for {unpriced}: the registry holds no dated price; give --usd-per-hour")
 
 
 # --- main --------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from chipcal.cli.common import (
     plot_path,
     print_json,
     print_table,
+    print_wrapped,
     run,
     save_figure,
 )
@@ -119,14 +120,16 @@ def _mlperf(args: argparse.Namespace) -> int:
     print_table([{k: r[k] for k in ("system", "chip", "benchmark", "scenario", "batch", "measured", "predicted",
                                     "error", "held_out_error", "bottleneck")} for r in records if r["status"] == "predicted"],
                 {"measured": ".4g", "predicted": ".4g", "error": "+.1%", "held_out_error": "+.1%"})
-    print(f"\n{len(checked)} of {len(rows)} rows predicted, per accelerator (latency: one sample); error = "
-          "predicted / measured - 1; held_out_error: with the stack's efficiency fitted on the other accelerators")
+    print()
+    print_wrapped(f"{len(checked)} of {len(rows)} rows predicted, per accelerator (latency: one sample, or a "
+                  "MultiStream query); error = predicted / measured - 1; held_out_error: with the stack's efficiency "
+                  "fitted on the other accelerators")
     for llm, scenario in ((llm, s) for llm in (False, True) for s in mlperf_check.PREDICTED_SCENARIOS):
         these = [c for c in checked if c.row.scenario == scenario and (c.layout != "") == llm]
         if these:
             _, median, p90 = mlperf_check.error_figures(these)
             line = f"  {'LLM ' if llm else ''}{scenario}: {len(these)} rows, median |error| {median:.1%}, p90 {p90:.1%}"
-            if scenario != "SingleStream":
+            if scenario not in ("SingleStream", "MultiStream"):      # latencies: nothing fitted
                 _, median, p90 = mlperf_check.error_figures(these, held_out=True)
                 line += f"; held out: median {median:.1%}, p90 {p90:.1%}"
             print(line)
@@ -135,11 +138,11 @@ def _mlperf(args: argparse.Namespace) -> int:
         _, throughput, _ = mlperf_check.error_figures(powered, held_out=True)
         power = max(abs(c.power_error) for c in powered)
         energy = ", ".join(f"{c.row.benchmark} {c.energy_error:+.1%}" for c in powered if c.layout)
-        print(f"  MaxQ (at the power limit): {len(powered)} rows, held-out throughput median |error| {throughput:.1%}; "
-              f"system power |error| at most {power:.1%} (node power fitted on the system's other benchmarks)"
-              + (f"; LLM energy per token: {energy}" if energy else ""))
+        print_wrapped(f"MaxQ (at the power limit): {len(powered)} rows, held-out throughput median |error| "
+                      f"{throughput:.1%}; system power |error| at most {power:.1%} (node power fitted on the "
+                      "system's other benchmarks)" + (f"; LLM energy per token: {energy}" if energy else ""), "  ")
     for reason, count in Counter(e.reason for e in excluded).most_common():
-        print(f"  excluded {count}: {reason}")
+        print_wrapped(f"excluded {count}: {reason}", "  ")
     return 0
 
 

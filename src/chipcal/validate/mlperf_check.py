@@ -9,6 +9,8 @@ What is predicted, and how (MLPerf Inference rules, "Scenarios"; validate.mlperf
   99th-percentile latency, taken as twice the batch's run time (a query waits for the batch
   running when it arrives, then runs in the next), stays within the benchmark's limit.
 - SingleStream: one sample at a time: batch 1's latency, against LoadGen's 90th percentile.
+- MultiStream: one query of 8 samples at a time (MLPerf Inference rules, "Scenarios"), which the
+  engine runs as one batch of 8: batch 8's latency, against LoadGen's 99th percentile of a query.
 The measured figure is the system's divided by its accelerators (a CPU-only system: its sockets).
 A benchmark whose sample is many network calls (3D-UNet, DLRM: validate.mlperf_benchmarks)
 divides a throughput of calls by the mean calls per sample, and times its SingleStream sample at
@@ -26,8 +28,8 @@ The predictions are the physics with the family defaults, fitted on none of thes
 them, each throughput row carries its software stack's efficiency fitted on the other
 accelerators' Offline rows (validate.mlperf_stack) and its held-out error with it.
 A row is excluded, with its reason, where chipcal cannot characterize the benchmark's network,
-where the scenario is not predicted (MultiStream), where its chip lacks the precision, or where
-it is a MaxQ row whose power limit is not published.
+where its chip lacks the precision, where a MultiStream sample is many calls, or where it is a
+MaxQ row whose power limit is not published.
 """
 
 from __future__ import annotations
@@ -74,8 +76,8 @@ NOT_CHARACTERIZED = {
     "deepseek-r1": "LLM serving: DeepSeek-R1's multi-head latent attention and 256 routed experts are not among "
                    "the decoders chipcal traces (Llama, Mistral, Mixtral, Qwen2, GPT-2)",
 }
-PREDICTED_SCENARIOS = ("Offline", "Server", "Interactive", "SingleStream")
-SCENARIO_NOT_PREDICTED = {"MultiStream": "MultiStream: the latency of 8-sample queries is not predicted yet"}
+PREDICTED_SCENARIOS = ("Offline", "Server", "Interactive", "SingleStream", "MultiStream")
+MULTISTREAM_SAMPLES = 8         # samples per MultiStream query (MLPerf Inference rules, "Scenarios")
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,8 @@ class Excluded:
 
 
 def _provenance(row: MlperfRow) -> dict:
-    """Where a row comes from, and the unit of its per-accelerator figures (a latency: one sample's)."""
+    """Where a row comes from, and the unit of its per-accelerator figures (a latency: one sample's,
+    or a MultiStream query's)."""
     unit = "latency_s" if row.unit == "latency_s" else f"{row.unit}_per_accelerator"
     return {"round": row.round, "submitter": row.submitter, "system": row.system, "accelerator": device_name(row),
             "accelerators": row.accelerators, "benchmark": row.benchmark, "scenario": row.scenario, "path": row.path,
@@ -232,8 +235,6 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads, options, serv
         return Excluded(row, "an LLM benchmark, left out of this run (validate --mlperf --skip-llm)")
     if bench is None and llm is None:
         return Excluded(row, NOT_CHARACTERIZED.get(row.benchmark, f"benchmark {row.benchmark} is not characterized"))
-    if row.scenario not in PREDICTED_SCENARIOS:
-        return Excluded(row, SCENARIO_NOT_PREDICTED[row.scenario])
     if row.scenario == "Interactive" and llm is None:
         return Excluded(row, "Interactive is a scenario of the LLM benchmarks only")
     name = chip_of(row)
@@ -256,6 +257,8 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads, options, serv
         return Excluded(row, f"{chip.name} has no {' or '.join(bench.precisions)} engine")
     if row.scenario == "SingleStream":
         return _single_stream(row, chip, bench, precision, workloads, options)
+    if row.scenario == "MultiStream":
+        return _multi_stream(row, chip, bench, precision, workloads)
     fits = options(bench, chip, precision)
     if not fits:
         return Excluded(row, f"{bench.network} fits {chip.name}'s memory at no batch of {bench.batches}")
@@ -286,6 +289,17 @@ def _server(row: MlperfRow, chip, bench: Benchmark, precision: str, fits: list[P
     batch, _, throughput = server_choice(choices, bench.server_latency_s)
     bottleneck = next(p.bottleneck for p in fits if p.batch == batch)
     return Checked(row, chip.name, batch, per_accelerator(row), throughput, bottleneck, precision, options=choices)
+
+
+def _multi_stream(row: MlperfRow, chip, bench: Benchmark, precision: str, workloads: Workloads) -> Checked | Excluded:
+    """One query's latency: its 8 samples as one batch (module docstring); a benchmark whose
+    sample is many calls is not predicted."""
+    if bench.calls_p90 != 1:
+        return Excluded(row, f"MultiStream: a query of {bench.network}'s many-call samples is not predicted")
+    p = predict(workloads(bench.network, MULTISTREAM_SAMPLES, "fused"), chip, precision)
+    if not p.fits_in_memory:
+        return Excluded(row, f"{bench.network} does not fit {chip.name}'s memory at batch {MULTISTREAM_SAMPLES}")
+    return Checked(row, chip.name, MULTISTREAM_SAMPLES, row.value, p.latency_s, p.bottleneck, precision)
 
 
 def _single_stream(row: MlperfRow, chip, bench: Benchmark, precision: str, workloads: Workloads,
