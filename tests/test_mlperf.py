@@ -12,8 +12,14 @@ from pathlib import Path
 import pytest
 
 from chipcal.model.registry import load_registry
-from chipcal.validate import mlperf
+from chipcal.validate import mlperf, mlperf_devices
 from chipcal.validate.mlperf import MlperfError, MlperfRow
+from chipcal.validate.mlperf_devices import (
+    ACCELERATOR_CHIPS,
+    NAME_RULES,
+    NOT_IN_REGISTRY,
+    chip_named,
+)
 
 CSV = Path(mlperf.__file__).parent / "data" / "mlperf_inference.csv"
 V41_COMMIT = "198fc46799b3328b36ee4bcbdebfa2db5a8e6183"
@@ -152,8 +158,8 @@ def test_the_v41_csv_holds_the_closed_divisions_performance_runs(v41):
 def test_every_v41_device_is_a_registry_chip_or_says_why_not(v41):
     assert mlperf.unknown_devices(v41) == []
     registry = load_registry()
-    assert sorted({mlperf.chip_of(r) for r in v41} - set(registry.names)) == sorted(mlperf.NOT_IN_REGISTRY)
-    assert not set(mlperf.NOT_IN_REGISTRY) & set(registry.names)
+    assert sorted({mlperf.chip_of(r) for r in v41} - set(registry.names)) == sorted(NOT_IN_REGISTRY)
+    assert not set(NOT_IN_REGISTRY) & set(registry.names)
 
 
 # --- predicted against measured ------------------------------------------------------------------------
@@ -210,6 +216,36 @@ def test_a_later_round_s_llm_benchmarks_are_mapped_or_excluded_with_their_reason
     assert [r["scenario"] for r in rows if r["benchmark"] == "llama2-70b-99"] == ["Interactive"]
     assert "gen_len 8,167,644 over 13,368 samples" in reasons["llama3.1-8b"]
     assert "multi-head latent attention" in reasons["deepseek-r1"]
+
+
+def test_the_name_rules_give_every_v41_device_its_exact_chip():
+    """The rules alone, on v4.1's own names: the same chip as the exact table, for every one."""
+    for name, chip in ACCELERATOR_CHIPS.items():
+        by_rule = next((c for need, avoid, c in NAME_RULES if need <= mlperf_devices.words(name)
+                        and not avoid & mlperf_devices.words(name)), None)
+        assert by_rule == chip, name
+
+
+@pytest.mark.parametrize("name, chip", [
+    # names a later round may spell: the model designation decides the part
+    ("NVIDIA GB200", "gb200"),
+    ("NVIDIA B200-SXM-180GB-TRT", "b200"),
+    ("AMD Instinct MI325X-NPS1-SPX-256GB-1000W", "mi325x"),
+    ("NVIDIA H200-NVL-141GB", "h200-nvl"),
+    ("NVIDIA H100-SXM-80GB-CTS", "h100-sxm5"),
+    ("NVIDIA A100-PCIe-80GB", "a100-pcie-80gb"),
+    ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"),
+    ("Google TPU Trillium", "tpu-v6e"),
+    ("Intel(R) Xeon(R) Platinum 8480+", "xeon-platinum-8480-plus"),
+    ("AMD EPYC 9654 96-Core Processor", "epyc-9654"),
+    # not the chip: a MIG slice, another part, an unknown name
+    ("NVIDIA H100-SXM-80GB-MIG_1x1g.10gb", None),
+    ("NVIDIA H20", None),
+    ("NVIDIA A100-PCIe-40GB", None),
+    ("Acme Warp-9", None),
+])
+def test_a_later_round_s_device_names_map_by_their_model_designation(name, chip):
+    assert chip_named(name) == chip
 
 
 def test_cli_refuses_an_unknown_accelerator_and_corpus_options_in_one_line(tree, cli):

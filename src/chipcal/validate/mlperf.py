@@ -57,6 +57,7 @@ from importlib import resources
 from pathlib import Path
 
 from chipcal.model.errors import ChipcalError
+from chipcal.validate.mlperf_devices import chip_named
 
 SUMMARY = "mlperf_log_summary.txt"
 PACKAGED = Path(str(resources.files("chipcal.validate") / "data" / "mlperf_inference.csv"))   # v4.1 (docs/validation-corpus.md)
@@ -78,38 +79,6 @@ SCENARIOS = {s.lower(): s for s in METRIC_LINES}
 # summary_results.json's Performance_Units: (unit, scale to SI); "Queries/s" is a Server figure
 SUMMARY_UNITS = {"Samples/s": ("samples_per_s", 1.0), "Queries/s": ("samples_per_s", 1.0),
                  "Tokens/s": ("tokens_per_s", 1.0), "Latency (ms)": ("latency_s", 1e-3)}
-
-# The registry chip of each accelerator_model_name of v4.1's closed division (a CPU-only system:
-# its host_processor_model_name), compared lower-case. "-CTS": NVIDIA's custom thermal solution
-# of the same H200 SXM part; "Preview" and "Slim": two speedAI240 boards of the same chip.
-ACCELERATOR_CHIPS = {name.lower(): chip for name, chip in {
-    "NVIDIA H100-SXM-80GB": "h100-sxm5",
-    "NVIDIA H100-PCIe-80GB": "h100-pcie",
-    "NVIDIA H100-NVL-94GB": "h100-nvl",
-    "NVIDIA H200-SXM-141GB": "h200-sxm",
-    "NVIDIA H200-SXM-141GB-CTS": "h200-sxm",
-    "NVIDIA GH200 Grace Hopper Superchip 96GB": "gh200-96gb",
-    "NVIDIA GH200 Grace Hopper Superchip 144GB": "gh200-144gb",
-    "NVIDIA B200-SXM-180GB": "b200",
-    "NVIDIA L40S": "l40s",
-    "NVIDIA L4": "l4",
-    "NVIDIA A100-SXM-80GB": "a100-sxm4-80gb",
-    "NVIDIA Jetson AGX Orin 64G": "jetson-agx-orin-64gb",
-    "AMD Instinct MI300X-NPS1-SPX-192GB-750W": "mi300x",
-    "AMD MI300X-NPS1-SPX-192GB-750W": "mi300x",
-    "TPU v5e": "tpu-v5e",
-    "TPU v6": "tpu-v6e",
-    "UntetherAI speedAI240 Slim": "speedai240",
-    "UntetherAI speedAI240 Preview": "speedai240",
-    "INTEL(R) XEON(R) PLATINUM 8592+": "xeon-platinum-8592-plus",
-    "INTEL(R) XEON(R) 6980P": "xeon-6980p",
-}.items()}
-# mapped chips the registry does not hold, and why
-NOT_IN_REGISTRY = {
-    "speedai240": ("UntetherAI speedAI240: its public figures (Hot Chips 2022 reports: 2 PFLOPS fp8, 1 PFLOPS bf16) "
-                   "do not say whether they are dense, and give no int8 peak, memory bandwidth or TDP"),
-}
-
 
 class MlperfError(ChipcalError, ValueError):
     """A results tree or file that is not what MLPerf publishes; the message names the path."""
@@ -302,7 +271,7 @@ def load_rows(path: Path | None = None) -> list[MlperfRow]:
         raise MlperfError(f"{path}: no such results tree or CSV")
     if unknown := unknown_devices(rows):
         raise MlperfError(f"{path}: accelerators without a registry chip: {'; '.join(unknown)} "
-                          "(validate.mlperf.ACCELERATOR_CHIPS maps them)")
+                          "(validate.mlperf_devices maps them)")
     return rows
 
 
@@ -371,11 +340,11 @@ def device_name(row: MlperfRow) -> str:
     return row.host_processor if row.accelerators == 0 else row.accelerator
 
 
-def chip_of(row: MlperfRow, known: dict[str, str] = ACCELERATOR_CHIPS) -> str | None:
-    """The registry chip name of the row's device (`ACCELERATOR_CHIPS`), None when unknown."""
-    return known.get(device_name(row).lower())
+def chip_of(row: MlperfRow) -> str | None:
+    """The registry chip name of the row's device (validate.mlperf_devices), None when unknown."""
+    return chip_named(device_name(row))
 
 
-def unknown_devices(rows: Sequence[MlperfRow], known: dict[str, str] = ACCELERATOR_CHIPS) -> list[str]:
-    """The device names of `rows` that `known` does not map to a chip, sorted."""
-    return sorted({device_name(r) for r in rows if chip_of(r, known) is None})
+def unknown_devices(rows: Sequence[MlperfRow]) -> list[str]:
+    """The device names of `rows` that no chip is known for, sorted."""
+    return sorted({device_name(r) for r in rows if chip_of(r) is None})

@@ -45,14 +45,9 @@ from chipcal.model.registry import Registry
 from chipcal.model.workload.llm_config import StepKey
 from chipcal.model.workload.types import LlmStep
 from chipcal.validate import mlperf_llm
-from chipcal.validate.mlperf import (
-    NOT_IN_REGISTRY,
-    MlperfRow,
-    chip_of,
-    device_name,
-    per_accelerator,
-)
+from chipcal.validate.mlperf import MlperfRow, chip_of, device_name, per_accelerator
 from chipcal.validate.mlperf_benchmarks import Benchmark, benchmarks
+from chipcal.validate.mlperf_devices import NOT_IN_REGISTRY
 from chipcal.validate.mlperf_links import UnreadLink, link_label, with_system_link
 from chipcal.validate.mlperf_llm import LlmBenchmark, NotServed, Served, llm_benchmark
 from chipcal.validate.mlperf_power import node_power_w, power_limit_w
