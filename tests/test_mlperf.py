@@ -254,9 +254,19 @@ def test_cli_refuses_an_unknown_accelerator_and_corpus_options_in_one_line(tree,
     _system(tree, "Acme", "x", accelerator_model_name="Acme Warp-9", accelerators_per_node=1, number_of_nodes=1)
     _run(tree, "Acme", "x", "resnet50", "Offline", OFFLINE)
     rc, _, err = cli(validate_cli.main, ["--mlperf", str(tree)])
-    assert rc == 2 and "Acme Warp-9" in err and err.count("\n") == 1
+    assert rc == 2 and "Acme Warp-9" in err and err.count("\n") == 1 and "--exclude-unknown" in err
+    # asked to, the unknown accelerator's rows are excluded with their reason, the others checked
+    _system(tree, "NVIDIA", "H100x8", accelerator_model_name="NVIDIA H100-SXM-80GB", accelerators_per_node=8,
+            number_of_nodes=1, host_processor_model_name="Intel(R) Xeon(R) Platinum 8480C", host_processors_per_node=2)
+    _run(tree, "NVIDIA", "H100x8", "resnet50", "Offline", OFFLINE)
+    rc, out, _ = cli(validate_cli.main, ["--mlperf", str(tree), "--json", "--skip-llm", "--exclude-unknown"])
+    records = {r["system"]: r for r in json.loads(out)}
+    assert rc == 0 and records["x"]["reason"] == "Acme Warp-9: no registry chip"
+    assert records["H100x8"]["status"] == "predicted"
     rc, _, err = cli(validate_cli.main, ["--mlperf", "--fit"])
-    assert rc == 2 and "--mlperf takes --json, --csv, --plot and --skip-llm only" in err
+    assert rc == 2 and "--mlperf takes --json, --csv, --plot, --skip-llm and --exclude-unknown only" in err
+    rc, _, err = cli(validate_cli.main, ["--exclude-unknown"])
+    assert rc == 2 and "--exclude-unknown: with --mlperf only" in err
 
 
 # --- a round's summary_results.json ----------------------------------------------------------------

@@ -55,6 +55,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                                                                     "excluded, as CSV")
     p.add_argument("--skip-llm", action="store_true",
                    help="with --mlperf: leave the LLM rows out (serving them takes minutes on a small machine)")
+    p.add_argument("--exclude-unknown", action="store_true",
+                   help="with --mlperf: list the rows of an accelerator no registry chip is known for as excluded, "
+                        "instead of refusing the file (a later round's new hardware)")
     return p
 
 
@@ -95,8 +98,8 @@ def _mlperf(args: argparse.Namespace) -> int:
     from chipcal.validate import mlperf, mlperf_check
 
     if args.fit or args.markdown or args.corpus or args.split != "test":
-        raise UsageError("--mlperf takes --json, --csv, --plot and --skip-llm only")
-    rows = mlperf.load_rows(Path(args.mlperf) if args.mlperf else None)
+        raise UsageError("--mlperf takes --json, --csv, --plot, --skip-llm and --exclude-unknown only")
+    rows = mlperf.load_rows(Path(args.mlperf) if args.mlperf else None, exclude_unknown=args.exclude_unknown)
     source = WorkloadSource(use_cache=not args.no_cache, notify=note)
     registry = load_registry_warn()
     from tqdm import tqdm
@@ -149,8 +152,10 @@ def _mlperf(args: argparse.Namespace) -> int:
 def _body(args: argparse.Namespace) -> int:
     if args.mlperf is not None:
         return _mlperf(args)
-    if args.csv or args.skip_llm:
-        raise UsageError(f"{'--csv' if args.csv else '--skip-llm'}: with --mlperf only")
+    mlperf_only = [f for f, given in (("--csv", args.csv), ("--skip-llm", args.skip_llm),
+                                      ("--exclude-unknown", args.exclude_unknown)) if given]
+    if mlperf_only:
+        raise UsageError(f"{mlperf_only[0]}: with --mlperf only")
     from chipcal.validate.corpus import load_corpus
     from chipcal.validate.plot import predicted_vs_published_figure
     from chipcal.validate.splits import compare_splits

@@ -253,11 +253,12 @@ def _summary_row(r: dict, commit: str, where: str) -> MlperfRow:
         raise MlperfError(f"{where}: not an MLPerf result record ({exc!r})") from None
 
 
-def load_rows(path: Path | None = None) -> list[MlperfRow]:
+def load_rows(path: Path | None = None, exclude_unknown: bool = False) -> list[MlperfRow]:
     """Rows from a results tree (a folder with closed/), a round's summary_results.json, or a CSV
     `write_csv` wrote; None: the packaged v4.1 rows. A tree's round is read from its folder name
     (inference_results_vX.Y), its commit from git where the folder is a checkout. Unknown devices
-    are refused in one line."""
+    are refused in one line, unless `exclude_unknown`: then their rows are kept, and the check
+    excludes each with its reason."""
     if path is None:
         path = PACKAGED
     path = Path(path)
@@ -269,9 +270,9 @@ def load_rows(path: Path | None = None) -> list[MlperfRow]:
         rows = read_csv(path)
     else:
         raise MlperfError(f"{path}: no such results tree or CSV")
-    if unknown := unknown_devices(rows):
+    if (unknown := unknown_devices(rows)) and not exclude_unknown:
         raise MlperfError(f"{path}: accelerators without a registry chip: {'; '.join(unknown)} "
-                          "(validate.mlperf_devices maps them)")
+                          "(validate.mlperf_devices maps them; --exclude-unknown predicts the other rows)")
     return rows
 
 
