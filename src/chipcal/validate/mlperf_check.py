@@ -20,9 +20,9 @@ predicted at that limit, with its system's average power beside it, and its ener
 token) as power over throughput.
 The LLM benchmarks (llama2-70b, mixtral-8x7b; from v5.0 llama3.1-405b) are served as a serving
 engine serves them (validate.mlperf_llm): Offline at saturation, Server (and v5.1's Interactive)
-at the highest Poisson load within the TTFT and TPOT limits, on all of a system's accelerators in the layout of most tokens/s, over the
-link the system's description names (validate.mlperf_links: PCIe where a system lacks its chip's
-bridges); their figure is output tokens/s per accelerator.
+at the highest Poisson load within the TTFT and TPOT limits, on all of a system's accelerators in
+the layout of most tokens/s, over the link the system's description names (validate.mlperf_links:
+PCIe where a system lacks its chip's bridges); their figure is output tokens/s per accelerator.
 
 The predictions are the physics with the family defaults, fitted on none of these rows. Beside
 them, each throughput row carries its software stack's efficiency fitted on the other
