@@ -246,7 +246,7 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
                                 listed_clock_latency_s=listed.latency_s, listed_clock_power_w=listed.avg_power_w,
                                 peak_flop_per_s=listed.peak_flop_per_s,
                                 compute_efficiency=limited.compute_efficiency * fraction,
-                                subgraphs=tuple(replace(e, compute_efficiency=e.compute_efficiency * fraction)
+                                subgraphs=tuple(moved(e, compute_efficiency=e.compute_efficiency * fraction)
                                                 for e in limited.subgraphs)))
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from chipcal.model.errors import ChipcalError
+from chipcal.model.memo import moved
 from chipcal.model.workload import concurrency
 from chipcal.model.workload.llm_config import LAYER_KEYS, LlmConfig, StepKey, parse_config
 from chipcal.model.workload.types import LlmStep, Op, Workload, content_key
@@ -52,12 +53,12 @@ def with_layers(config: LlmConfig, layers: int) -> LlmConfig:
 
 
 def _op_shape(op: Op) -> Op:
-    return replace(op, index=0, name="")
+    return moved(op, index=0, name="")
 
 
 def _unnamed(w: Workload) -> Workload:
-    return replace(w, ops=tuple(replace(op, name="") for op in w.ops),
-                   subgraphs=tuple(replace(sg, name="") for sg in w.subgraphs))
+    return replace(w, ops=tuple(moved(op, name="") for op in w.ops),
+                   subgraphs=tuple(moved(sg, name="") for sg in w.subgraphs))
 
 
 def _insertion(short: Sequence, long: Sequence, period: int, same: Callable) -> range:
@@ -135,22 +136,22 @@ def _inserted(a: Workload, b: Workload, c: Workload, copies: int, k: int, p: int
     after = [_rules(sg.depends_on, c.subgraphs[s + 2 * q + i].depends_on, q, f"{b.model} subgraph {s + q + i}")
              for i, sg in enumerate(b.subgraphs[s + q:])]
     ops = list(b.ops[:k])
-    subgraphs = [replace(sg, op_indices=_op_indices(sg.op_indices, k, p, copies)) for sg in b.subgraphs[:s]]
+    subgraphs = [moved(sg, op_indices=_op_indices(sg.op_indices, k, p, copies)) for sg in b.subgraphs[:s]]
     for j in range(copies):
         suffix = f".r{j}" if j else ""
-        ops += [replace(op, index=op.index + j * p, name=op.name + suffix) for op in b.ops[k:k + p]]
-        subgraphs += [replace(sg, index=sg.index + j * q, name=sg.name + suffix,
-                              op_indices=tuple(o + j * p for o in sg.op_indices),
-                              depends_on=_moved(sg.depends_on, rule, j * q))
+        ops += [moved(op, index=op.index + j * p, name=op.name + suffix) for op in b.ops[k:k + p]]
+        subgraphs += [moved(sg, index=sg.index + j * q, name=sg.name + suffix,
+                            op_indices=tuple(o + j * p for o in sg.op_indices),
+                            depends_on=_moved(sg.depends_on, rule, j * q))
                       for sg, rule in zip(layer, rules, strict=True)]
-    ops += [replace(op, index=op.index + (copies - 1) * p) for op in b.ops[k + p:]]
-    subgraphs += [replace(sg, index=sg.index + (copies - 1) * q,
-                          op_indices=_op_indices(sg.op_indices, k, p, copies),
-                          depends_on=_moved(sg.depends_on, rule, (copies - 1) * q))
+    ops += [moved(op, index=op.index + (copies - 1) * p) for op in b.ops[k + p:]]
+    subgraphs += [moved(sg, index=sg.index + (copies - 1) * q,
+                        op_indices=_op_indices(sg.op_indices, k, p, copies),
+                        depends_on=_moved(sg.depends_on, rule, (copies - 1) * q))
                   for sg, rule in zip(b.subgraphs[s + q:], after, strict=True)]
     depends_on = [sg.depends_on for sg in subgraphs]
     level, stages = concurrency.stages(depends_on)
-    subgraphs = [replace(sg, stage=lv) for sg, lv in zip(subgraphs, level, strict=True)]
+    subgraphs = [moved(sg, stage=lv) for sg, lv in zip(subgraphs, level, strict=True)]
     return replace(b, ops=tuple(ops), subgraphs=tuple(subgraphs), stages=stages,
                    critical_path=concurrency.critical_path(depends_on, [sg.flop for sg in subgraphs]),
                    params=a.params + copies * (b.params - a.params))
