@@ -54,9 +54,11 @@ from chipcal.validate.mlperf_power import node_power_w, power_limit_w
 from chipcal.validate.mlperf_scenarios import Workloads, fitting, saturation, server_choice
 from chipcal.validate.mlperf_stack import Observed, family_of, held_out_factor, stack_of
 
-# why the other v4.1 benchmarks are not predicted yet
+# why the other benchmarks, v4.1's and later rounds', are not predicted yet
 NOT_CHARACTERIZED = {
-    "stable-diffusion-xl": "the SDXL UNet needs diffusers, which chipcal does not build",
+    "stable-diffusion-xl": "the SDXL pipeline (two CLIP text encoders, 20 UNet steps of two latents each, the VAE "
+                           "decoder, each at its own batch in NVIDIA's configs) needs diffusers' networks, which "
+                           "chipcal does not build",
     **dict.fromkeys(("gptj-99", "gptj-99.9"),
                     "LLM serving: mlperf.conf gives the mean "
                     "output (token_latency_scaling_factor = 69 tokens), but the mean prompt length of "
