@@ -57,6 +57,9 @@ def test_v41_rows_against_mlperf(checked_v41):
     assert {c.batch for c in multi.values()} == {8} and len(multi) == 5
     errors = [c.error for c in multi.values()]
     assert abs_quantile(errors, 50) <= 0.15 and max(map(abs, errors)) <= 0.35
+    # SDXL: a pipeline of three networks a sample (validate.mlperf_benchmarks), TensorRT's factor held out
+    sdxl = [c.held_out_error for c in offline if c.row.benchmark == "stable-diffusion-xl"]
+    assert len(sdxl) >= 25 and abs_quantile(sdxl, 50) <= 0.15
     maxq = [c for c in offline if c.power_error is not None]
     assert len(maxq) == 8 and max(abs(c.power_error) for c in maxq) <= 0.15
     assert abs_quantile([c.held_out_error for c in maxq], 50) <= 0.15
@@ -156,3 +159,34 @@ def test_kits19_windows_follow_the_preprocessing_rules():
     assert by_case["case_00400"] == by_case["case_00185"]        # NVIDIA's download script copies 185 to 400
     assert sum(kits19_windows()) == 2761
     assert by_case["case_00000"] == "50"   # 611 x 512 x 512 at 0.5 x 0.92 mm: 191 x 392 x 392 -> 192 x 384 x 384: 2 x 5 x 5
+
+
+def test_a_pipeline_sample_runs_each_stage_at_its_own_batch(monkeypatch):
+    """SDXL's 32 samples (NVIDIA's Offline batch on Hopper): the text encoders once on 64 prompts,
+    the UNet 20 times on 64 latents, the VAE 4 times on 8 images (at most 8 a call). With a stand-in
+    prediction of 1 ms per item and 100 W, 200 W and 300 W per stage: 64 + 20 x 64 + 4 x 8 = 1,376
+    ms for 32 samples; power is energy over time; a chip without fp16 runs the half stages in bf16."""
+    from types import SimpleNamespace
+
+    from chipcal.validate import mlperf_scenarios
+    from chipcal.validate.mlperf_benchmarks import SDXL_PIPELINE
+
+    bench = benchmarks()["stable-diffusion-xl"]
+    assert bench.pipeline == SDXL_PIPELINE
+    assert [stage.runs(32) for stage in SDXL_PIPELINE] == [(1, 64), (20, 64), (4, 8)]
+    watts = {"sdxl_text_encoders": 100.0, "sdxl_unet": 200.0, "sdxl_vae_decoder": 300.0}
+    seen = []
+
+    def stand_in(workload, chip, precision):
+        network, size = workload
+        seen.append((network, precision))
+        return SimpleNamespace(latency_s=size * 1e-3, avg_power_w=watts[network], bottleneck=network,
+                               fits_in_memory=True)
+
+    monkeypatch.setattr(mlperf_scenarios, "predict", stand_in)
+    tpu = SimpleNamespace(supports=lambda p: p in ("bf16", "int8"))
+    run = mlperf_scenarios.pipeline_run(bench, tpu, "int8", lambda net, size, part: (net, size), 32)
+    assert run.latency_s == pytest.approx(1.376) and run.throughput_per_s == pytest.approx(32 / 1.376)
+    energy = 0.064 * 100 + 20 * 0.064 * 200 + 4 * 0.008 * 300
+    assert run.avg_power_w == pytest.approx(energy / 1.376) and run.bottleneck == "sdxl_unet"
+    assert seen == [("sdxl_text_encoders", "bf16"), ("sdxl_unet", "int8"), ("sdxl_vae_decoder", "bf16")]

@@ -16,6 +16,8 @@ from chipcal.model.workload.mlperf_networks import (
     DLRM_ROWS,
     NETWORKS,
     RETINANET,
+    SDXL_UNET,
+    SDXL_VAE,
     UNET3D,
     characterize_network,
 )
@@ -80,3 +82,28 @@ def test_dlrm_v2_counts_by_hand_and_reads_its_rows_not_its_tables():
     assert sum(DLRM_HOTS) == 214 and sum(DLRM_ROWS) == 204_184_588
     bags = [op for op in workload.ops if any(t.target.startswith("aten._embedding_bag") for t in op.terms)]
     assert len(bags) == 26 and sum(w.nbytes for op in bags for w in op.weights) == 2 * 214 * 128 * 4
+
+
+def test_sdxl_networks_hold_the_published_parameters():
+    """stabilityai/stable-diffusion-xl-base-1.0's safetensors: UNet 2,567,463,684 parameters, VAE
+    (encoder and decoder) 83,653,863, the two text encoders 817,720,320."""
+    from chipcal.model.workload import sdxl
+
+    with torch.device("meta"):
+        modules = {name: build() for name, build in (("unet", sdxl.SdxlUNet), ("decoder", sdxl.SdxlVaeDecoder),
+                                                      ("encoder", sdxl.SdxlVaeEncoder), ("text", sdxl.SdxlTextEncoders))}
+    count = {name: sum(p.numel() for p in m.parameters()) for name, m in modules.items()}
+    assert count["unet"] == 2_567_463_684
+    assert count["decoder"] + count["encoder"] == 83_653_863
+    assert count["text"] == 817_720_320
+
+
+def test_sdxl_unet_and_decoder_count_as_torchs_flop_counter():
+    """One latent through the UNet and one through the VAE's decoder: chipcal's MACs are torch's
+    counter's FLOP / 2 (its matmuls, convolutions and attention), and the decoder's first
+    convolution by hand: 128^2 positions x 512 filters x 9 taps x 4 channels."""
+    for name in (SDXL_UNET, SDXL_VAE):
+        flop, _ = _flop_counter(name)
+        assert 2 * characterize_network(name, 1).macs == flop, name
+    decoder = characterize_network(SDXL_VAE, 1)
+    assert [op.macs for op in decoder.ops if op.kind == "conv"][1] == 128 * 128 * 512 * 9 * 4

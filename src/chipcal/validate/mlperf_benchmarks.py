@@ -24,6 +24,15 @@ mlperf_log_detail.txt` L12): 270.06. NVIDIA's harness batches pairs, not samples
 So an Offline throughput of calls is divided by the mean calls per sample (LoadGen draws the
 samples evenly), and a SingleStream latency is the time of the sample at the 90th percentile of
 calls (LoadGen's metric is the 90th percentile of the samples' latencies).
+
+Stable Diffusion XL runs three networks per sample, a pipeline (`Stage`): its two text encoders
+on the prompt and the negative prompt, 20 UNet steps on two latents (classifier-free guidance,
+guidance 8: mlcommons/inference v4.1 `text_to_image/backend_pytorch.py` L18-19), then the VAE's
+decoder on one (model.workload.sdxl). NVIDIA batches each network apart (`closed/NVIDIA/configs/
+stable-diffusion-xl/Offline/__init__.py` and `Server/__init__.py`: the UNet at 32 or 8 samples
+on Hopper, 1 on the L40S; the VAE at most 8 images; the UNet at the benchmark's precision, fp8 or
+int8, the rest fp16 (`stable-diffusion-xl/__init__.py` L26; bf16 on a chip without fp16)). A batch of samples therefore costs
+each stage's calls at its own batch, added up.
 """
 
 from __future__ import annotations
@@ -39,6 +48,29 @@ KITS19_WINDOWS = Path(str(resources.files("chipcal.validate") / "data" / "kits19
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One network of a pipeline sample (module docstring): `calls` per batch of samples, each on
+    `per_sample` items a sample (latents, prompts), at most `most` items a call (None: the whole
+    batch), at the first of `precisions` the chip has (none given: the benchmark's)."""
+
+    network: str
+    calls: int = 1
+    per_sample: int = 1
+    most: int | None = None
+    precisions: tuple[str, ...] = ()
+
+    def precision_on(self, chip, benchmark_precision: str) -> str:
+        """The stage's precision on `chip`: the first of its own the chip has, else the benchmark's."""
+        return next((p for p in self.precisions if chip.supports(p)), benchmark_precision)
+
+    def runs(self, samples: int) -> tuple[int, int]:
+        """(calls, items a call) for a batch of `samples`."""
+        items = samples * self.per_sample
+        size = min(items, self.most or items)
+        return self.calls * math.ceil(items / size), size
+
+
+@dataclass(frozen=True)
 class Benchmark:
     """A benchmark as chipcal predicts it.
 
@@ -50,7 +82,8 @@ class Benchmark:
     sample: the mean over the sample set (`calls_per_sample`) and the sample at the 90th
     percentile (`calls_p90`). `server_latency_s`: the Server scenario's 99th-percentile latency
     limit, as LoadGen prints it in every v4.1 Server summary (`target_latency (ns)`: resnet50
-    15 ms, retinanet 100 ms, bert 130 ms, dlrm-v2 60 ms; 3D-UNet has no Server scenario)."""
+    15 ms, retinanet 100 ms, bert 130 ms, dlrm-v2 60 ms, stable-diffusion-xl 20 s, as v4.1's
+    mlperf.conf L59 sets it; 3D-UNet has no Server scenario)."""
 
     network: str
     batches: tuple[int, ...]
@@ -59,6 +92,7 @@ class Benchmark:
     calls_p90: int = 1
     server_latency_s: float | None = None
     stack_precisions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    pipeline: tuple[Stage, ...] = ()        # a sample of several networks (module docstring); batches in samples
 
     def precision_on(self, chip, stack: str) -> str | None:
         """The precision `stack` (validate.mlperf_stack.stack_of) submits on `chip`, or None if
@@ -78,6 +112,12 @@ def _unet3d() -> Benchmark:
     windows = sorted(kits19_windows())
     p90 = windows[math.ceil(0.9 * len(windows)) - 1]          # the nearest-rank 90th percentile
     return Benchmark("unet3d_kits19", (1, 2, 4, 8), calls_per_sample=sum(windows) / len(windows), calls_p90=p90)
+
+
+HALF = ("fp16", "bf16")          # a TPU has no fp16: bf16 is its half precision
+SDXL_PIPELINE = (Stage("sdxl_text_encoders", per_sample=2, precisions=HALF),
+                 Stage("sdxl_unet", calls=20, per_sample=2),
+                 Stage("sdxl_vae_decoder", most=8, precisions=HALF))
 
 
 @cache
@@ -104,4 +144,6 @@ def benchmarks() -> dict[str, Benchmark]:
         "3d-unet-99.9": unet3d,
         "dlrm-v2-99": Benchmark("dlrm_v2", dlrm, **pairs),
         "dlrm-v2-99.9": Benchmark("dlrm_v2", dlrm, ("fp16",), **pairs, stack_precisions=(("pytorch", ("int8",)),)),
+        "stable-diffusion-xl": Benchmark("sdxl_unet", (1, 8, 32), ("fp8", "int8", "fp16"), server_latency_s=20.0,
+                                         pipeline=SDXL_PIPELINE),
     }

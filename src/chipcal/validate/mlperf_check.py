@@ -51,14 +51,17 @@ from chipcal.validate.mlperf_devices import NOT_IN_REGISTRY
 from chipcal.validate.mlperf_links import UnreadLink, link_label, with_system_link
 from chipcal.validate.mlperf_llm import LlmBenchmark, NotServed, Served, llm_benchmark
 from chipcal.validate.mlperf_power import node_power_w, power_limit_w
-from chipcal.validate.mlperf_scenarios import Workloads, fitting, saturation, server_choice
+from chipcal.validate.mlperf_scenarios import (
+    Workloads,
+    fitting,
+    pipeline_run,
+    saturation,
+    server_choice,
+)
 from chipcal.validate.mlperf_stack import Observed, family_of, held_out_factor, stack_of
 
 # why the other benchmarks, v4.1's and later rounds', are not predicted yet
 NOT_CHARACTERIZED = {
-    "stable-diffusion-xl": "the SDXL pipeline (two CLIP text encoders, 20 UNet steps of two latents each, the VAE "
-                           "decoder, each at its own batch in NVIDIA's configs) needs diffusers' networks, which "
-                           "chipcal does not build",
     **dict.fromkeys(("gptj-99", "gptj-99.9"),
                     "LLM serving: mlperf.conf gives the mean "
                     "output (token_latency_scaling_factor = 69 tokens), but the mean prompt length of "
@@ -291,8 +294,8 @@ def _server(row: MlperfRow, chip, bench: Benchmark, precision: str, fits: list[P
 def _multi_stream(row: MlperfRow, chip, bench: Benchmark, precision: str, workloads: Workloads) -> Checked | Excluded:
     """One query's latency: its 8 samples as one batch (module docstring); a benchmark whose
     sample is many calls is not predicted."""
-    if bench.calls_p90 != 1:
-        return Excluded(row, f"MultiStream: a query of {bench.network}'s many-call samples is not predicted")
+    if bench.calls_p90 != 1 or bench.pipeline:
+        return Excluded(row, f"MultiStream: a query of {row.benchmark}'s many-call samples is not predicted")
     p = predict(workloads(bench.network, MULTISTREAM_SAMPLES, "fused"), chip, precision)
     if not p.fits_in_memory:
         return Excluded(row, f"{bench.network} does not fit {chip.name}'s memory at batch {MULTISTREAM_SAMPLES}")
@@ -303,6 +306,9 @@ def _single_stream(row: MlperfRow, chip, bench: Benchmark, precision: str, workl
                    options) -> Checked | Excluded:
     """One sample's latency: one call at batch 1, or a many-call sample's calls at the batch of
     highest throughput up to that many (module docstring)."""
+    if bench.pipeline:
+        p = pipeline_run(bench, chip, precision, workloads, 1)
+        return Checked(row, chip.name, 1, row.value, p.latency_s, p.bottleneck, precision)
     if bench.calls_p90 == 1:
         p = predict(workloads(bench.network, 1, "fused"), chip, precision)
         return Checked(row, chip.name, 1, row.value, p.latency_s, p.bottleneck, precision)

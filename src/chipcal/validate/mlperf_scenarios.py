@@ -17,6 +17,7 @@ batches it picks among (validate.mlperf_benchmarks): pure choices over those pre
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from chipcal.model.estimate.prediction import Prediction, predict
 
@@ -24,10 +25,44 @@ Workloads = Callable[[str, int, str], object]      # (network, batch, partition)
 Option = tuple[int, float, float]                  # (batch, latency_s, throughput per s)
 
 
-def fitting(bench, chip, precision: str, workloads: Workloads) -> list[Prediction]:
+@dataclass(frozen=True)
+class PipelineRun:
+    """A batch of pipeline samples (validate.mlperf_benchmarks.Stage): its stages' calls one after
+    another. It answers what the scenarios read of a Prediction: the time, the bottleneck of the
+    stage that takes longest, average power (energy over time), and whether every stage fits."""
+
+    batch: int
+    latency_s: float
+    bottleneck: str
+    avg_power_w: float
+    fits_in_memory: bool
+
+    @property
+    def throughput_per_s(self) -> float:
+        return self.batch / self.latency_s
+
+
+def pipeline_run(bench, chip, precision: str, workloads: Workloads, batch: int) -> PipelineRun:
+    """`batch` samples of a pipeline benchmark: each stage's calls at its own batch (Stage.runs),
+    at its precision (Stage.precision_on)."""
+    parts = []
+    for stage in bench.pipeline:
+        calls, size = stage.runs(batch)
+        parts.append((calls, predict(workloads(stage.network, size, "fused"), chip, stage.precision_on(chip, precision))))
+    latency_s = sum(calls * p.latency_s for calls, p in parts)
+    longest = max(parts, key=lambda part: part[0] * part[1].latency_s)[1]
+    return PipelineRun(batch, latency_s, longest.bottleneck,
+                       sum(calls * p.latency_s * p.avg_power_w for calls, p in parts) / latency_s,
+                       all(p.fits_in_memory for _, p in parts))
+
+
+def fitting(bench, chip, precision: str, workloads: Workloads) -> list[Prediction | PipelineRun]:
     """The predictions at the benchmark's batches whose peak memory fits the device."""
-    predictions = (predict(workloads(bench.network, b, "fused"), chip, precision) for b in bench.batches)
-    return [p for p in predictions if p.fits_in_memory]
+    if bench.pipeline:
+        runs = (pipeline_run(bench, chip, precision, workloads, b) for b in bench.batches)
+    else:
+        runs = (predict(workloads(bench.network, b, "fused"), chip, precision) for b in bench.batches)
+    return [p for p in runs if p.fits_in_memory]
 
 
 def saturation(fits: Sequence[Prediction], most: int | None = None) -> Prediction | None:

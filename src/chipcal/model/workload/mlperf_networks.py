@@ -44,6 +44,9 @@ benchmark defines them, to be counted (weights=None, meta tensors).
   `closed/NVIDIA/code/dlrm-v2/tensorrt/builder.py` L65-74, L450-499 and `criteo.py` L36-38.
   Counted: 16.03 M MAC per pair; 204.2 M embedding rows (26.1 GB at int8). How many pairs one
   LoadGen sample is belongs to the benchmark (validate.mlperf_benchmarks).
+- "sdxl_unet", "sdxl_vae_decoder", "sdxl_text_encoders": Stable Diffusion XL's three networks
+  (model.workload.sdxl), one call per latent, image or prompt; a sample runs all three
+  (validate.mlperf_benchmarks.Stage).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from chipcal.model.workload import sdxl
 from chipcal.model.workload.characterization import characterize
 from chipcal.model.workload.fusion import partition_options
 from chipcal.model.workload.tensors import dtype_name
@@ -62,6 +66,7 @@ UNET3D = "unet3d_kits19"
 BERT = "bert_large_squad"
 BERT_TOKENS = 177
 DLRM = "dlrm_v2"
+SDXL_UNET, SDXL_VAE, SDXL_TEXT = "sdxl_unet", "sdxl_vae_decoder", "sdxl_text_encoders"
 DLRM_ROWS = (40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209, 11938,
              155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36)
 DLRM_HOTS = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1)
@@ -192,7 +197,13 @@ class Network:
 NETWORKS = {RETINANET: Network(_RetinaNetForward, (((3, 800, 800), torch.float32),)),
             UNET3D: Network(_UNet3D, (((1, 128, 128, 128), torch.float32),)),
             BERT: Network(_BertQA, (((BERT_TOKENS,), torch.long),)),
-            DLRM: Network(_DlrmV2, (((13,), torch.float32), ((sum(DLRM_HOTS),), torch.long)))}
+            DLRM: Network(_DlrmV2, (((13,), torch.float32), ((sum(DLRM_HOTS),), torch.long))),
+            # one call per latent (a sample runs two: classifier-free guidance), per image, per prompt
+            SDXL_UNET: Network(sdxl.SdxlUNet, ((sdxl.LATENT, torch.float32), ((1,), torch.float32),
+                                               ((sdxl.TOKENS, sdxl.CONTEXT), torch.float32), ((1280,), torch.float32),
+                                               ((6,), torch.float32))),
+            SDXL_VAE: Network(sdxl.SdxlVaeDecoder, ((sdxl.LATENT, torch.float32),)),
+            SDXL_TEXT: Network(sdxl.SdxlTextEncoders, (((sdxl.TOKENS,), torch.long),))}
 
 
 def characterize_network(name: str, batch: int = 1, partition: str = "fused") -> Workload:
