@@ -162,10 +162,11 @@ def test_kits19_windows_follow_the_preprocessing_rules():
 
 
 def test_a_pipeline_sample_runs_each_stage_at_its_own_batch(monkeypatch):
-    """SDXL's 32 samples (NVIDIA's Offline batch on Hopper): the text encoders once on 64 prompts,
-    the UNet 20 times on 64 latents, the VAE 4 times on 8 images (at most 8 a call). With a stand-in
-    prediction of 1 ms per item and 100 W, 200 W and 300 W per stage: 64 + 20 x 64 + 4 x 8 = 1,376
-    ms for 32 samples; power is energy over time; a chip without fp16 runs the half stages in bf16."""
+    """SDXL's 32 samples (NVIDIA's Offline batch on Hopper): the text encoders 32 times on 2
+    prompts, the UNet 20 times on 64 latents, the VAE 4 times on 8 images (at most 8 a call). With a
+    stand-in prediction of 1 ms per item and 100 W, 200 W and 300 W per stage: 32 x 2 + 20 x 64 +
+    4 x 8 = 1,376 ms for 32 samples; power is energy over time; a chip without fp16 runs the half
+    stages in bf16."""
     from types import SimpleNamespace
 
     from chipcal.validate import mlperf_scenarios
@@ -173,7 +174,7 @@ def test_a_pipeline_sample_runs_each_stage_at_its_own_batch(monkeypatch):
 
     bench = benchmarks()["stable-diffusion-xl"]
     assert bench.pipeline == SDXL_PIPELINE
-    assert [stage.runs(32) for stage in SDXL_PIPELINE] == [(1, 64), (20, 64), (4, 8)]
+    assert [stage.runs(32) for stage in SDXL_PIPELINE] == [(32, 2), (20, 64), (4, 8)]
     watts = {"sdxl_text_encoders": 100.0, "sdxl_unet": 200.0, "sdxl_vae_decoder": 300.0}
     seen = []
 
@@ -187,6 +188,7 @@ def test_a_pipeline_sample_runs_each_stage_at_its_own_batch(monkeypatch):
     tpu = SimpleNamespace(supports=lambda p: p in ("bf16", "int8"))
     run = mlperf_scenarios.pipeline_run(bench, tpu, "int8", lambda net, size, part: (net, size), 32)
     assert run.latency_s == pytest.approx(1.376) and run.throughput_per_s == pytest.approx(32 / 1.376)
-    energy = 0.064 * 100 + 20 * 0.064 * 200 + 4 * 0.008 * 300
+    energy = 32 * 0.002 * 100 + 20 * 0.064 * 200 + 4 * 0.008 * 300
     assert run.avg_power_w == pytest.approx(energy / 1.376) and run.bottleneck == "sdxl_unet"
     assert seen == [("sdxl_text_encoders", "bf16"), ("sdxl_unet", "int8"), ("sdxl_vae_decoder", "bf16")]
+    assert [stage.runs(1) for stage in SDXL_PIPELINE] == [(1, 2), (20, 2), (1, 1)]     # SingleStream
