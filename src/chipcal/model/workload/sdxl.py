@@ -147,8 +147,8 @@ class SdxlUNet(nn.Module):
         self.conv_in = nn.Conv2d(4, c[0], 3, padding=1)
         self.down = nn.ModuleList(_Level([c[max(i - 1, 0)], c[i]], c[i], UNET_DEPTH[i]) for i in range(3))
         self.downsamplers = nn.ModuleList(nn.Conv2d(c[i], c[i], 3, stride=2, padding=1) for i in range(2))
-        self.mid = _Level([c[2], c[2]], c[2], UNET_DEPTH[2])
-        self.mid.attentions = nn.ModuleList([_Transformer2D(c[2], UNET_DEPTH[2])])
+        self.mid_resnets = nn.ModuleList(_ResnetBlock(c[2], c[2]) for _ in range(2))
+        self.mid_attention = _Transformer2D(c[2], UNET_DEPTH[2])
         skips = [c[0]] * 4 + [c[1]] * 3 + [c[2]] * 2
         self.up, self.upsamplers = nn.ModuleList(), nn.ModuleList()
         previous = c[2]
@@ -173,7 +173,7 @@ class SdxlUNet(nn.Module):
                 skips.append(x := level.step(j, x, temb, context))
             if i < 2:
                 skips.append(x := self.downsamplers[i](x))
-        x = self.mid.resnets[1](self.mid.attentions[0](self.mid.resnets[0](x, temb), context), temb)
+        x = self.mid_resnets[1](self.mid_attention(self.mid_resnets[0](x, temb), context), temb)
         for i, level in enumerate(self.up):
             for j in range(3):
                 x = level.step(j, torch.cat([x, skips.pop()], dim=1), temb, context)
