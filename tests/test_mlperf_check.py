@@ -19,6 +19,10 @@ from chipcal.validate.mlperf_stack import Observed, factor, family_of, held_out_
 ITEM_3 = ("resnet50", "retinanet", "bert", "3d-unet", "stable-diffusion-xl", "dlrm-v2")   # issue 52's benchmarks
 
 
+# the two tests of every v4.1 row share one worker, so that the fixture runs once (about 9 CPU-s)
+V41_ROWS = pytest.mark.xdist_group("mlperf-v41-rows")
+
+
 @pytest.fixture(scope="module")
 def checked_v41():
     from chipcal.measure.workloads import WorkloadSource
@@ -30,6 +34,7 @@ def checked_v41():
 
 
 @pytest.mark.slow
+@V41_ROWS
 def test_v41_rows_against_mlperf(checked_v41):
     """Issue 52's targets on MLPerf v4.1's closed division, per accelerator:
     - at least 80 % of the single-node Offline rows of its benchmarks predicted, each other row
@@ -68,6 +73,7 @@ def test_v41_rows_against_mlperf(checked_v41):
 
 
 @pytest.mark.slow
+@V41_ROWS
 def test_v41_server_and_maxq_predictions_follow_the_measurements(checked_v41):
     """Server rows (the load at the latency limit) within median 20 % held out; a MaxQ run at its
     power limit is predicted slower than the same system without one, as measured (H200 MaxQ
