@@ -31,8 +31,8 @@ guidance 8: mlcommons/inference v4.1 `text_to_image/backend_pytorch.py` L18-19),
 decoder on one (model.workload.sdxl). NVIDIA batches each network apart (`closed/NVIDIA/configs/
 stable-diffusion-xl/Offline/__init__.py` and `Server/__init__.py`: the UNet at 32 or 8 samples
 on Hopper, 1 on the L40S; the VAE at most 8 images; the UNet at the benchmark's precision, fp8 or
-int8, the rest fp16 (`stable-diffusion-xl/__init__.py` L26; bf16 on a chip without fp16)). A batch of samples therefore costs
-each stage's calls at its own batch, added up.
+int8, the rest fp16, `stable-diffusion-xl/__init__.py` L26; bf16 on a chip without fp16). A batch
+of samples therefore costs each stage's calls at its own batch, added up.
 """
 
 from __future__ import annotations
