@@ -48,7 +48,8 @@ def pipeline_run(bench, chip, precision: str, workloads: Workloads, batch: int) 
     parts = []
     for stage in bench.pipeline:
         calls, size = stage.runs(batch)
-        parts.append((calls, predict(workloads(stage.network, size, "fused"), chip, stage.precision_on(chip, precision))))
+        workload = workloads(stage.network, size, "fused")
+        parts.append((calls, predict(workload, chip, stage.precision_on(chip, precision))))
     latency_s = sum(calls * p.latency_s for calls, p in parts)
     longest = max(parts, key=lambda part: part[0] * part[1].latency_s)[1]
     return PipelineRun(batch, latency_s, longest.bottleneck,
