@@ -66,7 +66,7 @@ def test_v41_rows_against_mlperf(checked_v41):
     sdxl = [c.held_out_error for c in offline if c.row.benchmark == "stable-diffusion-xl"]
     assert len(sdxl) >= 25 and abs_quantile(sdxl, 50) <= 0.15
     maxq = [c for c in offline if c.power_error is not None]
-    assert len(maxq) == 8 and max(abs(c.power_error) for c in maxq) <= 0.15
+    assert len(maxq) == 9 and max(abs(c.power_error) for c in maxq) <= 0.15      # SDXL's at 450 W since 11-30
     assert abs_quantile([c.held_out_error for c in maxq], 50) <= 0.15
     resnet = [c.error for c in offline if c.row.benchmark == "resnet50"]
     assert abs_quantile(resnet, 50) <= 0.15 and abs_quantile(resnet, 90) <= 0.35
