@@ -232,7 +232,7 @@ def predict(workload, chip: Chip, precision: str, params: FamilyParams | None = 
             return p
         scale = p.peak_flop_per_s / spec_peak
         return replace(p, peak_flop_per_s=spec_peak, compute_efficiency=p.compute_efficiency * scale,
-                       subgraphs=tuple(replace(e, compute_efficiency=e.compute_efficiency * scale)
+                       subgraphs=tuple(moved(e, compute_efficiency=e.compute_efficiency * scale)
                                        for e in p.subgraphs))
 
     listed = at(running)
