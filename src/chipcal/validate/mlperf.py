@@ -62,14 +62,15 @@ from chipcal.validate.mlperf_devices import chip_named
 SUMMARY = "mlperf_log_summary.txt"
 PACKAGED = Path(str(resources.files("chipcal.validate") / "data" / "mlperf_inference.csv"))   # v4.1 (docs/validation-corpus.md)
 # LoadGen's summary line of each scenario's metric: (label, unit, scale to SI)
+SERVER_LINES = (("Completed tokens per second", "tokens_per_s", 1.0),
+                ("Completed tokens per second (inferred)", "tokens_per_s", 1.0),
+                ("Completed samples per second", "samples_per_s", 1.0),
+                ("Scheduled samples per second", "samples_per_s", 1.0))
 METRIC_LINES = {
     "Offline": (("Tokens per second", "tokens_per_s", 1.0), ("Tokens per second (inferred)", "tokens_per_s", 1.0),
                 ("Samples per second", "samples_per_s", 1.0)),
-    "Server": (("Completed tokens per second", "tokens_per_s", 1.0),
-               ("Completed tokens per second (inferred)", "tokens_per_s", 1.0),
-               ("Completed samples per second", "samples_per_s", 1.0),
-               ("Scheduled samples per second", "samples_per_s", 1.0)),
-    "Interactive": (("Completed tokens per second", "tokens_per_s", 1.0),),
+    "Server": SERVER_LINES,
+    "Interactive": SERVER_LINES,
     "SingleStream": (("Early stopping 90th percentile estimate", "latency_s", 1e-9),
                      ("90th percentile latency (ns)", "latency_s", 1e-9)),
     "MultiStream": (("Early stopping 99th percentile estimate", "latency_s", 1e-9),
