@@ -32,6 +32,31 @@ def test_the_kv_cache_bounds_the_running_batch_by_hand():
     assert kv_batch_limit(_first(80e9, 75e9, 1e9, 2 * 80 * 8 * 128), 256, 294) == 0
 
 
+def test_beams_share_the_prompt_s_kv_cache_by_hand():
+    """GPT-J-6B in fp8 on 80 GB: 2 x 28 layers x 4,096 x 1 byte = 229,376 bytes a token; 72 GB less
+    6.05 GB of weights and 1 GB of activations leave 64.95 GB. Greedy, a request of 890 + 69 holds
+    924.5 tokens: 212,058,112 bytes, 306 requests. Four beams share the prompt and each keep their
+    own 34.5 tokens: 890 + 138 = 1,028 tokens, 235,798,528 bytes, 275 requests of 4 beams."""
+    first = _first(80e9, 6.05e9, 1e9, 2 * 28 * 4096)
+    assert kv_batch_limit(first, 890, 69) == 306
+    assert kv_batch_limit(first, 890, 69, beams=4) == 275
+
+
+def test_a_beam_search_iteration_is_every_beam_s_step_and_one_prefill_a_request(source):
+    """4 requests of 2 beams, 16 + 8 tokens: the decode step runs 8 sequences, each reading its
+    request's 16-token prompt once between 2 beams (8 a beam); one prompt is prefilled every other
+    iteration. tok/s = 4 / (step + prefill / 2); energy per output token = 2 beams' step energy
+    + half a prefill over the 4 requests."""
+    h100, config = load_registry().get("h100-sxm5"), parse_config(TINY, "tiny", "tests/tiny_llm.py")
+    s = offline(config, h100, "bf16", "compiled", 16, 8, source.llm_step, layout=Layout(), max_batch=4, beams=2)
+    assert (s.batch, s.beams, s.prefill_group) == (4, 2, 1)
+    step = predict_on_layout(config, h100, "bf16", "compiled", "decode", 8, 8, 8, source.llm_step, 1, Layout())
+    one = predict_on_layout(config, h100, "bf16", "compiled", "decode", 1, 16, 8, source.llm_step, 1, Layout())
+    assert s.decode_step_s == step.time_per_output_token_s
+    assert s.tokens_per_s == pytest.approx(4 / (step.time_per_output_token_s + one.time_to_first_token_s / 2))
+    assert s.energy_per_token_j == pytest.approx(2 * step.energy_per_token_j + one.prefill.energy_j / 2 / 4)
+
+
 def test_an_iteration_is_a_decode_step_and_its_share_of_prefill(source):
     """4 running sequences of 8 output tokens: one finishes every other iteration, so a prefill of
     one prompt runs every other iteration. tok/s = dp x 4 / (decode step at 4 + prefill at 1 / 2);

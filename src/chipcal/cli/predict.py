@@ -258,7 +258,7 @@ def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSo
     with _counted_steps(source) as llm_step:
         request = (args.runtime or LLM_RUNTIME, args.context or DEFAULT_CONTEXT,
                    args.new_tokens or DEFAULT_NEW_TOKENS, llm_step)
-        runs = [server.server(load_llm_config(name), chip, precision, *request, *limits, devices, layout,
+        runs = [server.server(load_llm_config(name), chip, precision, *request, server.Limits(*limits), devices, layout,
                               args.max_batch, **launch) if args.scenario == "server" else
                 serving.offline(load_llm_config(name), chip, precision, *request, devices, layout, args.max_batch,
                                 **launch)

@@ -106,13 +106,19 @@ def _layout(run) -> str:
     return Layout(run.tp, run.dp, run.pp, run.ep).label
 
 
+def _limits_ms(run) -> str:
+    """A server run's limits as TTFT/TPOT in ms, "-" for none, and a query's latency after a space."""
+    ttft_tpot = "/".join("-" if v is None else f"{v * 1e3:g}" for v in (run.ttft_limit_s, run.tpot_limit_s))
+    return ttft_tpot if run.latency_limit_s is None else f"{ttft_tpot} {run.latency_limit_s * 1e3:g}"
+
+
 def server_rows(runs: Sequence) -> list[dict]:
     """One row per latency-limited prediction (estimate/server.ServerLoad)."""
     return [{"model": r.model, "chip": r.chip, "prec": r.precision, "in+out": f"{r.input_tokens}+{r.output_tokens}",
              "layout": _layout(r), "slots": r.slots, "occ": f"{r.occupancy:.0%}",
              "q/s": f"{r.queries_per_s:.4g}", "tok/s": _rate(r.tokens_per_s),
              "TTFT_p99_ms": f"{r.ttft_p99_s * 1e3:.4g}", "TPOT_ms": f"{r.tpot_s * 1e3:.4g}",
-             "limits_ms": f"{r.ttft_limit_s * 1e3:g}/{r.tpot_limit_s * 1e3:g}", "bound": r.bottleneck,
+             "limits_ms": _limits_ms(r), "bound": r.bottleneck,
              "J/token": f"{r.energy_per_token_j:.3g}"}
             for r in runs]
 

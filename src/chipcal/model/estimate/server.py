@@ -20,6 +20,12 @@ device replica is a queue of `slots` servers, each busy for one request's genera
                      grows with lambda), where TPOT <= tpot_s and the fixed part fits ttft_s
     tokens_per_s   = dp x lambda(c) x output_tokens
 
+A benchmark may instead limit a query's whole latency (gptj: mlperf.conf v4.1 L58
+`gptj.Server.target_latency = 20000`, ms, at LoadGen's default 99th percentile). Its p99 request
+is taken as one that waited W99 and generates the longest output (gptj: max_new_tokens 128), so
+the TTFT budget is that latency less (longest - 1) iterations (Limits.first_token_budget_s). Both
+tails at once err on the long side.
+
 The slots c: the engine is predicted with 1 slot and with all it can hold (the KV cache's bound,
 at most `max_batch`). The iteration is taken as affine in c between the two (a decode step reads
 the weights once, and each sequence's KV cache and activations) to find the c of most tokens/s
@@ -52,6 +58,35 @@ class LimitsUnmet(ChipcalError, ValueError):
 
 
 @dataclass(frozen=True)
+class Limits:
+    """The p99 limits of a latency-bound run (module docstring): time to first token and per
+    output token, and/or a whole query's latency for requests of at most `longest_tokens`
+    generated tokens. None: no such limit."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    latency_s: float | None = None
+    longest_tokens: int = 1
+
+    def first_token_budget_s(self, iteration_s: float) -> float:
+        """What the p99 TTFT may take with an engine iteration of `iteration_s`."""
+        budget = math.inf if self.ttft_s is None else self.ttft_s
+        if self.latency_s is not None:
+            budget = min(budget, self.latency_s - (self.longest_tokens - 1) * iteration_s)
+        return budget
+
+    def tpot_met(self, iteration_s: float) -> bool:
+        return self.tpot_s is None or iteration_s <= self.tpot_s
+
+    def __str__(self) -> str:
+        parts = [f"{name} {value:g} s" for name, value in (("TPOT", self.tpot_s), ("TTFT", self.ttft_s))
+                 if value is not None]
+        if self.latency_s is not None:
+            parts.append(f"latency {self.latency_s:g} s ({self.longest_tokens} tokens generated)")
+        return " and ".join(parts)
+
+
+@dataclass(frozen=True)
 class ServerLoad:
     """The highest load that meets the limits (module docstring), SI units."""
 
@@ -61,14 +96,16 @@ class ServerLoad:
     runtime: str
     input_tokens: int
     output_tokens: int
-    ttft_limit_s: float
-    tpot_limit_s: float
+    ttft_limit_s: float | None
+    tpot_limit_s: float | None
+    latency_limit_s: float | None    # a whole query's (Limits)
     tp: int
     pp: int                          # pipeline stages per replica
     ep: int                          # devices a stage's experts are spread over, whole
     dp: int
     devices: int
-    slots: int                       # the engine's cap on running sequences per replica
+    slots: int                       # the engine's cap on running requests per replica
+    beams: int                       # sequences per request (beam search)
     queries_per_s: float             # all replicas
     tokens_per_s: float              # output tokens, all replicas
     occupancy: float                 # mean running sequences / slots
@@ -114,7 +151,7 @@ def highest_rate(servers: int, service_s: float, budget_s: float, steps: int = 6
     return low
 
 
-def guessed_slots(first: Serving, full: Serving, ttft_s: float, tpot_s: float) -> int | None:
+def guessed_slots(first: Serving, full: Serving, limits: Limits) -> int | None:
     """The slot count of most tokens/s within the limits, with the iteration and a group's prefill
     affine in c between the engine's predictions at 1 slot (`first`) and at its fullest (`full`);
     None where no count meets them."""
@@ -127,9 +164,10 @@ def guessed_slots(first: Serving, full: Serving, ttft_s: float, tpot_s: float) -
     for c in sorted({max(1, round(top ** (i / GUESS_POINTS))) for i in range(GUESS_POINTS + 1)}):
         iteration = affine(c, first.iteration_s, full.iteration_s)
         fixed = iteration + affine(c, _group_prefill_s(first), _group_prefill_s(full))
-        if iteration > tpot_s or fixed > ttft_s:
+        budget = limits.first_token_budget_s(iteration)
+        if not limits.tpot_met(iteration) or fixed > budget:
             continue
-        rate = highest_rate(c, first.output_tokens * iteration, ttft_s - fixed)
+        rate = highest_rate(c, first.output_tokens * iteration, budget - fixed)
         if rate > best_rate:
             best, best_rate = c, rate
     return best
@@ -141,55 +179,55 @@ def _group_prefill_s(s: Serving) -> float:
 
 
 def server(config: LlmConfig, chip: Chip, precision: str, runtime: str, input_tokens: int, output_tokens: int,
-           llm_step: Callable[[StepKey], LlmStep], ttft_s: float, tpot_s: float, devices: int = 1,
-           layout: Layout | None = None, max_batch: int | None = None, **launch) -> ServerLoad:
-    """The highest load meeting both limits (module docstring) in `layout`, or in the layout of
+           llm_step: Callable[[StepKey], LlmStep], limits: Limits, devices: int = 1,
+           layout: Layout | None = None, max_batch: int | None = None, beams: int = 1, **launch) -> ServerLoad:
+    """The highest load meeting the limits (module docstring) in `layout`, or in the layout of
     most tokens/s among those a serving engine tries (serving.best_layout); LimitsUnmet where none
-    meets them."""
+    meets them. `beams`: sequences per request (serving.py)."""
     def attempt(candidate: Layout) -> ServerLoad:
-        return _best_slots(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, ttft_s, tpot_s,
-                           candidate, max_batch, launch)
+        engine = Engine(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, candidate, launch,
+                        beams)
+        return _best_slots(engine, limits, max_batch)
 
     if layout is not None:
         return attempt(layout)
     return best_layout(config, chip, devices, attempt, (NoRoomForKvCache, LayoutError, LlmConfigError, LimitsUnmet),
                        LimitsUnmet)
 
-def _best_slots(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, ttft_s, tpot_s,
-                layout: Layout, max_batch, launch) -> ServerLoad:
-    """The slot count of most tokens/s that meets the limits in `layout` (module docstring)."""
-    saturated = Engine(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, layout,
-                       launch).saturated
+def _best_slots(engine: Engine, limits: Limits, max_batch: int | None) -> ServerLoad:
+    """The slot count of most tokens/s that meets the limits on `engine`'s layout (module docstring)."""
+    saturated = engine.saturated
     first, full = saturated(1), saturated(max_batch)
-    loads = [_load(first, ttft_s, tpot_s), _load(full, ttft_s, tpot_s)]
-    guess = guessed_slots(first, full, ttft_s, tpot_s)
+    loads = [_load(first, limits), _load(full, limits)]
+    guess = guessed_slots(first, full, limits)
     while guess is not None and guess not in (1, full.batch):
-        loads.append(_load(saturated(guess), ttft_s, tpot_s))
+        loads.append(_load(saturated(guess), limits))
         if loads[-1] is not None:
             break
         guess = max(1, int(guess * 0.9))
     met = [s for s in loads if s is not None]
     if not met:
-        raise LimitsUnmet(f"{config.name} on {chip.name} ({layout.label}): no slot count meets TPOT "
-                          f"{tpot_s:g} s and TTFT {ttft_s:g} s at the 99th percentile")
+        raise LimitsUnmet(f"{engine.config.name} on {engine.chip.name} ({engine.layout.label}): no slot count "
+                          f"meets {limits} at the 99th percentile")
     return max(met, key=lambda s: s.tokens_per_s)
 
 
-def _load(s: Serving, ttft_s: float, tpot_s: float) -> ServerLoad | None:
+def _load(s: Serving, limits: Limits) -> ServerLoad | None:
     """The highest load of one saturated engine `s` within the limits; None where TPOT, or the
     TTFT of an arrival that finds a free slot, already misses."""
     iteration = s.iteration_s
-    fixed = iteration + _group_prefill_s(s)
-    if iteration > tpot_s or fixed > ttft_s:
+    fixed, budget = iteration + _group_prefill_s(s), limits.first_token_budget_s(iteration)
+    if not limits.tpot_met(iteration) or fixed > budget:
         return None
     service = s.output_tokens * iteration
-    rate = highest_rate(s.batch, service, ttft_s - fixed)
+    rate = highest_rate(s.batch, service, budget - fixed)
     if rate <= 0:
         return None
     wait = wait_p99_s(s.batch, service, rate)
     return ServerLoad(
         model=s.model, chip=s.chip, precision=s.precision, runtime=s.runtime, input_tokens=s.input_tokens,
-        output_tokens=s.output_tokens, ttft_limit_s=ttft_s, tpot_limit_s=tpot_s, tp=s.tp, pp=s.pp, ep=s.ep, dp=s.dp,
-        devices=s.devices, slots=s.batch, queries_per_s=s.dp * rate, tokens_per_s=s.dp * rate * s.output_tokens,
+        output_tokens=s.output_tokens, ttft_limit_s=limits.ttft_s, tpot_limit_s=limits.tpot_s,
+        latency_limit_s=limits.latency_s, tp=s.tp, pp=s.pp, ep=s.ep, dp=s.dp,
+        devices=s.devices, slots=s.batch, beams=s.beams, queries_per_s=s.dp * rate, tokens_per_s=s.dp * rate * s.output_tokens,
         occupancy=rate * service / s.batch, ttft_p99_s=wait + fixed, tpot_s=iteration, wait_p99_s=wait,
         energy_per_token_j=s.energy_per_token_j, bottleneck=s.bottleneck)

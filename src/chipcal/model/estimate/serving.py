@@ -22,6 +22,31 @@ group / (batch / output_tokens) iterations:
 A small group matters where a prefill of few prompts is inefficient (a CPU: measured against the
 loop of measure/batching.py); on a GPU a prompt of hundreds of tokens keeps it busy at any group.
 
+Beam search (`beams` W > 1: MLPerf's gptj runs 4) keeps W sequences per request. The engine
+prefills a prompt once and shares its KV-cache blocks among the beams; each beam's generated
+tokens get blocks of their own (TensorRT-LLM, cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp:
+BlockManager::addSequence allocates the context blocks with shareAmongBeams, allocateBlock the
+generation blocks per beam where the beam width is above 1). So, with `batch` counting requests
+(as TensorRT-LLM's max_batch_size does, beside max_beam_width):
+
+    batch          = KV memory / (KV bytes per token x (input + W x output / 2))
+    iteration_s    = decode step of W x batch sequences at a prompt of input / W each
+                     + the prefill share as above
+    tokens_per_s   = dp x batch / iteration_s          (a request's output: its best beam)
+    energy per output token = W x the decode step's per sequence + the prefill's share
+
+The prompt's KV blocks are read from memory once a request, not once a beam: the attention
+kernel's grid is (heads, batch x beams) with the heads varying fastest (TensorRT-LLM,
+cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/decoderMaskedMultiheadAttentionLaunch.h,
+mmha_launch_kernel_ex), so a request's W beams run together and read the same shared blocks, the
+later ones from L2. A decode step at input / W prompt tokens a beam reads those bytes; its
+attention FLOPs over the prompt are then W-fold low (at GPT-J's 890-token prompts, 3 % of the
+step's FLOPs). MLPerf v4.1's gptj rows bear it out: 8 x H200 served 2,510 tokens/s a GPU, 8 x
+H100 2,470, where reading the prompt once a beam would make the step bound by memory bandwidth
+and the H200 (1.4 x the H100's) 27 % faster. Not modelled for beams: the top-k over W x
+vocabulary logits and the beams' reordering each step; early stopping (a request runs its best
+beam's `output_tokens` iterations).
+
 A sequence holds input + output / 2 tokens of KV cache on average over its life (vLLM's paged
 cache allocates blocks as tokens arrive). MEMORY_UTILIZATION is vLLM's default
 (`gpu_memory_utilization` 0.9: docs.vllm.ai, "Engine Arguments"); an engine's own cap on running
@@ -69,7 +94,8 @@ class Serving:
     ep: int                         # devices a stage's experts are spread over, whole (1: split by channel)
     dp: int
     devices: int
-    batch: int                      # running sequences per replica
+    batch: int                      # running requests per replica (each `beams` sequences)
+    beams: int                      # sequences per request (beam search); 1: greedy or sampling
     kv_batch_limit: int             # what the KV-cache memory alone allows
     max_batch: int | None
     tokens_per_s: float             # output tokens, all replicas
@@ -87,12 +113,12 @@ class Serving:
         return asdict(self)
 
 
-def kv_batch_limit(first: LlmPrediction, input_tokens: int, output_tokens: int) -> int:
-    """Sequences the KV-cache memory of one device holds (module docstring), from a batch-1
-    prediction of the same shard."""
+def kv_batch_limit(first: LlmPrediction, input_tokens: int, output_tokens: int, beams: int = 1) -> int:
+    """Requests of `beams` sequences the KV-cache memory of one device holds (module docstring),
+    from a batch-1 prediction of the same shard."""
     room = MEMORY_UTILIZATION * first.memory_capacity_bytes - first.weight_bytes - first.activation_peak_bytes
-    per_sequence = first.kv_bytes_per_token * (input_tokens + output_tokens / 2)
-    return max(0, math.floor(room / per_sequence))
+    per_request = first.kv_bytes_per_token * (input_tokens + beams * output_tokens / 2)
+    return max(0, math.floor(room / per_request))
 
 
 def prefill_group(batch: int, output_tokens: int) -> int:
@@ -102,17 +128,18 @@ def prefill_group(batch: int, output_tokens: int) -> int:
 
 def offline(config: LlmConfig, chip: Chip, precision: str, runtime: str, input_tokens: int, output_tokens: int,
             llm_step: Callable[[StepKey], LlmStep], devices: int = 1, layout: Layout | None = None,
-            max_batch: int | None = None, **launch) -> Serving:
+            max_batch: int | None = None, beams: int = 1, **launch) -> Serving:
     """Output tokens/s at saturation (module docstring) in `layout`, or without one in the
     layout of most tokens/s among those parallel.layouts allows (more shards leave more KV-cache
     room per replica, fewer replicas), or where none holds a sequence among parallel.pipelines;
-    NoRoomForKvCache where no layout fits one sequence."""
+    NoRoomForKvCache where no layout fits one request."""
+    def engine(candidate: Layout) -> Engine:
+        return Engine(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, candidate, launch, beams)
+
     if layout is not None:
-        return Engine(config, chip, precision, runtime, input_tokens, output_tokens, llm_step, layout, launch
-                      ).saturated(max_batch)
-    return best_layout(config, chip, devices, lambda candidate: Engine(
-        config, chip, precision, runtime, input_tokens, output_tokens, llm_step, candidate, launch).saturated(max_batch),
-        (NoRoomForKvCache, LayoutError, LlmConfigError), NoRoomForKvCache)
+        return engine(layout).saturated(max_batch)
+    return best_layout(config, chip, devices, lambda candidate: engine(candidate).saturated(max_batch),
+                       (NoRoomForKvCache, LayoutError, LlmConfigError), NoRoomForKvCache)
 
 
 def best_layout(config: LlmConfig, chip: Chip, devices: int, attempt: Callable[[Layout], R],
@@ -134,35 +161,46 @@ def best_layout(config: LlmConfig, chip: Chip, devices: int, attempt: Callable[[
     raise why or nothing(f"{config.name} on {chip.name}: no layout of {devices} devices")
 
 class Engine:
-    """One layout's serving engine for requests of `input_tokens` + `output_tokens`: its
-    predictions by running batch, each made once (a server search asks for the same batches
-    again), and the engine saturated at a cap on its running sequences."""
+    """One layout's serving engine for requests of `input_tokens` + `output_tokens` in `beams`
+    sequences each: its predictions by running batch, each made once (a server search asks for
+    the same batches again), and the engine saturated at a cap on its running requests."""
 
     def __init__(self, config: LlmConfig, chip: Chip, precision: str, runtime: str, input_tokens: int,
-                 output_tokens: int, llm_step: Callable[[StepKey], LlmStep], layout: Layout, launch: dict):
+                 output_tokens: int, llm_step: Callable[[StepKey], LlmStep], layout: Layout, launch: dict,
+                 beams: int = 1):
         self.config, self.chip, self.precision, self.runtime = config, chip, precision, runtime
         self.input_tokens, self.output_tokens, self.llm_step = input_tokens, output_tokens, llm_step
-        self.layout, self.launch = layout, launch
-        self._predictions: dict[int, LlmPrediction] = {}
+        self.layout, self.launch, self.beams = layout, launch, beams
+        self._predictions: dict[tuple[int, int], LlmPrediction] = {}
 
-    def predicted(self, batch: int) -> LlmPrediction:
-        """The decode request at `batch` on the layout (prefill and decode step), once per batch."""
-        if batch not in self._predictions:
-            self._predictions[batch] = predict_on_layout(
-                self.config, self.chip, self.precision, self.runtime, "decode", batch, self.input_tokens,
+    def predicted(self, batch: int, input_tokens: int | None = None) -> LlmPrediction:
+        """The decode request at `batch` on the layout (prefill and decode step) of `input_tokens`
+        prompts (None: the engine's), once per batch and prompt."""
+        key = (batch, self.input_tokens if input_tokens is None else input_tokens)
+        if key not in self._predictions:
+            self._predictions[key] = predict_on_layout(
+                self.config, self.chip, self.precision, self.runtime, "decode", batch, key[1],
                 self.output_tokens, self.llm_step, self.layout.devices, self.layout, **self.launch)
-        return self._predictions[batch]
+        return self._predictions[key]
+
+    def decode_step(self, batch: int) -> LlmPrediction:
+        """The decode step of `batch` requests' beams: W x batch sequences at the prompt each
+        beam reads from memory, input / W (module docstring)."""
+        if self.beams == 1:
+            return self.predicted(batch)
+        return self.predicted(batch * self.beams, -(-self.input_tokens // self.beams))
 
     def saturated(self, max_batch: int | None) -> Serving:
-        """The engine at saturation with at most `max_batch` running (None: the KV cache's bound)."""
-        first, layout, output_tokens = self.predicted(1), self.layout, self.output_tokens
-        limit = kv_batch_limit(first, self.input_tokens, output_tokens) if first.supported else 0
+        """The engine at saturation with at most `max_batch` requests running (None: the KV cache's
+        bound)."""
+        first, layout, output_tokens, beams = self.predicted(1), self.layout, self.output_tokens, self.beams
+        limit = kv_batch_limit(first, self.input_tokens, output_tokens, beams) if first.supported else 0
         if limit < 1:
             raise NoRoomForKvCache(f"{self.config.name} on {first.chip} ({layout.label}): weights and activations "
-                                   f"leave no KV-cache room for one sequence of {self.input_tokens}+{output_tokens} "
-                                   "tokens")
+                                   f"leave no KV-cache room for one request of {self.input_tokens}+{output_tokens} "
+                                   f"tokens{f' in {beams} beams' if beams > 1 else ''}")
         batch = limit if max_batch is None else min(limit, max_batch)
-        p = self.predicted(batch)
+        p = self.decode_step(batch)
         group = prefill_group(batch, output_tokens)
         g = self.predicted(group)
         forwards = batch / (output_tokens * group)          # prefill forwards per iteration
@@ -174,9 +212,9 @@ class Engine:
         return Serving(
             model=self.config.name, chip=p.chip, precision=self.precision, runtime=self.runtime,
             input_tokens=self.input_tokens, output_tokens=output_tokens, tp=layout.tp, pp=layout.pp, ep=layout.ep, dp=layout.dp,
-            devices=layout.devices, batch=batch, kv_batch_limit=limit, max_batch=max_batch,
+            devices=layout.devices, batch=batch, beams=beams, kv_batch_limit=limit, max_batch=max_batch,
             tokens_per_s=layout.dp * batch / iteration, iteration_s=iteration, decode_step_s=p.time_per_output_token_s,
             prefill_share_s=prefill_share, prefill_group=group,
-            energy_per_token_j=p.energy_per_token_j + prefill_energy / batch, bottleneck=p.bottleneck,
+            energy_per_token_j=p.energy_per_token_j * beams + prefill_energy / batch, bottleneck=p.bottleneck,
             weight_bytes=p.weight_bytes, kv_bytes_per_token=p.kv_bytes_per_token,
             memory_capacity_bytes=p.memory_capacity_bytes)
