@@ -62,8 +62,14 @@ def llama_params(vocab, hidden, inter, layers, heads, kv_heads, experts=0):
     return 2 * vocab * hidden + layers * per_layer + hidden             # embeddings, lm_head, final norm
 
 
+def gptj_params(vocab, hidden, inner, layers):
+    per_layer = 4 * hidden * hidden + 2 * hidden * inner + inner + hidden + 2 * hidden   # q k v out; fc_in, fc_out; ln_1
+    return vocab * hidden + layers * per_layer + 2 * hidden + vocab * hidden + vocab      # wte; ln_f; lm_head + bias
+
+
 @pytest.mark.parametrize("name, by_hand", [
     ("gpt2", gpt2_params()),
+    ("gpt-j-6b", gptj_params(50400, 4096, 16384, 28)),
     ("llama-3-8b", llama_params(128256, 4096, 14336, 32, 32, 8)),
     ("mixtral-8x7b", llama_params(32000, 4096, 14336, 32, 32, 8, experts=8)),
     ("llama-3.1-405b", llama_params(128256, 16384, 53248, 126, 128, 8)),
@@ -87,6 +93,7 @@ def test_kv_bytes_per_token_is_2_layers_kv_heads_head_dim_bytes():
     assert load_llm_config("llama-3-8b").kv_bytes_per_token(2) == 2 * 32 * 8 * 128 * 2 == 131072
     assert load_llm_config("llama-3-70b").kv_bytes_per_token(2) == 2 * 80 * 8 * 128 * 2
     assert load_llm_config("gpt2").kv_bytes_per_token(4) == 2 * 12 * 12 * 64 * 4         # no GQA: kv = heads
+    assert load_llm_config("gpt-j-6b").kv_bytes_per_token(1) == 2 * 28 * 16 * 256 == 229_376
     assert load_llm_config("llama-3.2-1b").kv_bytes_per_token(2) == 2 * 16 * 8 * 64 * 2   # head_dim given
     mistral = load_llm_config("mistral-7b")
     assert mistral.sliding_window == 4096 and mistral.cached_tokens(10_000) == 4096

@@ -61,6 +61,11 @@ PRESETS: dict[str, Preset] = {
                              "(MLPerf Inference's llama3.1-405b benchmark, from v5.0, runs it); 405B (model card), "
                              "405,853,388,800 derived from the shapes: 126 x 3,187,703,808 per layer + 2 x 128,256 "
                              "x 16,384 (embedding, LM head) + 16,384"),
+    "gpt-j-6b": Preset("gpt-j-6b.json", 6_050_882_784,
+                       "https://huggingface.co/EleutherAI/gpt-j-6b/blob/main/config.json (MLPerf Inference's gptj "
+                       "benchmark runs it, fine-tuned on CNN-DailyMail: the same shapes); 6B (model card), "
+                       "6,050,882,784 derived from the shapes: 28 x 201,355,264 per layer + 50,400 x 4,096 "
+                       "(embedding) + 50,400 x 4,097 (LM head with its bias) + 8,192 (final norm)"),
     "mistral-7b": Preset("mistral-7b.json", 7_241_732_096,
                          "https://huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json; 7.24B "
                          "parameters (safetensors total 7,241,732,096)"),
