@@ -331,10 +331,15 @@ def per_accelerator(row: MlperfRow) -> float:
     """The row's throughput per accelerator (per socket for a CPU-only system); a latency as is."""
     if row.unit == "latency_s":
         return row.value
+    return row.value / devices_of(row)
+
+
+def devices_of(row: MlperfRow) -> int:
+    """What the row's work is spread over: its accelerators, or for a CPU-only system its sockets."""
     share = row.accelerators or row.host_processors
     if share < 1:
         raise MlperfError(f"{row.path}: no accelerator or processor count to normalize by")
-    return row.value / share
+    return share
 
 
 def device_name(row: MlperfRow) -> str:

@@ -45,7 +45,7 @@ from chipcal.model.registry import Registry
 from chipcal.model.workload.llm_config import StepKey
 from chipcal.model.workload.types import LlmStep
 from chipcal.validate import mlperf_llm
-from chipcal.validate.mlperf import MlperfRow, chip_of, device_name, per_accelerator
+from chipcal.validate.mlperf import MlperfRow, chip_of, device_name, devices_of, per_accelerator
 from chipcal.validate.mlperf_benchmarks import Benchmark, benchmarks
 from chipcal.validate.mlperf_devices import NOT_IN_REGISTRY
 from chipcal.validate.mlperf_links import UnreadLink, link_label, with_system_link
@@ -62,12 +62,6 @@ from chipcal.validate.mlperf_stack import Observed, family_of, held_out_factor, 
 
 # why the other benchmarks, v4.1's and later rounds', are not predicted yet
 NOT_CHARACTERIZED = {
-    **dict.fromkeys(("gptj-99", "gptj-99.9"),
-                    "LLM serving: mlperf.conf gives the mean "
-                    "output (token_latency_scaling_factor = 69 tokens), but the mean prompt length of "
-                    "CNN-DailyMail under GPT-J's tokenizer is not at hand, and it decodes 4 beams a sample "
-                    "(runtime_beam_width 4, closed/NVIDIA/code/gptj/tensorrt/generation_config.json), "
-                    "which the serving model does not"),
     # later rounds' LLM benchmarks that mlperf_llm.LLM_BENCHMARKS does not map (mlcommons/inference v5.1 tag)
     **dict.fromkeys(("llama3.1-8b", "llama3.1-8b-edge"),
                     "LLM serving: Llama-3.1-8B on CNN-DailyMail; the reference README states the generated "
@@ -77,6 +71,7 @@ NOT_CHARACTERIZED = {
                    "the decoders chipcal traces (Llama, Mistral, Mixtral, Qwen2, GPT-2)",
 }
 PREDICTED_SCENARIOS = ("Offline", "Server", "Interactive", "SingleStream", "MultiStream")
+LLM_SCENARIOS = ("Offline", "Server", "Interactive")     # validate.mlperf_llm serves these
 MULTISTREAM_SAMPLES = 8         # samples per MultiStream query (MLPerf Inference rules, "Scenarios")
 
 
@@ -247,11 +242,14 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads, options, serv
             return Excluded(row, "a power submission (MaxQ) whose power limit its submitter's configs do not give")
         chip = with_power_limit(chip, cap)
     if llm is not None:
+        if row.scenario not in LLM_SCENARIOS:
+            return Excluded(row, f"an LLM's {row.scenario} row: its percentile latency needs the spread of the "
+                                 "dataset's lengths, and only their means are at hand")
         try:
             chip = with_system_link(row, chip)
         except UnreadLink as exc:
             return Excluded(row, str(exc))
-        return _served(row, chip, serve(llm, chip, row.accelerators, row.scenario, stack_of(row)), cap)
+        return _served(row, chip, serve(llm, chip, devices_of(row), row.scenario, stack_of(row)), cap)
     precision = bench.precision_on(chip, stack_of(row))
     if precision is None:
         return Excluded(row, f"{chip.name} has no {' or '.join(bench.precisions)} engine")
@@ -276,7 +274,7 @@ def _served(row: MlperfRow, chip, outcome: Served | NotServed, cap: float | None
     if isinstance(outcome, NotServed):
         return Excluded(row, str(outcome))
     powered = row.avg_power_w is not None and row.scenario == "Offline"
-    return Checked(row, chip.name, outcome.batch, per_accelerator(row), outcome.tokens_per_s / row.accelerators,
+    return Checked(row, chip.name, outcome.batch, per_accelerator(row), outcome.tokens_per_s / devices_of(row),
                    outcome.bottleneck, outcome.precision, power_limit_w=cap if powered else None,
                    device_power_w=outcome.device_power_w if powered else None, layout=outcome.layout,
                    link=link_label(chip))

@@ -9,7 +9,8 @@ model/workload/llm_config.py cite their config.json):
 - mixtral-8x7b: Mixtral-8x7B-Instruct-v0.1 on 5,000 each of OpenOrca, GSM8K and MBXP;
 - from v5.0, llama2-70b-interactive: llama2-70b's model and data under tighter limits;
 - from v5.0, llama3.1-405b (results spell it so, mlperf.conf llama3_1-405b): Llama-3.1-405B-Instruct
-  on 8,313 long-context samples.
+  on 8,313 long-context samples;
+- gptj (-99, -99.9): GPT-J-6B on CNN-DailyMail's 13,368 validation articles, 4 beams a sample (below).
 The lengths are the dataset's means, rounded to a token:
 - prompt tokens from a published per-sample summary of the MLCommons pickles
   (openshift-psap/performance-dashboard at 71007029, `mlperf-data/summaries/`: llama2-70b 222.33,
@@ -33,8 +34,28 @@ GPU has it (`closed/NVIDIA/documentation/calibration.md`, "LLM Quantization", v4
 FP4 for selected linear and MLP layers and the KV cache on accelerators that support it; chipcal
 runs every matrix product at fp4 there, attention's included). The engine's running batch is what
 its KV cache holds (no submitter's batch setting is read: one parameter per system would be one per
-row). gptj is not predicted: CNN-DailyMail's prompt lengths under GPT-J's tokenizer are not at
-hand, and its beam search (4 beams) is not modelled.
+row).
+
+gptj. Beam search of 4 beams (NVIDIA's v4.1 `closed/NVIDIA/code/gptj/tensorrt/generation_config.json`:
+runtime_beam_width 4, min 30 and max 128 output tokens; the reference's `backend_PyTorch.py`
+num_beams 4: "only beam_size 4 is allowed for official submission"), served as
+model.estimate.serving serves beams. Its fp8 covers the linear layers, attention's Q and K and the
+KV cache (`closed/NVIDIA/documentation/calibration.md`, "When quantizing GPTJ").
+- Output: 69 tokens, mlperf.conf's `gptj.*.token_latency_scaling_factor` (v4.1 tag, L65), by which
+  LoadGen infers the tokens/s the rows publish from samples/s. The reference's generated text agrees:
+  4,016,878 characters over 13,368 samples (submission_checker.py's gen_len) is 300.5 a sample,
+  4.4 a token.
+- Prompt: GPTJ_PROMPT_TOKENS = 890, derived. The per-sample prompt lengths published are the
+  v5.1 llama3.1-8b benchmark's, the same 13,368 articles under Llama 3's tokenizer and a template
+  of about 32 tokens (GPT-2's count and a BOS; performance-dashboard `llama3-1-8b-datacenter.csv`: mean 870.7). Scaled by r, each
+  is r (L - 32) + 52 under GPT-J's (its template is 52 tokens under GPT-2's BPE) and truncated at
+  1,919 (the reference's dataset.py). MLCommons counted 399 prompts over 1,919 tokens under GPT-J's
+  tokenizer (mlcommons/inference issue #1384). Matching that count gives r = 1.002 and a mean of
+  890.7 tokens; r 0.98 or 1.03 would put 334 or 478 prompts over, so the count pins the mean within
+  a few tokens.
+- Server: a query's p99 latency within 20 s (mlperf.conf v4.1 L58, target_latency 20000 ms), its
+  longest output 128 tokens (server.Limits). SingleStream rows are not predicted: their p90
+  latency needs the lengths' spread, and only the means are at hand.
 """
 
 from __future__ import annotations
@@ -46,9 +67,13 @@ from chipcal.model.chip import Chip
 from chipcal.model.errors import ChipcalError
 from chipcal.model.estimate import server, serving
 from chipcal.model.estimate.parallel import Layout, LayoutError
+from chipcal.model.estimate.server import Limits
 from chipcal.model.workload.llm_config import LlmConfigError, StepKey, load_llm_config
 from chipcal.model.workload.types import LlmStep
 
+# gptj's mean prompt under GPT-J's tokenizer (GPT-2's BPE), derived: no per-sample count under it is
+# published (module docstring, "gptj")
+GPTJ_PROMPT_TOKENS = 890
 RUNTIME = "compiled"
 PRECISIONS = ("fp8", "fp16")
 FP4_STACKS = frozenset({"tensorrt"})     # stacks that run fp4 where the chip has it (module docstring)
@@ -56,19 +81,20 @@ FP4_STACKS = frozenset({"tensorrt"})     # stacks that run fp4 where the chip ha
 
 @dataclass(frozen=True)
 class LlmBenchmark:
-    """One MLPerf LLM benchmark: its model's config, the dataset's mean lengths, the Server limits."""
+    """One MLPerf LLM benchmark: its model's config, the dataset's mean lengths, the Server limits,
+    and the beams a sample decodes (beam search)."""
 
     model: str              # a preset of model/workload/llm_config.py
     input_tokens: int
     output_tokens: int
-    ttft_s: float           # Server: p99 time to first token
-    tpot_s: float           # Server: p99 time per output token
-    interactive: tuple[float, float] | None = None    # the Interactive scenario's (TTFT, TPOT); None: none
+    server: Limits          # p99 limits of the Server scenario
+    interactive: Limits | None = None    # the Interactive scenario's; None: none
+    beams: int = 1
 
-    def limits(self, scenario: str) -> tuple[float, float]:
-        """(TTFT, TPOT) of a latency-bound scenario; NotServed where the benchmark has none."""
+    def limits(self, scenario: str) -> Limits:
+        """The limits of a latency-bound scenario; NotServed where the benchmark has none."""
         if scenario == "Server":
-            return self.ttft_s, self.tpot_s
+            return self.server
         if scenario == "Interactive" and self.interactive is not None:
             return self.interactive
         raise NotServed(f"{self.model}: no {scenario} latency limits in MLPerf's definition")
@@ -79,10 +105,11 @@ class NotServed(ChipcalError, ValueError):
 
 
 LLM_BENCHMARKS = {
-    "llama2-70b": LlmBenchmark("llama-2-70b", 222, 294, 2.0, 0.2, interactive=(0.45, 0.04)),
-    "mixtral-8x7b": LlmBenchmark("mixtral-8x7b", 427, 146, 2.0, 0.2),
-    "llama2-70b-interactive": LlmBenchmark("llama-2-70b", 222, 294, 0.45, 0.04),
-    "llama3.1-405b": LlmBenchmark("llama-3.1-405b", 9429, 685, 6.0, 0.175, interactive=(4.5, 0.08)),
+    "llama2-70b": LlmBenchmark("llama-2-70b", 222, 294, Limits(2.0, 0.2), interactive=Limits(0.45, 0.04)),
+    "mixtral-8x7b": LlmBenchmark("mixtral-8x7b", 427, 146, Limits(2.0, 0.2)),
+    "llama2-70b-interactive": LlmBenchmark("llama-2-70b", 222, 294, Limits(0.45, 0.04)),
+    "llama3.1-405b": LlmBenchmark("llama-3.1-405b", 9429, 685, Limits(6.0, 0.175), interactive=Limits(4.5, 0.08)),
+    "gptj": LlmBenchmark("gpt-j-6b", GPTJ_PROMPT_TOKENS, 69, Limits(latency_s=20.0, longest_tokens=128), beams=4),
 }
 LLM_BENCHMARKS["llama3_1-405b"] = LLM_BENCHMARKS["llama3.1-405b"]      # mlperf.conf's spelling
 
@@ -124,10 +151,10 @@ def served(bench: LlmBenchmark, chip: Chip, devices: int, scenario: str, stack: 
     request = (config, chip, precision, RUNTIME, bench.input_tokens, bench.output_tokens, llm_step)
     try:
         if limits is not None:
-            load = server.server(*request, *limits, devices)
+            load = server.server(*request, limits, devices, beams=bench.beams)
             batch = load.slots
         else:
-            load = serving.offline(*request, devices)
+            load = serving.offline(*request, devices, beams=bench.beams)
             batch = load.batch
     except (serving.NoRoomForKvCache, server.LimitsUnmet, LayoutError, LlmConfigError) as exc:
         raise NotServed(str(exc)) from None

@@ -7,7 +7,8 @@ in the results; POWER_LIMITS_W holds those of v4.1's closed MaxQ systems chipcal
 `H200_SXM_141GBx8_MaxQ` and `..._HighAccuracy_MaxQ`, `power_limit` (resnet50 L113, retinanet L97,
 bert L247 and L267, 3d-unet L111 and L117, dlrm-v2 L140 and L152, llama2-70b Offline L202 and
 Server L211, mixtral-8x7b Offline L103 and Server L94, stable-diffusion-xl Offline L109 and
-Server L105 (a class registered as MaxQ at L102); the HighAccuracy classes inherit them;
+Server L105 (a class registered as MaxQ at L102), gptj Offline L162 and Server L79; the
+HighAccuracy classes inherit them;
 mlcommons/inference_results_v4.1 at 198fc467).
 
 The throughput is predicted at that limit (model.estimate.throttle.with_power_limit: the clock
@@ -31,7 +32,8 @@ POWER_LIMITS_W = {(_H200_MAXQ, "resnet50"): 350.0, (_H200_MAXQ, "retinanet"): 35
                   (_H200_MAXQ, "3d-unet-99"): 350.0, (_H200_MAXQ, "3d-unet-99.9"): 350.0,
                   (_H200_MAXQ, "dlrm-v2-99"): 500.0, (_H200_MAXQ, "dlrm-v2-99.9"): 500.0,
                   (_H200_MAXQ, "llama2-70b-99"): 500.0, (_H200_MAXQ, "llama2-70b-99.9"): 500.0,
-                  (_H200_MAXQ, "mixtral-8x7b"): 500.0, (_H200_MAXQ, "stable-diffusion-xl"): 450.0}
+                  (_H200_MAXQ, "mixtral-8x7b"): 500.0, (_H200_MAXQ, "stable-diffusion-xl"): 450.0,
+                  (_H200_MAXQ, "gptj-99"): 350.0, (_H200_MAXQ, "gptj-99.9"): 350.0}
 
 
 def power_limit_w(row: MlperfRow) -> float | None:
