@@ -16,10 +16,10 @@ from chipcal.validate.plot import log_log, reference_lines
 
 
 def offline_figure(checked: Sequence[Checked], registry: Registry):
-    """Predicted vs measured samples/s per accelerator of the Offline rows, coloured by the chip's
-    vendor (from `registry`), one marker per benchmark; ±20 % and ±50 % bands. Two panels: the
-    physics alone, and with each row's stack efficiency fitted on the other accelerators
-    (validate.mlperf_stack). MlperfError when no Offline row was predicted."""
+    """Predicted vs measured samples/s (an LLM's tokens/s) per accelerator of the Offline rows,
+    coloured by the chip's vendor (from `registry`), one marker per benchmark; ±20 % and ±50 %
+    bands. Two panels: the physics alone, and with each row's stack efficiency fitted on the
+    other accelerators (validate.mlperf_stack). MlperfError when no Offline row was predicted."""
     from matplotlib.figure import Figure
 
     shown = [c for c in checked if c.row.scenario == "Offline"]
@@ -42,6 +42,6 @@ def offline_figure(checked: Sequence[Checked], registry: Registry):
                 if pts:
                     ax.scatter(*zip(*pts, strict=True), s=26, alpha=0.8, color=colours[v], marker=marker,
                                label=f"{v}, {family}")
-        log_log(fig, ax, lo, hi, "measured samples/s per accelerator (MLPerf Offline)",
-                "predicted samples/s per accelerator", f"chipcal vs MLPerf Inference, Offline: {title}")
+        log_log(fig, ax, lo, hi, "measured samples/s (LLMs: tokens/s) per accelerator (MLPerf Offline)",
+                "predicted samples/s (LLMs: tokens/s) per accelerator", f"chipcal vs MLPerf Inference, Offline: {title}")
     return fig
