@@ -64,9 +64,20 @@ def test_no_trace_is_said_and_not_charged(monkeypatch):
     assert found.weight_bytes_per_s is None and found.pointwise_weight_bytes_per_s is None
 
 
-def _subgraph(op_class: str, input_bytes: float, output_bytes: float) -> SimpleNamespace:
+def _subgraph(op_class: str, input_bytes: float, output_bytes: float, reread: float = 0.0) -> SimpleNamespace:
     return SimpleNamespace(op_class=op_class, input_bytes=input_bytes, weight_bytes=1e5, output_bytes=output_bytes,
-                           depends_on=(0,), gemm=None, macs=0)
+                           depends_on=(0,), gemm=None, macs=0, onchip_reread_bytes=reread)
+
+
+def test_rereads_pass_the_on_chip_level_and_not_dram():
+    """An attention kernel reading 40 MB of KV cache from DRAM and 120 MB more again from the L2
+    (three more beams of one prompt): 40.1 MB of DRAM (with 0.1 MB of weights, 1 MB out), 161.1 MB
+    on chip; in fp8 from a bf16 trace, every byte halves."""
+    attention = _subgraph("attention", 40e6, 1e6, reread=120e6)
+    moved = traffic(attention, 1.0, 6e6, 6e6, "bf16", False)
+    assert (moved.dram_bytes, moved.onchip_bytes) == (pytest.approx(41.1e6), pytest.approx(161.1e6))
+    half = traffic(attention, 0.5, 6e6, 6e6, "fp8", False)
+    assert (half.dram_bytes, half.onchip_bytes) == (pytest.approx(20.55e6), pytest.approx(80.55e6))
 
 
 def test_layout_bytes_by_hand():

@@ -42,15 +42,35 @@ def test_beams_share_the_prompt_s_kv_cache_by_hand():
     assert kv_batch_limit(first, 890, 69, beams=4) == 275
 
 
+def test_a_beam_re_reads_the_rest_of_its_prompt_on_chip(source):
+    """A decode step of 8 beams traced at 8 of a 16-token prompt: each attention kernel re-reads the
+    other 8 tokens of every beam, 8 x 8 x (2 x 2 KV heads x 16 dims x 2 bytes, bf16) = 8,192 bytes;
+    nothing else changes, and a prefill is left as traced."""
+    from chipcal.model.estimate.serving import with_prompt_rereads
+    from chipcal.model.workload.llm_config import step_key
+
+    config = parse_config(TINY, "tiny", "tests/tiny_llm.py")
+    decode = step_key(config, "compiled", "decode", 8, 8, 8, "bf16")
+    plain, reread = source.llm_step(decode), with_prompt_rereads(source.llm_step, 8)(decode)
+    pairs = list(zip(plain.workload.subgraphs, reread.workload.subgraphs, strict=True))
+    assert [b.onchip_reread_bytes for a, b in pairs if a.op_class == "attention"] == [8192, 8192]
+    assert all(b == a for a, b in pairs if a.op_class != "attention")
+    prefill = step_key(config, "compiled", "prefill", 8, 8, 8, "bf16")
+    assert with_prompt_rereads(source.llm_step, 8)(prefill) == source.llm_step(prefill)
+
+
 def test_a_beam_search_iteration_is_every_beam_s_step_and_one_prefill_a_request(source):
     """4 requests of 2 beams, 16 + 8 tokens: the decode step runs 8 sequences, each reading its
-    request's 16-token prompt once between 2 beams (8 a beam); one prompt is prefilled every other
-    iteration. tok/s = 4 / (step + prefill / 2); energy per output token = 2 beams' step energy
-    + half a prefill over the 4 requests."""
+    request's 16-token prompt from DRAM once between 2 beams (8 a beam) and the rest on chip; one
+    prompt is prefilled every other iteration. tok/s = 4 / (step + prefill / 2); energy per output
+    token = 2 beams' step energy + half a prefill over the 4 requests."""
+    from chipcal.model.estimate.serving import with_prompt_rereads
+
     h100, config = load_registry().get("h100-sxm5"), parse_config(TINY, "tiny", "tests/tiny_llm.py")
     s = offline(config, h100, "bf16", "compiled", 16, 8, source.llm_step, layout=Layout(), max_batch=4, beams=2)
     assert (s.batch, s.beams, s.prefill_group) == (4, 2, 1)
-    step = predict_on_layout(config, h100, "bf16", "compiled", "decode", 8, 8, 8, source.llm_step, 1, Layout())
+    step = predict_on_layout(config, h100, "bf16", "compiled", "decode", 8, 8, 8,
+                             with_prompt_rereads(source.llm_step, 8), 1, Layout())
     one = predict_on_layout(config, h100, "bf16", "compiled", "decode", 1, 16, 8, source.llm_step, 1, Layout())
     assert s.decode_step_s == step.time_per_output_token_s
     assert s.tokens_per_s == pytest.approx(4 / (step.time_per_output_token_s + one.time_to_first_token_s / 2))

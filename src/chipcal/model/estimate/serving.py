@@ -35,17 +35,19 @@ generation blocks per beam where the beam width is above 1). So, with `batch` co
     tokens_per_s   = dp x batch / iteration_s          (a request's output: its best beam)
     energy per output token = W x the decode step's per sequence + the prefill's share
 
-The prompt's KV blocks are read from memory once a request, not once a beam: the attention
+The prompt's KV blocks are read from DRAM once a request, not once a beam: the attention
 kernel's grid is (heads, batch x beams) with the heads varying fastest (TensorRT-LLM,
 cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/decoderMaskedMultiheadAttentionLaunch.h,
 mmha_launch_kernel_ex), so a request's W beams run together and read the same shared blocks, the
-later ones from L2. A decode step at input / W prompt tokens a beam reads those bytes; its
-attention FLOPs over the prompt are then W-fold low (at GPT-J's 890-token prompts, 3 % of the
-step's FLOPs). MLPerf v4.1's gptj rows bear it out: 8 x H200 served 2,510 tokens/s a GPU, 8 x
-H100 2,470, where reading the prompt once a beam would make the step bound by memory bandwidth
-and the H200 (1.4 x the H100's) 27 % faster. Not modelled for beams: the top-k over W x
-vocabulary logits and the beams' reordering each step; early stopping (a request runs its best
-beam's `output_tokens` iterations).
+later ones from L2. So the step is traced at input / W prompt tokens a beam (the DRAM bytes), and
+each attention kernel re-reads the rest, W x batch x (input - input / W) tokens' KV, through the
+on-chip level: on-chip time and energy, as every byte a kernel touches passes that level
+(Subgraph.onchip_reread_bytes, mapping.base.traffic). Its attention FLOPs over the prompt stay
+W-fold low (at GPT-J's 890-token prompts, 3 % of the step's FLOPs). MLPerf v4.1's gptj rows bear
+the DRAM reading out: 8 x H200 served 2,510 tokens/s a GPU, 8 x H100 2,470, where reading the
+prompt from DRAM once a beam would make the step bound by DRAM bandwidth and the H200 (1.4 x the
+H100's) 27 % faster. Not modelled for beams: the top-k over W x vocabulary logits and the beams'
+reordering each step; early stopping (a request runs its best beam's `output_tokens` iterations).
 
 A sequence holds input + output / 2 tokens of KV cache on average over its life (vLLM's paged
 cache allocates blocks as tokens arrive). MEMORY_UTILIZATION is vLLM's default
@@ -63,11 +65,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TypeVar
 
+from chipcal.model import memo
 from chipcal.model.chip import Chip
 from chipcal.model.errors import ChipcalError
 from chipcal.model.estimate.llm import LlmPrediction
 from chipcal.model.estimate.llm_parallel import predict_on_layout
 from chipcal.model.estimate.parallel import Layout, LayoutError, layouts, pipelines
+from chipcal.model.estimate.placement import TRACE_DTYPE_BYTES
 from chipcal.model.workload.llm_config import LlmConfig, LlmConfigError, StepKey
 from chipcal.model.workload.types import LlmStep
 
@@ -173,22 +177,26 @@ class Engine:
         self.layout, self.launch, self.beams = layout, launch, beams
         self._predictions: dict[tuple[int, int], LlmPrediction] = {}
 
-    def predicted(self, batch: int, input_tokens: int | None = None) -> LlmPrediction:
-        """The decode request at `batch` on the layout (prefill and decode step) of `input_tokens`
-        prompts (None: the engine's), once per batch and prompt."""
-        key = (batch, self.input_tokens if input_tokens is None else input_tokens)
-        if key not in self._predictions:
-            self._predictions[key] = predict_on_layout(
-                self.config, self.chip, self.precision, self.runtime, "decode", batch, key[1],
-                self.output_tokens, self.llm_step, self.layout.devices, self.layout, **self.launch)
-        return self._predictions[key]
+    def predicted(self, batch: int) -> LlmPrediction:
+        """The decode request at `batch` on the layout (prefill and decode step), once per batch."""
+        return self._on_layout(batch, self.input_tokens, self.llm_step)
 
     def decode_step(self, batch: int) -> LlmPrediction:
-        """The decode step of `batch` requests' beams: W x batch sequences at the prompt each
-        beam reads from memory, input / W (module docstring)."""
+        """The decode step of `batch` requests' beams: W x batch sequences at the prompt each beam
+        reads from DRAM, input / W, re-reading the rest on chip (module docstring)."""
         if self.beams == 1:
             return self.predicted(batch)
-        return self.predicted(batch * self.beams, -(-self.input_tokens // self.beams))
+        own = -(-self.input_tokens // self.beams)
+        return self._on_layout(batch * self.beams, own, with_prompt_rereads(self.llm_step, self.input_tokens - own))
+
+    def _on_layout(self, batch: int, input_tokens: int, llm_step: Callable[[StepKey], LlmStep]) -> LlmPrediction:
+        key = (batch, input_tokens)
+        if key not in self._predictions:
+            self._predictions[key] = predict_on_layout(
+                self.config, self.chip, self.precision, self.runtime, "decode", batch, input_tokens,
+                self.output_tokens, llm_step, self.layout.devices, self.layout, **self.launch)
+        return self._predictions[key]
+
 
     def saturated(self, max_batch: int | None) -> Serving:
         """The engine at saturation with at most `max_batch` requests running (None: the KV cache's
@@ -218,3 +226,19 @@ class Engine:
             energy_per_token_j=p.energy_per_token_j * beams + prefill_energy / batch, bottleneck=p.bottleneck,
             weight_bytes=p.weight_bytes, kv_bytes_per_token=p.kv_bytes_per_token,
             memory_capacity_bytes=p.memory_capacity_bytes)
+
+
+def with_prompt_rereads(llm_step: Callable[[StepKey], LlmStep], tokens: int) -> Callable[[StepKey], LlmStep]:
+    """`llm_step` whose decode steps' attention kernels each re-read, through the on-chip level,
+    `tokens` more of every sequence's KV cache (a beam's share of its request's prompt that the
+    step's own trace leaves out: module docstring), in the step's traced dtype."""
+    def step(key: StepKey) -> LlmStep:
+        traced = llm_step(key)
+        if key.phase != "decode":
+            return traced
+        per_layer = key.config.kv_bytes_per_token(TRACE_DTYPE_BYTES[key.dtype]) / key.config.layers
+        reread = round(key.batch * tokens * per_layer)
+        subgraphs = tuple(memo.moved(s, onchip_reread_bytes=reread) if s.op_class == "attention" else s
+                          for s in traced.workload.subgraphs)
+        return memo.moved(traced, workload=memo.moved(traced.workload, subgraphs=subgraphs))
+    return step

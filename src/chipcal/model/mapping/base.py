@@ -193,7 +193,8 @@ def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_cap
     operands: blocked-GEMM traffic ≥ 2·M·N·K·count·b / sqrt(capacity / b) (Hong & Kung 1981's
     I/O lower bound for matrix multiply, b = bytes per element); the excess over the compulsory
     bytes goes to DRAM unless the activations are on chip. Every byte also passes the on-chip level
-    once (on-chip bytes).
+    once (on-chip bytes), and the subgraph's `onchip_reread_bytes` pass it again (no DRAM: a
+    beam's reads of the prompt its request's other beams read from DRAM, estimate/serving.py).
 
     `layout_passes` (FamilyParams; PyTorch eager on a CPU: oneDNN's reorders) adds, for a
     convolution, 2 × passes × (input + output) bytes: each pass reads one layout and writes the
@@ -222,9 +223,10 @@ def traffic(subgraph, bytes_scale: float, resident_capacity: float, blocking_cap
         b = bytes_per_element(precision)
         bound = 2.0 * g.m * g.n * g.k * g.count * b / math.sqrt(blocking_capacity / b)
         extra = max(0.0, bound - compulsory)
+    onchip = compulsory + layout + extra + subgraph.onchip_reread_bytes * s_in
     if resident:
-        return Traffic(dram, compulsory + layout + extra, True)
-    return Traffic(dram + extra, compulsory + layout + extra, False)
+        return Traffic(dram, onchip, True)
+    return Traffic(dram + extra, onchip, False)
 
 
 def best(candidates: list[Allocation]) -> Allocation:

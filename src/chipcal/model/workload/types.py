@@ -142,6 +142,8 @@ class Subgraph:
     threads: int                 # thread-level parallelism of its dominant op (Op.threads)
     subnormal_ops: float = 0.0   # its ops' element-operations on subnormal fp32 operands
     subnormal_split: tuple[float, ...] = ()   # the same by matrix, where known
+    onchip_reread_bytes: int = 0  # bytes it reads again through the on-chip level after a first read counted
+                                  # in input_bytes: a beam's share of its request's prompt (estimate/serving.py)
 
     @property
     def bytes_read(self) -> int:
