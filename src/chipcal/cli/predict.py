@@ -234,7 +234,7 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
         print_json(records)
         return 0
     print_table(llm_predictions.llm_rows(preds))
-    print(llm_predictions.LLM_LEGEND)
+    print_wrapped(llm_predictions.LLM_LEGEND)
     for line in llm_predictions.llm_notes(preds):
         print(line)
     _print_cost(records, "tokens_per_s", "usd_per_million_tokens", "$/M tokens")
@@ -273,7 +273,7 @@ def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSo
         return 0
     limited = args.scenario == "server"
     print_table((llm_predictions.server_rows if limited else llm_predictions.serving_rows)(runs))
-    print(llm_predictions.SERVER_LEGEND if limited else llm_predictions.SERVING_LEGEND)
+    print_wrapped(llm_predictions.SERVER_LEGEND if limited else llm_predictions.SERVING_LEGEND)
     _print_cost(records, "tokens_per_s", "usd_per_million_tokens", "$/M tokens")
     return 0
 
