@@ -138,7 +138,15 @@ def test_cli_serves_offline(cli, tmp_path, monkeypatch, source):
         rc, _, err = cli(main, [*argv, *extra])
         assert rc == 2 and says in err
     rc, _, err = cli(main, ["--model", "llama-3-8b", "--max-batch", "4"])
-    assert rc == 2 and "--max-batch, --ttft-s and --tpot-s are for --scenario offline or server" in err
+    assert rc == 2 and "--max-batch, --beams, --ttft-s and --tpot-s are for --scenario offline or server" in err
+    # beam search: the library's own serving of the same requests, 2 beams a request
+    rc, out, err = cli(main, [*argv, "--layout", "tp=1,dp=2", "--beams", "2", "--json"])
+    assert rc == 0, err
+    (row,) = json.loads(out)
+    config = parse_config(TINY, "tiny", "tests/tiny_llm.py")
+    same = offline(config, load_registry().get("h100-sxm5"), "bf16", "compiled", 16, 8, source.llm_step, 2,
+                   Layout(1, 2), 4, beams=2)
+    assert (row["beams"], row["batch"], row["tokens_per_s"]) == (2, 4, pytest.approx(same.tokens_per_s))
 
 
 def test_cli_serves_a_forced_pipeline_and_refuses_one_outside_serving(cli, tmp_path, monkeypatch, source):

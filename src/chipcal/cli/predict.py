@@ -160,6 +160,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="--scenario server: the p99 time-per-output-token limit (MLPerf llama2-70b: 0.2)")
     p.add_argument("--max-batch", type=at_most(positive_int, 1 << 20), metavar="B",
                    help="with --scenario: the engine's cap on running sequences (vLLM max_num_seqs); default none")
+    p.add_argument("--beams", type=at_most(positive_int, 64), metavar="W",
+                   help="with --scenario: beam search of W sequences a request, the prompt's KV cache shared "
+                        "(MLPerf gptj: 4); --max-batch and tokens/s count requests; default 1")
     p.add_argument("--layout", metavar="tp=N[,pp=P][,ep=N][,dp=M]",
                    help="LLMs: force the layout (tp shards per stage; with --scenario only: pp pipeline stages "
                         "per replica, ep=N a mixture of experts' experts kept whole over the tp devices; dp "
@@ -217,8 +220,8 @@ def run_llm(args: argparse.Namespace, chips: list[Chip], calibration: Calibratio
     if args.scenario:
         return _run_serving(args, chips, source, devices, layout, calibration=calibration, host_overhead_s=host_s,
                             host_source=host_source)
-    if args.max_batch is not None or args.ttft_s or args.tpot_s:
-        raise UsageError("--max-batch, --ttft-s and --tpot-s are for --scenario offline or server")
+    if args.max_batch is not None or args.ttft_s or args.tpot_s or args.beams:
+        raise UsageError("--max-batch, --beams, --ttft-s and --tpot-s are for --scenario offline or server")
     if layout is not None and (layout.pp > 1 or layout.ep > 1):
         raise UsageError("--layout pp= or ep=: pipelines and expert parallelism are modelled for serving, "
                          "with --scenario offline or server")
@@ -258,10 +261,11 @@ def _run_serving(args: argparse.Namespace, chips: list[Chip], source: WorkloadSo
     with _counted_steps(source) as llm_step:
         request = (args.runtime or LLM_RUNTIME, args.context or DEFAULT_CONTEXT,
                    args.new_tokens or DEFAULT_NEW_TOKENS, llm_step)
+        beams = args.beams or 1
         runs = [server.server(load_llm_config(name), chip, precision, *request, server.Limits(*limits), devices, layout,
-                              args.max_batch, **launch) if args.scenario == "server" else
+                              args.max_batch, beams, **launch) if args.scenario == "server" else
                 serving.offline(load_llm_config(name), chip, precision, *request, devices, layout, args.max_batch,
-                                **launch)
+                                beams, **launch)
                 for name in args.model for precision in args.precision or [LLM_PRECISION] for chip in chips]
     records = [r.record() for r in runs]
     _priced(records, args.usd_per_hour, "usd_per_million_tokens", TOKENS_PER_QUOTE,
@@ -343,8 +347,8 @@ def _check_model_args(args: argparse.Namespace, precisions: list[str]) -> None:
     """The LLM-only options and --autocast's precisions, for a model that is not an LLM."""
     for flag, value in (("--phase", args.phase), ("--context", args.context), ("--new-tokens", args.new_tokens),
                         ("--devices", args.devices if args.devices != 1 else None), ("--layout", args.layout),
-                        ("--scenario", args.scenario), ("--max-batch", args.max_batch), ("--ttft-s", args.ttft_s),
-                        ("--tpot-s", args.tpot_s)):
+                        ("--scenario", args.scenario), ("--max-batch", args.max_batch), ("--beams", args.beams),
+                        ("--ttft-s", args.ttft_s), ("--tpot-s", args.tpot_s)):
         if value is not None:
             raise UsageError(f"{flag} is for LLMs; {', '.join(args.model)} is not one")
     if args.autocast and any(p not in AUTOCAST_PRECISIONS for p in precisions):

@@ -89,13 +89,13 @@ def llm_notes(preds: Sequence[LlmPrediction]) -> list[str]:
 
 
 SERVING_LEGEND = ("offline: continuous batching at saturation. tok/s: output tokens per second of every replica; "
-                  "batch: running sequences per replica (kv_limit: what the KV cache holds); iteration_ms: one "
-                  "decode step of the batch plus its share of the new sequences' prefill; J/token: energy per output "
-                  "token over all devices")
+                  "batch: running requests per replica, each --beams sequences (kv_limit: what the KV cache holds); "
+                  "iteration_ms: one decode step of the batch plus its share of the new requests' prefill; J/token: "
+                  "energy per output token over all devices")
 
 
 SERVER_LEGEND = ("server: the highest Poisson load whose p99 TTFT and TPOT meet the limits. slots: the engine's "
-                 "cap on running sequences per replica (the count of most tokens/s within the limits, at most the KV cache's bound); "
+                 "cap on running requests per replica (the count of most tokens/s within the limits, at most the KV cache's bound); "
                  "occ: mean running / slots; q/s and tok/s: queries and output tokens per second of every replica; "
                  "TTFT_p99: the wait for a slot (M/M/c) + one iteration + a group's prefill; TPOT: an iteration "
                  "with the slots full; J/token: energy per output token over all devices")
