@@ -159,7 +159,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--tpot-s", type=positive_float, metavar="S",
                    help="--scenario server: the p99 time-per-output-token limit (MLPerf llama2-70b: 0.2)")
     p.add_argument("--max-batch", type=at_most(positive_int, 1 << 20), metavar="B",
-                   help="with --scenario: the engine's cap on running sequences (vLLM max_num_seqs); default none")
+                   help="with --scenario: the engine's cap on running requests (vLLM max_num_seqs, TensorRT-LLM "
+                        "max_batch_size); default none")
     p.add_argument("--beams", type=at_most(positive_int, 64), metavar="W",
                    help="with --scenario: beam search of W sequences a request, the prompt's KV cache shared "
                         "(MLPerf gptj: 4); --max-batch and tokens/s count requests; default 1")
