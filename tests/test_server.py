@@ -66,6 +66,8 @@ def test_a_query_s_latency_limit_leaves_the_first_token_what_the_longest_output_
     assert Limits(2.0, 0.2).first_token_budget_s(99.0) == 2.0
     assert gptj.tpot_met(1e9) and Limits(2.0, 0.2).tpot_met(0.2) and not Limits(2.0, 0.2).tpot_met(0.21)
     assert str(gptj) == "latency 20 s (128 tokens generated)" and str(Limits(2.0, 0.2)) == "TPOT 0.2 s and TTFT 2 s"
+    with pytest.raises(LimitsUnmet, match="needs a TTFT, TPOT or query-latency limit"):
+        Limits()
 
 
 def test_the_load_found_meets_a_query_s_latency_limit(tiny_on_h100, source):

@@ -68,6 +68,10 @@ class Limits:
     latency_s: float | None = None
     longest_tokens: int = 1
 
+    def __post_init__(self) -> None:
+        if self.ttft_s is None and self.tpot_s is None and self.latency_s is None:
+            raise LimitsUnmet("a latency-bound run needs a TTFT, TPOT or query-latency limit")
+
     def first_token_budget_s(self, iteration_s: float) -> float:
         """What the p99 TTFT may take with an engine iteration of `iteration_s`."""
         budget = math.inf if self.ttft_s is None else self.ttft_s
@@ -108,7 +112,7 @@ class ServerLoad:
     beams: int                       # sequences per request (beam search)
     queries_per_s: float             # all replicas
     tokens_per_s: float              # output tokens, all replicas
-    occupancy: float                 # mean running sequences / slots
+    occupancy: float                 # mean running requests / slots
     ttft_p99_s: float
     tpot_s: float
     wait_p99_s: float                # for a free slot
