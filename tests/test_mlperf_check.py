@@ -112,6 +112,11 @@ def test_stack_and_family_names():
     row = mlperf.read_csv(mlperf.PACKAGED)[0]
     assert stack_of(replace(row, framework="TensorRT 10.2.0, CUDA 12.4")) == "tensorrt"
     assert stack_of(replace(row, framework="PyTorch")) == "pytorch"
+    # MLCommons' reference harness calling vLLM (NeuralMagic, v4.1) is not AMD's vLLM harness
+    reference = replace(row, framework="vLLM 0.5.2", system="vLLM_8xL40S-reference-cpu-pytorch-v2.3.1-default_config")
+    assert stack_of(reference) == "reference"
+    assert stack_of(replace(reference, system="8xMI300X_2xEPYC-9374F")) == "vllm"
+    assert stack_of(replace(row, system="Preferences_H100x8", framework="TensorRT 10.2")) == "tensorrt"  # a word
     assert [family_of(b) for b in ("bert-99.9", "bert-99", "3d-unet-99.9", "dlrm-v2-99", "resnet50")] == [
         "bert", "bert", "3d-unet", "dlrm-v2", "resnet50"]
 

@@ -12,7 +12,11 @@ Each accelerator's rows are corrected by factors fitted on the other accelerator
 the error reported is a held-out one: how far a chip nobody fitted on lands. A factor per row or
 per (chip, benchmark) would fit the truth set to itself; this one cannot see the chip it
 corrects. A stack is the first word of the submission's framework ("TensorRT 10.2.0, CUDA 12.4"
--> "tensorrt").
+-> "tensorrt"), except that a system its submitter names as MLCommons' reference implementation
+is the stack "reference": the reference harness, whatever engine it calls (NeuralMagic's v4.1
+llama2-70b rows, "vLLM_8xL40S-reference-...": the reference implementation extended to send its
+queries to vLLM's API, `closed/NeuralMagic/code/llama2-70b-99/README.md`), is not the serving
+harness of another vLLM submission.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from chipcal.validate.mlperf import MlperfRow
 
 
 def stack_of(row: MlperfRow) -> str:
+    """The row's software stack (module docstring)."""
+    if "reference" in row.system.lower().replace("_", "-").split("-"):
+        return "reference"
     return (row.framework.split() or ["unknown"])[0].strip(",").lower()
 
 
