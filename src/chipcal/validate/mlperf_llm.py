@@ -145,7 +145,8 @@ def served(bench: LlmBenchmark, chip: Chip, devices: int, scenario: str, stack: 
     (validate.mlperf_stack); NotServed with the reason where no layout serves it."""
     precision = precision_on(chip, stack)
     if precision is None:
-        raise NotServed(f"{chip.name} has no {' or '.join(PRECISIONS)} engine")
+        raise NotServed(f"{chip.name} has no {' or '.join(PRECISIONS)} engine, the precisions LLM rows are served at "
+                        "(an LLM's int8 in chipcal is weight-only, not an INT8 W8A8 submission's)")
     limits = None if scenario == "Offline" else bench.limits(scenario)
     config = load_llm_config(bench.model)
     request = (config, chip, precision, RUNTIME, bench.input_tokens, bench.output_tokens, llm_step)
