@@ -18,9 +18,10 @@ the 90th percentile of calls, run at the batch of highest throughput up to that 
 A MaxQ row whose accelerators' power limit its submitter published (validate.mlperf_power) is
 predicted at that limit, with its system's average power beside it, and its energy per sample (per
 token) as power over throughput.
-The LLM benchmarks (llama2-70b, mixtral-8x7b; from v5.0 llama3.1-405b) are served as a serving
-engine serves them (validate.mlperf_llm): Offline at saturation, Server (and v5.1's Interactive)
-at the highest Poisson load within the TTFT and TPOT limits, on all of a system's accelerators in
+The LLM benchmarks (llama2-70b, mixtral-8x7b, gptj's beam search; from v5.0 llama3.1-405b) are
+served as a serving engine serves them (validate.mlperf_llm): Offline at saturation, Server (and
+v5.1's Interactive) at the highest Poisson load within the latency limits (TTFT and TPOT, or
+gptj's whole query), their SingleStream rows not at all; on all of a system's accelerators in
 the layout of most tokens/s, over the link the system's description names (validate.mlperf_links:
 PCIe where a system lacks its chip's bridges); their figure is output tokens/s per accelerator.
 
@@ -71,7 +72,6 @@ NOT_CHARACTERIZED = {
                    "the decoders chipcal traces (Llama, Mistral, Mixtral, Qwen2, GPT-2)",
 }
 PREDICTED_SCENARIOS = ("Offline", "Server", "Interactive", "SingleStream", "MultiStream")
-LLM_SCENARIOS = ("Offline", "Server", "Interactive")     # validate.mlperf_llm serves these
 MULTISTREAM_SAMPLES = 8         # samples per MultiStream query (MLPerf Inference rules, "Scenarios")
 
 
@@ -242,7 +242,7 @@ def _one(row: MlperfRow, registry: Registry, workloads: Workloads, options, serv
             return Excluded(row, "a power submission (MaxQ) whose power limit its submitter's configs do not give")
         chip = with_power_limit(chip, cap)
     if llm is not None:
-        if row.scenario not in LLM_SCENARIOS:
+        if row.scenario not in mlperf_llm.SCENARIOS:
             return Excluded(row, f"an LLM's {row.scenario} row: its percentile latency needs the spread of the "
                                  "dataset's lengths, and only their means are at hand")
         try:

@@ -75,6 +75,7 @@ from chipcal.model.workload.types import LlmStep
 # published (module docstring, "gptj")
 GPTJ_PROMPT_TOKENS = 890
 RUNTIME = "compiled"
+SCENARIOS = ("Offline", "Server", "Interactive")    # what `served` serves: the means stand for the lengths
 PRECISIONS = ("fp8", "fp16")
 FP4_STACKS = frozenset({"tensorrt"})     # stacks that run fp4 where the chip has it (module docstring)
 
@@ -141,7 +142,7 @@ def precision_on(chip: Chip, stack: str) -> str | None:
 
 def served(bench: LlmBenchmark, chip: Chip, devices: int, scenario: str, stack: str,
            llm_step: Callable[[StepKey], LlmStep]) -> Served:
-    """`bench` on `devices` of `chip` in `scenario` ("Offline", "Server" or "Interactive") under `stack`
+    """`bench` on `devices` of `chip` in `scenario` (one of SCENARIOS) under `stack`
     (validate.mlperf_stack); NotServed with the reason where no layout serves it."""
     precision = precision_on(chip, stack)
     if precision is None:
