@@ -41,6 +41,7 @@ def _m(seconds: float, rng) -> Measurement:
 # oneDNN's per-call weight reorders on the fake machine, weight bytes per second (3x3, 1x1): the Zen 5 VM's
 TRUE_WEIGHT_REORDER = (25.8e9, 79.2e9)
 TRUE_PACKED = 9.6e9          # a few-row GEMM's read and pack of weights off chip, bytes/s
+TRUE_GEMV = (30e9, 1e-7)     # a GEMV's weight stream, bytes/s, and its cost per output row, s
 
 
 def _true_params(chip):
@@ -138,9 +139,11 @@ def fake_machine(request, monkeypatch, tmp_path):
     steady = Measurement.from_samples([0.01] * 5)
     monkeypatch.setattr(bandwidth_mod, "measure_first_touch",       # 64 MiB: 10 ms fresh, 10 ms reused
                         lambda: bandwidth_mod.FirstTouch(64 * 2**20, steady, steady))
-    monkeypatch.setattr(bandwidth_mod, "measure_gemv",              # 256 MiB in 12.8 ms: 20.97 GB/s
-                        lambda max_time_s=1.0: bandwidth_mod.GemvRate("synthetic", 256 * 2**20,
-                                                                      Measurement.from_samples([0.0128] * 5)))
+    stream, row = TRUE_GEMV                 # 16384 rows of 2048 fp32, 2048 rows of 16384: 6.112 + 4.679 ms
+    wide, tall = (Measurement.from_samples([rows * (row + 4 * k / stream)] * 5) for rows, k in ((16384, 2048), (2048, 16384)))
+    k_major = Measurement.from_samples([0.0053687] * 5)             # 128 MiB read k-major at 25 GB/s
+    monkeypatch.setattr(bandwidth_mod, "measure_gemv",
+                        lambda max_time_s=1.0: bandwidth_mod.GemvRate(16384, wide, tall, k_major))
     pack_s, per_row_s = 256 * 2**20 / TRUE_PACKED, 2e-4     # 8 and 32 rows: the pass plus their arithmetic
     monkeypatch.setattr(bandwidth_mod, "measure_packed_gemm",
                         lambda max_time_s=1.0: bandwidth_mod.PackedRate(
@@ -198,7 +201,10 @@ def test_pipeline_recovers_truth_and_validates(fake_machine, tmp_path):
     assert fam["bandwidth_efficiency"] == pytest.approx(1.0)
     # the layout probe's weight reorders are recorded and charged as measured, and so is the GEMV rate
     assert (doc["layout"]["weight_bytes_per_s"], fam["weight_layout_bytes_per_s"]) == (TRUE_WEIGHT_REORDER[0],) * 2
-    assert doc["gemv"]["bytes_per_s"] == fam["gemv_bytes_per_s"] == pytest.approx(268_435_456 / 0.0128)
+    assert doc["gemv"]["bytes_per_s"] == pytest.approx(268_435_456 / (0.0061123 + 0.0046787), rel=1e-4)
+    assert doc["gemv"]["stream_bytes_per_s"] == fam["gemv_bytes_per_s"] == pytest.approx(TRUE_GEMV[0])
+    assert doc["gemv"]["row_s"] == fam["gemv_row_s"] == pytest.approx(TRUE_GEMV[1])
+    assert doc["gemv"]["k_major_bytes_per_s"] == fam["gemv_k_major_bytes_per_s"] == pytest.approx(25e9, rel=1e-4)
     assert doc["gemv"]["packed_bytes_per_s"] == fam["packed_weight_bytes_per_s"] == pytest.approx(TRUE_PACKED)
     assert fam["pointwise_weight_layout_bytes_per_s"] == TRUE_WEIGHT_REORDER[1]
     # layers: the calibrated predictor reproduces the (noisy) layer times to a few percent

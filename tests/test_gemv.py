@@ -44,16 +44,85 @@ def test_gemv_term_by_hand():
     assert gemv_stream_s(one, WEIGHT_BYTES, False, default_params("cpu")) == 0.0   # not measured
 
 
-def test_probe_rate_is_the_weights_over_the_median_call():
-    # two 128 MiB matrices read in 14 ms: 268,435,456 B / 0.014 s = 19.17 GB/s
-    rate = GemvRate("two", 256 * 2**20, Measurement.from_samples([0.014] * 5))
-    assert rate.bytes_per_s == pytest.approx(268_435_456 / 0.014)
+# The 2-vCPU Zen 5 VM, F.linear of one fp32 row by 128 MiB matrices of ones (2026-11-30): the probe's
+# wide 16384 x 2048 and tall 2048 x 16384, and other row lengths timed the same way: ms per call.
+ZEN5_WIDE_S, ZEN5_TALL_S = 5.883e-3, 4.357e-3
+ZEN5_OTHER_ROWS = {768: 8.01e-3, 1024: 6.43e-3, 4096: 5.52e-3, 8192: 4.80e-3, 65536: 4.23e-3}
+ZEN5_K_MAJOR_S = 4.920e-3       # the tall matrix read k-major (x @ W), a probe run of the same hour
+
+
+def zen5_probe() -> GemvRate:
+    wide, tall, k_major = (Measurement.from_samples([t] * 5) for t in (ZEN5_WIDE_S, ZEN5_TALL_S, ZEN5_K_MAJOR_S))
+    return GemvRate(16384, wide, tall, k_major)
+
+
+def test_probe_pair_rate_is_both_matrices_over_both_calls():
+    # two 128 MiB matrices read in 5.883 + 4.357 ms: 268,435,456 B / 0.01024 s = 26.2 GB/s;
+    # one read k-major in 4.920 ms: 134,217,728 B / 0.00492 s = 27.3 GB/s
+    assert zen5_probe().bytes_per_s == pytest.approx(268_435_456 / 0.01024)
+    assert zen5_probe().k_major_bytes_per_s == pytest.approx(27.28e9, rel=1e-3)
+
+
+def test_probe_splits_into_a_stream_and_a_cost_per_row():
+    """By hand: 359.1 ns a row over 8,192 B (wide), 2,127.4 ns over 65,536 B (tall): 1/r =
+    1,768.3 ns / 57,344 B, r = 32.43 GB/s; a = 359.1 − 8,192 / r = 106.5 ns."""
+    stream, row = zen5_probe().split()
+    assert stream == pytest.approx(32.43e9, rel=2e-3) and row == pytest.approx(106.5e-9, rel=5e-3)
+
+
+def test_the_split_prices_row_lengths_the_probe_did_not_time():
+    """The two shapes' split against the other row lengths timed on the same VM, 768 (gpt2's hidden
+    size) to 65,536: within 20 % (by hand, 768: 43,690 rows × (106.5 + 3,072 / 32.43) ns = 8.79 ms,
+    +10 %; 1024: +19 %; 65,536: −1 %), where the pair's one rate is off by 36 % at 768."""
+    stream, row = zen5_probe().split()
+    pair = zen5_probe().bytes_per_s
+    split_errors, pair_errors = [], []
+    for k, measured in ZEN5_OTHER_ROWS.items():
+        split_errors.append(128 * 2**20 // (4 * k) * (row + 4 * k / stream) / measured - 1)
+        pair_errors.append(128 * 2**20 / pair / measured - 1)
+    assert max(map(abs, split_errors)) < 0.2 and split_errors[0] == pytest.approx(0.097, abs=0.01)
+    assert max(map(abs, pair_errors)) == pytest.approx(0.36, abs=0.01)
+
+
+def test_a_split_that_noise_leaves_without_a_row_cost_is_the_pair_rate():
+    """Tall rows no slower per byte than wide ones (a = 0 or below): one rate, the pair's."""
+    flat = GemvRate(16384, *(Measurement.from_samples([0.005] * 5) for _ in range(3)))
+    assert flat.split() == (pytest.approx(flat.bytes_per_s), 0.0)
+
+
+def test_gemv_row_cost_by_hand():
+    """65536 outputs at 100 ns each, 6.55 ms, beside 536,870,912 B at 32 GB/s, 16.8 ms: 23.3 ms."""
+    params = dataclasses.replace(default_params("cpu"), gemv_bytes_per_s=32e9, gemv_row_s=1e-7)
+    one = gemm_subgraph(linear(1))
+    assert gemv_stream_s(one, WEIGHT_BYTES, False, params) == pytest.approx(WEIGHT_BYTES / 32e9 + OUT * 1e-7)
+    assert gemv_stream_s(one, 0.0, False, params) == 0.0      # no weights (attention over a cache)
+
+
+def test_a_k_major_weight_streams_at_its_own_rate_without_a_row_cost():
+    """GPT-2's Conv1D (x @ W[k, n]) is traced k-major, nn.Linear (x @ W[n, k].t()) is not; the
+    Conv1D's 768 -> 2304 weight, 7,077,888 B at 25 GB/s: 283 us; without that rate, the n-major
+    price: 7,077,888 B / 32 GB/s + 2,304 × 100 ns = 451.4 us."""
+    from transformers.pytorch_utils import Conv1D
+
+    conv1d = characterize(Conv1D(2304, 768).to("meta"), torch.empty(1, 1, 768, device="meta"),
+                          model_name="conv1d", fuse=False)
+    sub, lin = gemm_subgraph(conv1d), gemm_subgraph(linear(1))
+    assert sub.gemm.k_major and not lin.gemm.k_major
+    params = dataclasses.replace(default_params("cpu"), gemv_bytes_per_s=32e9, gemv_row_s=1e-7)
+    weights = 768 * 2304 * 4
+    assert gemv_stream_s(sub, weights, False, params) == pytest.approx(451.4e-6, rel=1e-3)
+    k_major = dataclasses.replace(params, gemv_k_major_bytes_per_s=25e9)
+    assert gemv_stream_s(sub, weights, False, k_major) == pytest.approx(283.1e-6, rel=1e-3)
+    assert gemv_stream_s(lin, WEIGHT_BYTES, False, k_major) == pytest.approx(WEIGHT_BYTES / 32e9 + OUT * 1e-7)
 
 
 def test_gemv_rate_round_trips_with_the_parameters():
-    params = dataclasses.replace(default_params("cpu"), gemv_bytes_per_s=1.9e10)
-    assert FamilyParams.from_dict(params.to_dict()).gemv_bytes_per_s == 1.9e10
-    assert "gemv_bytes_per_s" not in default_params("cpu").to_dict()       # absent: None
+    params = dataclasses.replace(default_params("cpu"), gemv_bytes_per_s=1.9e10, gemv_row_s=1e-7,
+                                 gemv_k_major_bytes_per_s=2.5e10)
+    back = FamilyParams.from_dict(params.to_dict())
+    assert (back.gemv_bytes_per_s, back.gemv_row_s, back.gemv_k_major_bytes_per_s) == (1.9e10, 1e-7, 2.5e10)
+    names = {"gemv_bytes_per_s", "gemv_row_s", "gemv_k_major_bytes_per_s"}
+    assert not names & set(default_params("cpu").to_dict())   # absent: None
 
 
 def test_a_decode_gemv_is_predicted_at_the_measured_rate():

@@ -85,12 +85,21 @@ class GemvSection(Record):
     """A matrix-vector product streaming its weights from DRAM (measure.bandwidth.measure_gemv),
     and a GEMM of a few rows reading and packing the same weights (measure_packed_gemm)."""
 
-    bytes_per_s: float
+    bytes_per_s: float      # the pair's rate: both matrices' bytes over median_s
     weight_bytes: int
     shape: str
-    median_s: float
+    median_s: float         # a wide and a tall call (before 2026-11-30: the two timed as one call)
     iqr_s: float
     n: int
+    # the two shapes timed alone (measure.bandwidth.GemvRate.split): the stream rate and the cost per
+    # output row they split into, and each shape's median; absent in runs before the split
+    stream_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)
+    row_s: float | None = field(default=None, metadata=OMIT_NONE)
+    wide_median_s: float | None = field(default=None, metadata=OMIT_NONE)
+    tall_median_s: float | None = field(default=None, metadata=OMIT_NONE)
+    # the tall matrix read k-major (x @ W): its rate and median call
+    k_major_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)
+    k_major_median_s: float | None = field(default=None, metadata=OMIT_NONE)
     # the packed GEMM (measure.bandwidth.PackedRate): its pass's weight bytes per second, its calls
     # at 8 and at 32 rows; absent in runs before it was timed (None rate: the timings left no pass)
     packed_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)
@@ -100,8 +109,12 @@ class GemvSection(Record):
     packed_n: int | None = field(default=None, metadata=OMIT_NONE)
 
     def charged_in(self, params: FamilyParams) -> FamilyParams:
-        """`params` pricing a matrix-vector product's weights at the measured rate
-        (cpu_passes.gemv_stream_s), and a few-row GEMM's at the packed rate where it was timed
-        (cpu_passes.packed_weight_s)."""
-        return dataclasses.replace(params, gemv_bytes_per_s=self.bytes_per_s,
+        """`params` pricing a matrix-vector product's weights at the measured stream rate and cost
+        per row, a k-major weight's at its own rate, or both at the pair's one rate in runs before
+        the split (cpu_passes.gemv_stream_s), and a few-row GEMM's at the packed rate where it was
+        timed (cpu_passes.packed_weight_s)."""
+        split = self.stream_bytes_per_s is not None
+        return dataclasses.replace(params, gemv_bytes_per_s=self.stream_bytes_per_s if split else self.bytes_per_s,
+                                   gemv_row_s=self.row_s if split else None,
+                                   gemv_k_major_bytes_per_s=self.k_major_bytes_per_s,
                                    packed_weight_bytes_per_s=self.packed_bytes_per_s)

@@ -308,8 +308,12 @@ def _gemv(run: RunContext) -> dict:
 
     budget = 0.25 if run.config.smoke else 1.0
     rate, packed = probe.measure_gemv(max_time_s=budget), probe.measure_packed_gemm(max_time_s=budget)
+    stream, row = rate.split()
     return {"bytes_per_s": rate.bytes_per_s, "weight_bytes": rate.weight_bytes, "shape": rate.shape,
-            "median_s": rate.latency.median_s, "iqr_s": rate.latency.iqr_s, "n": rate.latency.n,
+            "median_s": rate.median_s, "iqr_s": rate.wide.iqr_s + rate.tall.iqr_s,
+            "n": min(rate.wide.n, rate.tall.n), "stream_bytes_per_s": stream, "row_s": row,
+            "wide_median_s": rate.wide.median_s, "tall_median_s": rate.tall.median_s,
+            "k_major_bytes_per_s": rate.k_major_bytes_per_s, "k_major_median_s": rate.k_major.median_s,
             "packed_bytes_per_s": packed.bytes_per_s, "packed_shape": packed.shape,
             "packed_median_s": packed.few.median_s, "packed_more_median_s": packed.more.median_s,
             "packed_n": packed.few.n}

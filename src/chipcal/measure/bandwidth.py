@@ -368,31 +368,82 @@ def measure_first_touch(size_bytes: int = 64 * 2**20, max_time_s: float = 1.0) -
     return FirstTouch(size_bytes, fresh, reused)
 
 
-@dataclass(frozen=True)
-class GemvRate:
-    """Matrix-vector products streaming their weights from DRAM (measure_gemv)."""
-
-    shape: str
-    weight_bytes: int
-    latency: Measurement
-
-    @property
-    def bytes_per_s(self) -> float:
-        return self.weight_bytes / self.latency.median_s
-
-
 GEMV_HIDDEN = 2048          # a 1B-class decoder's hidden size
 
 
+@dataclass(frozen=True)
+class GemvRate:
+    """Matrix-vector products streaming their weights from DRAM (measure_gemv): one fp32 row by
+    a wide matrix (n x GEMV_HIDDEN: n outputs of GEMV_HIDDEN-long rows) and by a tall one
+    (GEMV_HIDDEN x n), each n-major as nn.Linear keeps them, and by the tall one read k-major
+    (x @ W, GPT-2's Conv1D: n outputs from GEMV_HIDDEN scaled rows); each timed alone."""
+
+    n: int
+    wide: Measurement
+    tall: Measurement
+    k_major: Measurement
+
+    @property
+    def shape(self) -> str:
+        h = GEMV_HIDDEN
+        return (f"1x{h} by {self.n}x{h} and 1x{self.n} by {h}x{self.n} (F.linear), 1x{h} by {h}x{self.n} "
+                "(torch.mm), fp32, each timed alone")
+
+    @property
+    def k_major_bytes_per_s(self) -> float:
+        """The k-major product's rate: its matrix's bytes over its median call."""
+        return self.weight_bytes / 2 / self.k_major.median_s
+
+    @property
+    def weight_bytes(self) -> int:
+        """Both matrices' bytes."""
+        return 2 * self.n * GEMV_HIDDEN * 4
+
+    @property
+    def median_s(self) -> float:
+        """A wide and a tall call: the sum of their medians."""
+        return self.wide.median_s + self.tall.median_s
+
+    @property
+    def bytes_per_s(self) -> float:
+        """The pair's rate: both matrices' bytes over a wide and a tall call."""
+        return self.weight_bytes / self.median_s
+
+    def split(self) -> tuple[float, float]:
+        """(stream bytes per second r, seconds per output row a) with t = rows × (a + row bytes / r)
+        for both shapes: per-row times p_w = t_w / n over 4·GEMV_HIDDEN bytes, p_t = t_t / GEMV_HIDDEN
+        over 4·n bytes, so 1/r = (p_t − p_w) / (4n − 4·GEMV_HIDDEN) and a = p_w − 4·GEMV_HIDDEN / r.
+        Where noise leaves no positive row cost or stream term, (the pair's rate, 0): one rate
+        for every shape, as before the split."""
+        h = GEMV_HIDDEN
+        per_wide, per_tall = self.wide.median_s / self.n, self.tall.median_s / h
+        slope = (per_tall - per_wide) / (4 * (self.n - h))
+        row_s = per_wide - 4 * h * slope if slope > 0 else 0.0
+        return (1 / slope, row_s) if row_s > 0 else (self.bytes_per_s, 0.0)
+
+
 def measure_gemv(weight_bytes: int = 256 * 2**20, max_time_s: float = 1.0) -> GemvRate:
-    """Time one call = `F.linear` of one fp32 row by a wide and by a tall weight matrix, half of
-    `weight_bytes` each (N x 2048 and 2048 x N, N = bytes / 16 KiB: an MLP's up and down
-    projections), as an LLM's decode at batch 1 runs its linear layers. 256 MiB is far above any
-    CPU cache here, so each call streams its weights from DRAM (cpu_passes.gemv_stream_s); the pair
-    averages the two shapes' rates, which differ by up to ~30 % (2-vCPU Zen 4 VM: one 256 MiB wide
-    matrix alone 15-18 GB/s from minute to minute, the pair 18.4-18.5). The weights are ones: the
-    values do not change the time, and filling them draws no random numbers."""
-    return _linear_pair(1, weight_bytes, max_time_s)
+    """Time one fp32 row through a wide and a tall weight matrix, half of `weight_bytes` each
+    (n x 2048 and 2048 x n, n = bytes / 16 KiB: an MLP's up and down projections), as an LLM's
+    decode at batch 1 runs its linear layers, and through the tall one read k-major (x @ W, as
+    GPT-2's Conv1D runs), each alone for a third of `max_time_s`. 256 MiB is far above any CPU
+    cache here, so each call streams its weights from DRAM (cpu_passes.gemv_stream_s). The two
+    n-major shapes read the same bytes in rows of 2048 and of n elements; their difference splits
+    the time into a stream rate and a cost per output row (GemvRate.split; 2-vCPU Zen 5 VM: 5.88
+    and 4.36 ms, 32 GB/s and 0.11 us a row; the Zen 4 VM's one 256 MiB wide matrix alone 15-18
+    GB/s from minute to minute). The weights are ones: the values do not change the time, and
+    filling them draws no random numbers."""
+    import torch
+
+    n = weight_bytes // (2 * 4 * GEMV_HIDDEN)
+    x, y = torch.ones(1, GEMV_HIDDEN), torch.ones(1, n)
+    wide, tall = torch.ones(n, GEMV_HIDDEN), torch.ones(GEMV_HIDDEN, n)
+    timing = {"max_time_s": max_time_s / 3, "min_samples": 5}
+    with torch.inference_mode():
+        wide_s = time_callable(lambda: torch.nn.functional.linear(x, wide), **timing)
+        tall_s = time_callable(lambda: torch.nn.functional.linear(y, tall), **timing)
+        k_major_s = time_callable(lambda: torch.mm(x, tall), **timing)
+    return GemvRate(n, wide_s, tall_s, k_major_s)
 
 
 PACKED_ROWS = (8, 32)       # decodes at batch 8 and 32: a BLAS packs the weights at any batch from 2 up
@@ -428,23 +479,21 @@ def measure_packed_gemm(weight_bytes: int = 256 * 2**20, max_time_s: float = 1.0
     and the pass does not, so two row counts separate them (2-vCPU Zen 4 VM, F.linear by a
     64 MiB 2048 x 8192 matrix: 8.4 ms at 8 rows, 13.6 at 32, 18.8 at 64: ~7 ms of pass, 9-10 GB/s,
     plus ~0.2 ms a row; one row, a GEMV, 3.6 ms; cpu_passes.packed_weight_s)."""
-    few, more = (_linear_pair(rows, weight_bytes, max_time_s / 2) for rows in PACKED_ROWS)
-    return PackedRate(few.shape, few.weight_bytes, few.latency, more.latency)
-
-
-def _linear_pair(rows: int, weight_bytes: int, max_time_s: float) -> GemvRate:
-    """`rows` fp32 rows through a wide (N x 2048) and a tall (2048 x N) matrix of ones, half of
-    `weight_bytes` each, timed as one call."""
     import torch
 
     linear = torch.nn.functional.linear
     n = weight_bytes // (2 * 4 * GEMV_HIDDEN)
     wide, tall = torch.ones(n, GEMV_HIDDEN), torch.ones(GEMV_HIDDEN, n)
-    x, y = torch.ones(rows, GEMV_HIDDEN), torch.ones(rows, n)
-    with torch.inference_mode():
-        latency = time_callable(lambda: (linear(x, wide), linear(y, tall)), max_time_s=max_time_s, min_samples=5)
-    return GemvRate(f"{rows}x{GEMV_HIDDEN} by {n}x{GEMV_HIDDEN} and {rows}x{n} by {GEMV_HIDDEN}x{n}, fp32 (F.linear)",
-                    2 * n * GEMV_HIDDEN * 4, latency)
+
+    def pair(rows: int) -> Measurement:
+        x, y = torch.ones(rows, GEMV_HIDDEN), torch.ones(rows, n)
+        with torch.inference_mode():
+            return time_callable(lambda: (linear(x, wide), linear(y, tall)), max_time_s=max_time_s / 2, min_samples=5)
+
+    few, more = (pair(rows) for rows in PACKED_ROWS)
+    r, h = PACKED_ROWS[0], GEMV_HIDDEN
+    shape = f"{r}x{h} by {n}x{h} and {r}x{n} by {h}x{n}, fp32 (F.linear)"
+    return PackedRate(shape, 2 * n * GEMV_HIDDEN * 4, few, more)
 
 
 def onchip_bandwidth(bw, os_llc_bytes: int | None = None) -> float | None:

@@ -16,6 +16,7 @@ import numpy as np
 from chipcal.calibrate import store
 from chipcal.calibrate.document import CalibrationDocument, FitRecord
 from chipcal.calibrate.fits import UNCONSTRAINED_SE_LOG
+from chipcal.calibrate.host_records import GemvSection
 from chipcal.calibrate.power_records import PowerSection
 from chipcal.calibrate.selfcheck import REVERT_MARGIN, REVERT_MIN_LAYERS, CrossValSection
 from chipcal.measure.bandwidth import DRAM_WINDOW
@@ -156,9 +157,7 @@ def _validation_text(doc: CalibrationDocument) -> str:
         lines.append(f"Layout passes and weight reorders charged around each convolution (measure.layout): "
                      f"{doc.layout.passes:g} passes; {doc.layout.detail}.")
     if doc.gemv:
-        lines.append(f"A matrix-vector product's weight stream (measure.bandwidth.measure_gemv, {doc.gemv.shape}): "
-                     f"{doc.gemv.bytes_per_s / 1e9:.1f} GB/s (median of {doc.gemv.n} calls of "
-                     f"{doc.gemv.median_s * 1e3:.2f} ms), the rate at which an LLM's decode at batch 1 reads its weights.")
+        lines.append(_gemv_line(doc.gemv))
     if doc.gemv and doc.gemv.packed_bytes_per_s:
         lines.append(f"A few-row GEMM's read and pack of the same weights (measure.bandwidth.measure_packed_gemm, "
                      f"{doc.gemv.packed_shape}, and 32 rows): {doc.gemv.packed_bytes_per_s / 1e9:.1f} GB/s (calls of "
@@ -166,6 +165,23 @@ def _validation_text(doc: CalibrationDocument) -> str:
                      f"of {doc.gemv.packed_n}, less their arithmetic), the rate at which a decode at batch 2 and "
                      "up reads its weights before its arithmetic.")
     return "\n".join(lines)
+
+
+def _gemv_line(gemv: GemvSection) -> str:
+    """The GEMV probe: the pair's rate, and the stream rate, cost per row and k-major rate that
+    predictions price a one-row product with (runs before the split: the pair's rate)."""
+    line = (f"A matrix-vector product's weight stream (measure.bandwidth.measure_gemv, {gemv.shape}): "
+            f"{gemv.bytes_per_s / 1e9:.1f} GB/s over the two n-major matrices (medians of {gemv.n}+ calls, "
+            f"{gemv.median_s * 1e3:.2f} ms together)")
+    if gemv.stream_bytes_per_s is None:
+        return line + ", the rate at which an LLM's decode at batch 1 reads its weights."
+    line += (f". The wide one took {gemv.wide_median_s * 1e3:.2f} ms, the tall one {gemv.tall_median_s * 1e3:.2f}: "
+             f"a stream at {gemv.stream_bytes_per_s / 1e9:.1f} GB/s plus {gemv.row_s * 1e9:.0f} ns per output "
+             "row, as predictions price an LLM's decode at batch 1.")
+    if gemv.k_major_bytes_per_s is None:
+        return line
+    return line + (f" Read k-major (x @ W, GPT-2's Conv1D) the tall one took {gemv.k_major_median_s * 1e3:.2f} ms: "
+                   f"{gemv.k_major_bytes_per_s / 1e9:.1f} GB/s, no cost per row.")
 
 
 def report_blocks(doc: CalibrationDocument, plots: tuple[str, ...] | None = None) -> list[Block]:

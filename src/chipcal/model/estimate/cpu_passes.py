@@ -26,12 +26,17 @@ def first_touch_s(output_bytes: float, params: FamilyParams) -> float:
 
 
 def gemv_stream_s(subgraph, weight_bytes: float, weights_on_chip: bool, params: FamilyParams) -> float:
-    """Time a matrix-vector product (a GEMM with one row) takes to stream its weights at the
-    GEMV rate (roofline's docstring); 0 for other kernels, weights held on chip, and where the
-    parameters have no rate (the DRAM stream prices it)."""
-    if not is_gemv(subgraph) or weights_on_chip or not params.gemv_bytes_per_s:
+    """Time a matrix-vector product (a GEMM with one row) takes to stream its weights (roofline's
+    docstring): weight bytes / gemv_bytes_per_s + output elements (n × count) × gemv_row_s, or for
+    a k-major weight weight bytes / gemv_k_major_bytes_per_s where that is measured; 0 for other
+    kernels, a product without weights, weights held on chip, and where the parameters have no
+    rate (the DRAM stream prices it)."""
+    if not is_gemv(subgraph) or not weight_bytes or weights_on_chip or not params.gemv_bytes_per_s:
         return 0.0
-    return weight_bytes / params.gemv_bytes_per_s
+    if subgraph.gemm.k_major and params.gemv_k_major_bytes_per_s:
+        return weight_bytes / params.gemv_k_major_bytes_per_s
+    rows = subgraph.gemm.n * subgraph.gemm.count
+    return weight_bytes / params.gemv_bytes_per_s + rows * (params.gemv_row_s or 0.0)
 
 
 def packed_weight_s(subgraph, weight_bytes: float, weights_on_chip: bool, params: FamilyParams) -> float | None:

@@ -50,11 +50,15 @@
                    page faults. Serial with the kernel's own work; 0 where the
                    parameters have no first-touch rate (measured by calibration, measure.bandwidth)
     memory_time of a matrix-vector product (a GEMM with one row, weights not on chip) is at least
-                   weight bytes / gemv_bytes_per_s where the parameters have that rate: a CPU BLAS
-                   GEMV streams its weights far below a streaming kernel's rate (2-vCPU Zen 4 VM,
-                   two threads: F.linear of 1 x 2048 by 8192 x 2048 fp32, 67 MB, 18-23 GB/s; gpt2's
-                   768 -> 50257 head 12.5 GB/s; the triad 48 GB/s), and an LLM's decode at batch 1
-                   is such products; measured by calibration (measure.bandwidth.measure_gemv)
+                   weight bytes / gemv_bytes_per_s + output elements × gemv_row_s where the
+                   parameters have that rate: a CPU BLAS GEMV streams its weights far below a
+                   streaming kernel's rate (2-vCPU Zen 4 VM, two threads: F.linear of 1 x 2048 by
+                   8192 x 2048 fp32, 67 MB, 18-23 GB/s; gpt2's 768 -> 50257 head 12.5 GB/s; the
+                   triad 48 GB/s), and slower the shorter its rows, each output ending in a
+                   reduction across the vector lanes (2-vCPU Zen 5 VM, 128 MiB fp32: 183 ns a row
+                   at 768 inputs, 359 at 2048, 2128 at 16384: ~32 GB/s plus ~0.1 us a row); an
+                   LLM's decode at batch 1 is such products; both measured by calibration
+                   (measure.bandwidth.measure_gemv)
     weight pass of a GEMM with more than one row, weights not on chip, where the parameters have a
                    packed_weight_bytes_per_s: weight bytes / that rate, in place of the pointwise
                    pack, and the memory term then holds the other operands only: the BLAS reads

@@ -49,6 +49,16 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
                            None: the DRAM rate (bandwidth × bandwidth_efficiency). On a CPU a BLAS
                            GEMV reads far below a streaming kernel's rate (here ~19 against 48 GB/s);
                            a CPU calibration measures it (measure.bandwidth.measure_gemv)
+    gemv_row_s             fixed time per output element of such a product (seconds; None: none), beside
+                           the stream: a BLAS GEMV finishes each output with a reduction across its
+                           vector lanes and a store, so short rows stream slower (2-vCPU Zen 5 VM, F.linear
+                           by 128 MiB fp32 matrices: 17 GB/s at 768-long rows, 31 GB/s at 16,384); the
+                           calibration splits its two GEMV shapes into this and the stream rate
+    gemv_k_major_bytes_per_s
+                           rate at which a one-row product by a k-major weight (W[k, n], GPT-2's Conv1D)
+                           streams it: scaled rows of W added into the output, no reduction per
+                           output, so no row cost (Zen 5 VM: 21-25 GB/s at 768- to 16,384-long rows);
+                           None: priced as the n-major product is
     packed_weight_bytes_per_s
                            rate (weight bytes per second) at which a GEMM with a few rows (2 or more:
                            an LLM's decode at batch > 1) reads and packs weights that are not on chip,
@@ -156,6 +166,8 @@ class FamilyParams:
     # first write into a freshly mapped buffer (page faults), bytes/s; None: not charged
     first_touch_bytes_per_s: float | None = None
     gemv_bytes_per_s: float | None = None
+    gemv_row_s: float | None = None
+    gemv_k_major_bytes_per_s: float | None = None
     packed_weight_bytes_per_s: float | None = None
     fresh_allocation_bytes: float = FRESH_ALLOCATION_BYTES
     layout_passes: float = 0.0
@@ -202,9 +214,11 @@ class FamilyParams:
         object.__setattr__(self, "k_loop_cycles_per_byte",
                            _number("k_loop_cycles_per_byte", self.k_loop_cycles_per_byte, allow_zero=True))
         for name in ("weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s", "gemv_bytes_per_s",
-                     "packed_weight_bytes_per_s"):
+                     "gemv_k_major_bytes_per_s", "packed_weight_bytes_per_s"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _number(name, getattr(self, name), allow_zero=False))
+        if self.gemv_row_s is not None:
+            object.__setattr__(self, "gemv_row_s", _number("gemv_row_s", self.gemv_row_s, allow_zero=True))
 
     def __reduce__(self):
         """Pickled as its fields with the class tables as plain dicts (a mappingproxy does not
@@ -251,6 +265,7 @@ class FamilyParams:
                if self.k_loop_cycles_per_byte else {}),
             **{name: getattr(self, name) for name in ("weight_layout_bytes_per_s",      # absent: None
                                                       "pointwise_weight_layout_bytes_per_s", "gemv_bytes_per_s",
+                                                      "gemv_row_s", "gemv_k_major_bytes_per_s",
                                                       "packed_weight_bytes_per_s")
                if getattr(self, name) is not None},
             **({"tensor_efficiency": dict(self.tensor_efficiency)}                     # absent: None
@@ -271,7 +286,9 @@ class FamilyParams:
                                       "first_touch_bytes_per_s", "fresh_allocation_bytes", "layout_passes",
                                       "network_memory_factor", "k_loop_cycles_per_byte",
                                       "weight_layout_bytes_per_s", "pointwise_weight_layout_bytes_per_s",
-                                      "gemv_bytes_per_s", "packed_weight_bytes_per_s", "tensor_efficiency",
+                                      "gemv_bytes_per_s", "gemv_row_s", "gemv_k_major_bytes_per_s",
+                                      "packed_weight_bytes_per_s",
+                                      "tensor_efficiency",
                                       "host_call_s")
                     if k in d}
         return cls(**{k: d[k] for k in keys}, **optional)

@@ -183,7 +183,8 @@ def _gemm(base: str, named: dict) -> tuple[GemmShape, list[torch.Tensor]]:
     """The GEMM of a matrix-product op and its two operands."""
     if base in ("mm", "addmm", "_addmm_activation", "_scaled_mm", "_int_mm"):
         a, b = (named["mat1"], named["mat2"]) if "mat1" in named else (named["self"], named["mat2"])
-        return GemmShape(m=a.shape[0], n=b.shape[1], k=a.shape[1]), [a, b]
+        k_major = b.shape[1] > 1 and b.stride(1) == 1         # W[k, n] itself, not the view W[n, k].t()
+        return GemmShape(m=a.shape[0], n=b.shape[1], k=a.shape[1], k_major=k_major), [a, b]
     if base in ("bmm", "baddbmm", "addbmm"):
         a, b = (named["self"], named["mat2"]) if base == "bmm" else (named["batch1"], named["batch2"])
         return GemmShape(m=a.shape[1], n=b.shape[2], k=a.shape[2], count=a.shape[0]), [a, b]

@@ -52,6 +52,10 @@ class GemmShape:
     n: int                  # output columns (out_channels/groups, out_features)
     k: int                  # reduction length (in_channels/groups*kh*kw, in_features)
     count: int = 1          # independent GEMMs (groups, heads*batch for attention)
+    # the second operand stored k-major, W[k, n] row-major (GPT-2's Conv1D: x @ W), not n-major as
+    # nn.Linear's W[n, k] (x @ W.t()): a one-row product then adds scaled rows of W instead of
+    # taking one dot product per output (estimate/cpu_passes.gemv_stream_s)
+    k_major: bool = False
 
     @property
     def macs(self) -> int:
