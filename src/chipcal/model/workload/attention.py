@@ -12,6 +12,18 @@ the fused inference fast path aten._native_multi_head_attention:
     attention: N·H·L·S·d (Q·K^T) + N·H·L·S·d (P·V), softmax as above
     out_proj:  N·L·E·E
 Projection biases are not counted, as for every linear layer (docs/workload.md).
+
+Under torch.compile (`codegen`), Dynamo traces nn.MultiheadAttention's slow path,
+F.multi_head_attention_forward, never the fused fast path (a trace of torchvision's ViT encoder
+block under inference_mode, torch 2.14). Its packed in-projection is `linear(q, w, b)` then
+`.unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()`
+(torch/nn/functional.py, `_in_projection_packed`; K and V only where the query differs): a copy
+of the projected tensors, into which Inductor fuses the bias add that the eager fast path leaves
+in the GEMM's epilogue (ATen's native_multi_head_attention_cuda: `at::linear` with the bias, then
+views). So the codegen partition has a fourth part, qkv_layout, that reads and writes the packed
+projections (data class, no FLOP). The attention's output needs no copy: the flash kernels' meta
+functions allocate it `empty_like(query)` (torch/_meta_registrations.py), in the layout the
+out-projection reads.
 """
 
 from __future__ import annotations
@@ -24,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from chipcal.model.precision import FLOP_PER_MAC
-from chipcal.model.workload.parts import Part, gemm_parallelism
+from chipcal.model.workload.parts import Part, gemm_parallelism, tensor_parallelism
 from chipcal.model.workload.tensors import tensors_in
 from chipcal.model.workload.types import GemmShape, Parallelism
 
@@ -81,13 +93,21 @@ def _lne(t: torch.Tensor, batch_first: bool) -> tuple[int, int, int]:
 
 def _mha_parts(target: str, query: torch.Tensor, heads: int, s_total: int, proj: tuple[int, GemmShape | None],
                proj_reads: list, masks: list, out_weights: list, need_weights: bool, average: bool,
-               outputs: tuple, batch_first: bool) -> list[Part]:
-    """The three parts of multi-head attention. `proj` is (in-projection MACs, its GEMM or None)."""
+               outputs: tuple, batch_first: bool, relayout: int = 0) -> list[Part]:
+    """The parts of multi-head attention: in_proj, attention, out_proj, and where `relayout` is
+    2 or 3 the copy of that many packed projections between in_proj and attention (the module
+    docstring's qkv_layout). `proj` is (in-projection MACs, its GEMM or None)."""
     lq, n, e = _lne(query, batch_first)
     d = e // heads
     meta = dict(device="meta", dtype=query.dtype)
     q_p, ctx = torch.empty((lq, n, e), **meta), torch.empty((lq, n, e), **meta)
     k_p, v_p = torch.empty((s_total, n, e), **meta), torch.empty((s_total, n, e), **meta)
+    projected = [q_p, k_p, v_p]
+    copied = [torch.empty_like(t) for t in projected[3 - relayout:]] if relayout else []
+    layout = ([Part(f"{target}:qkv_layout", "qkv_layout", "reshape", "data", "data", 0, 0, None,
+                    tensor_parallelism(copied[0]), True, True, tuple(projected[3 - relayout:]), tuple(copied))]
+              if relayout else [])
+    q_a, k_a, v_a = projected[:3 - relayout] + copied
     attn_out, attn_weights = outputs
 
     proj_macs, proj_gemm = proj
@@ -100,10 +120,10 @@ def _mha_parts(target: str, query: torch.Tensor, heads: int, s_total: int, proj:
     weights_out = [attn_weights] if isinstance(attn_weights, torch.Tensor) else []
     core = _core(f"{target}:attention", "attention", n * heads, lq, s_total, d, d,
                  any(isinstance(m, torch.Tensor) for m in masks), averaging,
-                 tensors_in([q_p, k_p, v_p, *masks]), [ctx, *weights_out])
+                 tensors_in([q_a, k_a, v_a, *masks]), [ctx, *weights_out])
     out_proj = _projection(f"{target}:out_proj", "out_proj", m=n * lq, n=e, k=e, count=1,
                            reads=tensors_in([ctx, *out_weights]), writes=[attn_out])
-    return [in_proj, core, out_proj]
+    return [in_proj, *layout, core, out_proj]
 
 
 def _in_projection(query, key, value, batch_first: bool, kv_projected: bool) -> tuple[int, GemmShape | None]:
@@ -119,8 +139,17 @@ def _in_projection(query, key, value, batch_first: bool, kv_projected: bool) -> 
     return macs, GemmShape(m=n * lq, n=e, k=e) if not kv_projected else None
 
 
-def mha(args: tuple, kwargs: dict, out: object) -> list[Part]:
-    """F.multi_head_attention_forward: inputs are (L, N, E) (nn.MultiheadAttention transposes)."""
+def _packed(p: dict) -> int:
+    """How many projections `_in_projection_packed` copies: 3 for self-attention (q is k is v), 2
+    where only K and V share their input, 0 with separate weights or inputs (module docstring)."""
+    if p["use_separate_proj_weight"] or p["static_k"] is not None or p["key"] is not p["value"]:
+        return 0
+    return 3 if p["query"] is p["key"] else 2
+
+
+def mha(args: tuple, kwargs: dict, out: object, codegen: bool = False) -> list[Part]:
+    """F.multi_head_attention_forward: inputs are (L, N, E) (nn.MultiheadAttention transposes);
+    `codegen`: as TorchInductor runs it, with the packed projections' copy (module docstring)."""
     bound = _MHA_SIGNATURE.bind(*args, **kwargs)
     bound.apply_defaults()
     p = bound.arguments
@@ -138,7 +167,8 @@ def mha(args: tuple, kwargs: dict, out: object) -> list[Part]:
                       _in_projection(query, key, value, False, kv_projected),
                       [query, key, value, *in_weights, *extra], [p["attn_mask"], p["key_padding_mask"]],
                       [p["out_proj_weight"], p["out_proj_bias"]], bool(p["need_weights"]),
-                      bool(p["average_attn_weights"]), tuple(out), batch_first=False)
+                      bool(p["average_attn_weights"]), tuple(out), batch_first=False,
+                      relayout=_packed(p) if codegen else 0)
 
 
 def native_mha(named: dict, out: object) -> list[Part]:
@@ -152,13 +182,15 @@ def native_mha(named: dict, out: object) -> list[Part]:
                       bool(named.get("average_attn_weights", True)), tuple(out), batch_first=True)
 
 
-def sdpa_call(args: tuple, kwargs: dict, out: object) -> list[Part]:
-    """F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, …)."""
+def sdpa_call(args: tuple, kwargs: dict, out: object, codegen: bool = False) -> list[Part]:
+    """F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, …);
+    the same parts under `codegen` (Inductor calls the same SDPA kernel)."""
     return sdpa(dict(zip(_SDPA_PARAMS, args, strict=False)) | kwargs, out, SDPA_TARGET)
 
 
-# Python-level functions counted whole (their decomposition would lose what they compute).
-COMPOSITES: dict[Callable, Callable[[tuple, dict, object], list[Part]]] = {
+# Python-level functions counted whole (their decomposition would lose what they compute), each
+# called as (args, kwargs, out, codegen): codegen for the parts TorchInductor runs.
+COMPOSITES: dict[Callable, Callable[[tuple, dict, object, bool], list[Part]]] = {
     F.scaled_dot_product_attention: sdpa_call,
     F.multi_head_attention_forward: mha,
 }

@@ -109,7 +109,7 @@ def characterize(module: torch.nn.Module, example_inputs, model_name: str = "cus
     """
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     cap, notes = _capture(module, inputs, capture, execution)
-    df = build_dataflow(cap)
+    df = build_dataflow(cap, codegen=fuse and codegen)
     drafts, op_of = draft_ops(df)
     ops = build_ops(df, drafts, op_of, cap.owners)
     groups = partition(ops, [d.producers for d in drafts], [d.users for d in drafts], fuse=fuse,

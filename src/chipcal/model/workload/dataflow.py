@@ -68,13 +68,15 @@ class Boundary:
     output_bytes: int
 
 
-def _parts(call, is_weight) -> list[Part]:
+def _parts(call, is_weight, codegen: bool) -> list[Part]:
     if call.composite:
-        return COMPOSITES[call.func](call.args, call.kwargs, call.out)
+        return COMPOSITES[call.func](call.args, call.kwargs, call.out, codegen)
     return count_aten(call.func, call.args, call.kwargs, call.out, is_weight)
 
 
-def build_dataflow(capture: Capture) -> Dataflow:
+def build_dataflow(capture: Capture, codegen: bool = False) -> Dataflow:
+    """The capture's calls as parts and the tensors between them; `codegen`: a composite's parts as
+    TorchInductor runs it (attention.COMPOSITES)."""
     df = Dataflow()
     df.weight_ids.update(capture.weights)
     df.tensors.update(capture.weights)
@@ -85,7 +87,7 @@ def build_dataflow(capture: Capture) -> Dataflow:
         return is_weight(id(t))
 
     for call in capture.calls:
-        for n, part in enumerate(_parts(call, weight_check)):
+        for n, part in enumerate(_parts(call, weight_check, codegen)):
             index = len(df.events)
             read_from, obj_from = [], []
             for t in part.reads:
