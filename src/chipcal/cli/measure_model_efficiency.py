@@ -9,6 +9,7 @@ Models: torchvision names; LLMs (a preset or PATH/config.json, random weights: o
 prefill or decode step, `--phase`, `--context`, `--new-tokens`, src/chipcal/measure/llm.py); your own model
 (path/to/file.py:factory or package.module:factory, which is executed; docs/llm.md).
 `--by-layer`: each leaf module's time inside the pass too, and alone (src/chipcal/measure/layer_times.py).
+`--profile`: each kernel's own time in the pass, from torch.profiler (src/chipcal/measure/kernel_profile.py).
 `--runtime compiled`: torch.compile of the model (reduce-overhead on CUDA, default mode on a CPU;
 src/chipcal/measure/models.py), its compile time in `compile_s`. `--generate`: an LLM's Hugging Face
 `generate` timed end to end, per output token (src/chipcal/measure/llm.py), instead of one decode step.
@@ -60,6 +61,8 @@ FIELDS = ("model", "batch", "precision", "device", "flop", "latency_s", "latency
           "other_cpus", "fp32_mode", "cudnn_allow_tf32", "float32_matmul_precision", "cudnn_benchmark", "note",
           "phase", "context", "new_tokens", "cached_tokens", "tokens_per_s", "runtime", "compile_mode", "compile_s",
           "prefill_s", "requests", "mean_batch", "prefill_group")
+KERNEL_FIELDS = ("model", "batch", "precision", "device", "runtime", "autocast", "kernel", "clock", "calls_per_pass",
+                 "self_s", "share_of_kernels", "kernels_s", "pass_s", "passes", "fingerprint", "torch_version")
 OFFLINE_REQUESTS_PER_SLOT = 6
 
 
@@ -103,6 +106,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="also time each leaf module inside the pass (forward hooks, a second budget of "
                         "--max-time) and alone on its inputs (a third); --json and --csv then hold one "
                         "record per layer")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile 5 passes with torch.profiler: each kernel's device time on a GPU, each "
+                        "operator's own CPU time on a CPU (Inductor's generated C++ stays in its compiled "
+                        "region); --json and --csv then hold one record per kernel")
     p.add_argument("--json", action="store_true", help="print an array of flat records")
     p.add_argument("--csv", metavar="FILE", type=output_file, help="write the rows to FILE as each completes")
     return p
@@ -158,9 +165,10 @@ def _measure(name: str, batch: int, precision: str, args: argparse.Namespace, po
         flop = characterize_user_model(name, batch).flop
         return measure_module(module, inputs, flop, name=name, batch=batch, precision=precision, device=args.device,
                               power=power, max_time_s=args.max_time, fp32_mode=args.fp32_mode,
-                              by_layer=args.by_layer, runtime=args.runtime), {}
+                              by_layer=args.by_layer, runtime=args.runtime, profile=args.profile), {}
     return measure_model(name, batch, precision, args.device, power=power, max_time_s=args.max_time,
-                         fp32_mode=args.fp32_mode, by_layer=args.by_layer, runtime=args.runtime), {}
+                         fp32_mode=args.fp32_mode, by_layer=args.by_layer, runtime=args.runtime,
+                         profile=args.profile), {}
 
 
 def _offline(config, slots: int, precision: str, step_flop: int, args: argparse.Namespace):
@@ -250,6 +258,30 @@ def _print_layers(m, fp) -> None:
                      f"{sum(r['alone_s'] for r in both) * 1e3:.2f} ms alone; medians per pass\n")
 
 
+def kernel_records(m, fp) -> list[dict]:
+    """One flat row per kernel of a ModelMeasurement profiled (none without), largest first."""
+    if m.kernels is None:
+        return []
+    total = m.kernels.total_s
+    return [{"model": m.model, "batch": m.batch, "precision": m.precision, "device": m.device, "runtime": m.runtime,
+             "autocast": m.autocast, "kernel": k.name, "clock": m.kernels.clock, "calls_per_pass": k.calls,
+             "self_s": k.self_s, "share_of_kernels": k.self_s / total, "kernels_s": total,
+             "pass_s": m.latency.median_s, "passes": m.kernels.passes, "fingerprint": fp.slug,
+             "torch_version": fp.torch_version} for k in m.kernels.kernels]
+
+
+def _print_kernels(m, fp, top: int = 12) -> None:
+    """The largest kernels of one profiled measurement, and what they cover."""
+    records = kernel_records(m, fp)
+    rows = [{"kernel": r["kernel"][:70], "calls": r["calls_per_pass"], "ms": r["self_s"] * 1e3,
+             "share": r["share_of_kernels"]} for r in records[:top]]
+    sys.stdout.write(f"\n{m.model} b{m.batch} {m.precision} {m.runtime}: the {len(rows)} largest of "
+                     f"{len(records)} kernels by their own {m.kernels.clock} time, per pass\n")
+    print_table(rows, {"calls": ".1f", "ms": ".3f", "share": ".1%"})
+    sys.stdout.write(f"kernels {m.kernels.total_s * 1e3:.2f} ms over {m.kernels.passes} profiled passes; "
+                     f"the pass timed without the profiler {m.latency.median_s * 1e3:.2f} ms\n")
+
+
 def unsupported_record(model: str, batch: int, precision: str, device: Device, note: str, ref, fp) -> dict:
     row = dict.fromkeys(FIELDS)
     row.update(model=model, batch=batch, precision=precision, device=str(device), chip=ref.chip,
@@ -303,6 +335,9 @@ def _body(args: argparse.Namespace) -> int:
     models = _models(args.model)
     if args.by_layer and any(is_llm(m) for m in models):
         raise UsageError("--by-layer: torchvision and user models only (an LLM step is timed as a whole)")
+    if args.profile and (args.by_layer or any(is_llm(m) for m in models)):
+        raise UsageError("--profile: torchvision and user models only, without --by-layer (hooks would time "
+                         "the profiler's own work)")
     if args.by_layer and args.runtime != "eager":
         raise UsageError("--by-layer times an eager model: forward hooks would split a compiled graph")
     if args.runtime != "eager" and any(is_llm(m) for m in models):
@@ -326,11 +361,12 @@ def _body(args: argparse.Namespace) -> int:
     allocator = pin_allocator()     # as calibrate does: page faults independent of the process's history
     ref = reference_peaks(fp, args.device)
     power = UnavailableSource("--no-power given") if args.no_power else open_power_source(args.device)
-    writer = RowWriter(args.csv, LAYER_FIELDS if args.by_layer else FIELDS)
+    writer = RowWriter(args.csv, LAYER_FIELDS if args.by_layer else KERNEL_FIELDS if args.profile else FIELDS)
     source = WorkloadSource(notify=note)
     jobs = [(m, b, p) for m in models for b in args.batch for p in args.precision]
     rows: list[dict] = []
-    layered: list = []            # measurements timed by layer, for their tables
+    detail = layer_records if args.by_layer else kernel_records if args.profile else None
+    detailed: list = []           # measurements timed by layer or profiled, for their tables
     loop = Measuring(len(jobs), "measure_model_efficiency")
     with loop as bar:
         measured = _measured_peaks(args, args.precision, fp, bar.set_description)
@@ -343,16 +379,16 @@ def _body(args: argparse.Namespace) -> int:
             except UnsupportedPrecision as exc:
                 m, row = None, unsupported_record(name, batch, precision, args.device, str(exc), ref, fp)
             rows.append(row)
-            if not args.by_layer:
+            if detail is None:
                 writer.write(row)
             elif m is not None:
-                layered.append(m)
-                for layer_row in layer_records(m, fp):
-                    writer.write(layer_row)
+                detailed.append(m)
+                for detail_row in detail(m, fp):
+                    writer.write(detail_row)
             bar.update()
 
     if args.json:
-        print_json([r for m in layered for r in layer_records(m, fp)] if args.by_layer else rows)
+        print_json([r for m in detailed for r in detail(m, fp)] if detail else rows)
     elif rows:
         print_table(_display(rows), {"GFLOP": ".2f", "latency ms": ".2f", "IQR ms": ".2f", "n": ".0f",
                                      "GFLOP/s": ".1f", "vs spec": ".1%", "vs measured": ".1%",
@@ -365,8 +401,8 @@ def _body(args: argparse.Namespace) -> int:
         for r in rows:
             if r["note"]:
                 sys.stdout.write(f"{r['model']} b{r['batch']} {r['precision']}: {r['note']}\n")
-        for m in layered:
-            _print_layers(m, fp)
+        for m in detailed:
+            (_print_layers if args.by_layer else _print_kernels)(m, fp)
     return interrupted_exit("measure_model_efficiency", rows) if loop.interrupted else 0
 
 

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from chipcal.measure.device import CPU, Device
+from chipcal.measure.kernel_profile import KernelProfile, profile_passes
 from chipcal.measure.layer_times import LayerTimes, time_layers
 from chipcal.measure.power import PowerReading, PowerSource
 from chipcal.measure.timing import Measurement, budget_s, time_callable
@@ -68,6 +69,7 @@ class ModelMeasurement:
     autocast: bool = False            # the forward ran under bf16 autocast (fp32 weights)
     compile_mode: str | None = None   # torch.compile's mode of a compiled row
     compile_s: float | None = None    # its first call: tracing, code generation, the first run
+    kernels: KernelProfile | None = None   # each kernel's own time in a pass (profile)
 
     @property
     def energy_j(self) -> float | None:
@@ -148,10 +150,11 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
                    device: Device = CPU, power: PowerSource | None = None, max_time_s: float = 5.0,
                    min_samples: int = 10, threads: int | None = None,
                    clock_probe=None, fp32_mode: str = MODEL_FP32_MODE, by_layer: bool = False,
-                   runtime: str = "eager", autocast: bool = False) -> ModelMeasurement:
+                   runtime: str = "eager", autocast: bool = False, profile: bool = False) -> ModelMeasurement:
     """Time `module(example_input)` at `precision` on `device`; energy when `power` is available;
     with `by_layer`, each leaf module's time inside the pass too, in a second budget of
-    `max_time_s`, and alone on its inputs in a third (measure.layer_times).
+    `max_time_s`, and alone on its inputs in a third (measure.layer_times); with `profile`, each
+    kernel's own time over a few more passes (measure.kernel_profile).
     `example_input` is a tensor or a tuple of the forward's arguments (floating-point tensors are
     cast to the precision, every tensor moved to the device).
 
@@ -213,17 +216,20 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
                 with torch.inference_mode():
                     forward()
             reading = power.measure(timed_forward, call_time_s=latency.median_s)
-        layers = None
+        layers = kernels = None
         if by_layer:
             with torch.inference_mode():
                 layers = time_layers(forward, model, device=device, max_time_s=max_time_s, alone=True)
+        if profile:
+            with torch.inference_mode():
+                kernels = profile_passes(forward, device)
     source, note = power_provenance(power, reading)
     return ModelMeasurement(model=name, batch=batch, precision=precision, device=str(device), flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,
                             power_source=source, power_note=note, numerics=switches, layers=layers,
                             runtime=runtime, autocast=autocast,
                             compile_mode=compile_mode(device) if runtime == "compiled" else None,
-                            compile_s=first_s if runtime == "compiled" else None)
+                            compile_s=first_s if runtime == "compiled" else None, kernels=kernels)
 
 
 def first_call_failure(exc: Exception, name: str, batch: int, precision: str, device: Device) -> Exception:
@@ -248,9 +254,10 @@ def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: De
                   power: PowerSource | None = None, max_time_s: float = 5.0, min_samples: int = 10,
                   threads: int | None = None, clock_probe=None, flop: int | None = None,
                   fp32_mode: str = MODEL_FP32_MODE, by_layer: bool = False, runtime: str = "eager",
-                  autocast: bool = False) -> ModelMeasurement:
+                  autocast: bool = False, profile: bool = False) -> ModelMeasurement:
     """Build torchvision model `name` (weights=None), count its FLOP, and measure it at `batch`
-    under `fp32_mode` and `runtime` (module docstring), each leaf module too with `by_layer` (measure_module).
+    under `fp32_mode` and `runtime` (module docstring), each leaf module too with `by_layer` and
+    each kernel with `profile` (measure_module).
 
     `flop` (2 per MAC) skips the count when the caller has characterized the model already.
     """
@@ -270,4 +277,4 @@ def measure_model(name: str, batch: int = 1, precision: str = "fp32", device: De
     return measure_module(module, x, flop, name=name, batch=batch, precision=precision, device=device,
                           power=power, max_time_s=max_time_s, min_samples=min_samples, threads=threads,
                           clock_probe=clock_probe, fp32_mode=fp32_mode, by_layer=by_layer, runtime=runtime,
-                          autocast=autocast)
+                          autocast=autocast, profile=profile)

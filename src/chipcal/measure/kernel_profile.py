@@ -1,0 +1,83 @@
+"""Where a forward pass's time goes, kernel by kernel, as torch.profiler records it.
+
+A latency says how long a pass took; a profile says which kernels took it. Comparing two runtimes
+of the same model (eager against torch.compile, where compiled ran slower on lent GPUs: issue 55,
+docs/findings/2026-11-30-compiled-multihead-attention.md) needs the second.
+
+    GPU   each CUDA kernel's device time (CUPTI; the kernels of a replayed CUDA graph included),
+          summed by kernel name: cuBLAS, cuDNN, flash attention and Inductor's Triton kernels
+    CPU   each operator's own CPU time (`self_cpu_time_total`), summed by name: ATen ops and the
+          extern kernels a compiled graph calls. Inductor's generated C++ records no event of its
+          own (`torch._inductor.config.cpp.enable_kernel_profile` is off by default), so its time
+          stays in the enclosing compiled region's own time.
+
+The callable runs WARMUP_PASSES times unprofiled (a CUDA graph tree records on its second call and
+replays from its third), then `passes` times under the profiler; every figure is per pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chipcal.measure.device import Device
+
+PROFILE_PASSES = 5
+WARMUP_PASSES = 2
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One kernel (GPU) or operator (CPU), summed over its calls."""
+
+    name: str
+    calls: float            # per pass
+    self_s: float           # its own time per pass: device time on a GPU, CPU time on a CPU
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """A profiled pass: the kernels by their own time, largest first."""
+
+    clock: str              # "cuda" (device time per kernel) or "cpu" (each operator's own CPU time)
+    passes: int
+    kernels: tuple[KernelTime, ...]
+
+    @property
+    def total_s(self) -> float:
+        """The kernels' own time per pass: on a GPU the device's busy time (serial kernels)."""
+        return sum(k.self_s for k in self.kernels)
+
+
+def summarize(events, clock: str, passes: int) -> KernelProfile:
+    """A KernelProfile from torch.profiler's `key_averages()` (FunctionEventAvg: key, count, device_type,
+    self_cpu_time_total and self_device_time_total in µs). On a GPU only the kernels' own events
+    count: a CPU operator's device time is that of the kernels it launched, which are counted already."""
+    from torch.autograd import DeviceType
+
+    kernels = []
+    for event in events:
+        if clock == "cuda":
+            own_us = event.self_device_time_total if event.device_type == DeviceType.CUDA else 0
+        else:
+            own_us = event.self_cpu_time_total if event.device_type == DeviceType.CPU else 0
+        if own_us > 0:
+            kernels.append(KernelTime(event.key, event.count / passes, own_us * 1e-6 / passes))
+    return KernelProfile(clock, passes, tuple(sorted(kernels, key=lambda k: k.self_s, reverse=True)))
+
+
+def profile_passes(fn, device: Device, passes: int = PROFILE_PASSES) -> KernelProfile:
+    """Profile `passes` calls of `fn` on `device` after WARMUP_PASSES unprofiled ones (module docstring)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            fn()
+        if device.is_cuda:
+            torch.cuda.synchronize()
+
+    run(WARMUP_PASSES)
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if device.is_cuda else [])]
+    with profile(activities=activities) as prof:
+        run(passes)
+    return summarize(prof.key_averages(), "cuda" if device.is_cuda else "cpu", passes)
