@@ -85,24 +85,54 @@ def test_a_compiled_row_is_the_compiled_prediction_beside_the_measurement(monkey
     from chipcal.measure.workloads import WorkloadSource
     from chipcal.model.estimate.prediction import predict
 
-    asked = {}
-
-    def measure_model(name, batch, precision, device, **kw):
-        asked.update(name=name, batch=batch, precision=precision, device=device, **kw)
-        return models.ModelMeasurement(model=name, batch=batch, precision=precision, device=str(device), flop=1,
-                                       latency=fake_latency(2e-3), delivered_flop_per_s=1.0, power=None,
-                                       power_source="unavailable", power_note="", runtime="compiled", compile_s=31.0)
-
-    monkeypatch.setattr(models, "measure_model", measure_model)
+    asked = []
+    monkeypatch.setattr(models, "measure_model", fake_measure_model(asked))
     run = RunContext(CalibrationConfig(device=CUDA, quick=True), SilentProgress(), NoJournal(), PhaseClock())
     params = default_params("gpu")
     row = ur.measure_row(run, h100, params, ur.Planned("compiled", "resnet18", 8, "autocast"))
-    assert asked["runtime"] == "compiled" and asked["autocast"] and asked["precision"] == "fp32"
-    assert asked["device"] == CUDA
+    (only,) = asked                       # below the largest batch: no eager pass
+    assert only["runtime"] == "compiled" and only["autocast"] and only["precision"] == "fp32"
+    assert only["device"] == CUDA and only["profile"]
     expected = predict(WorkloadSource().get("resnet18", 8, "codegen"), h100, "bf16", params=params,
                        runtime="compiled", autocast=True).latency_s
     assert row.predicted_s == pytest.approx(expected) and row.measured_s == pytest.approx(2e-3)
     assert row.error == pytest.approx(expected / 2e-3 - 1) and row.compile_s == 31.0
+
+
+def fake_measure_model(asked: list):
+    """measure_model as a GPU would answer it: compiled 2 ms a pass, eager 1.5 ms, each profiled with
+    ten kernels of 0.1 to 1.0 µs (GEMMs named by runtime)."""
+    from chipcal.measure import models
+    from chipcal.measure.kernel_profile import KernelProfile, KernelTime
+
+    def measure_model(name, batch, precision, device, **kw):
+        asked.append(dict(name=name, batch=batch, precision=precision, device=device, **kw))
+        runtime = kw["runtime"]
+        kernels = KernelProfile("cuda", 5, tuple(KernelTime(f"{runtime}_kernel_{i}", 1.0, (10 - i) * 1e-7)
+                                                 for i in range(10)))
+        return models.ModelMeasurement(
+            model=name, batch=batch, precision=precision, device=str(device), flop=1,
+            latency=fake_latency(2e-3 if runtime == "compiled" else 1.5e-3), delivered_flop_per_s=1.0, power=None,
+            power_source="unavailable", power_note="", runtime=runtime, kernels=kernels,
+            compile_s=31.0 if runtime == "compiled" else None)
+    return measure_model
+
+
+def test_a_compiled_row_at_the_largest_batch_runs_eager_beside_it_and_keeps_the_largest_kernels(monkeypatch, h100):
+    """Batch 64: the same pass eager too, both profiled; 8 kernels of each kept, largest first; their
+    totals over all ten: 10 + 9 + … + 1 = 55 × 0.1 µs = 5.5 µs each."""
+    from chipcal.measure import models
+
+    asked = []
+    monkeypatch.setattr(models, "measure_model", fake_measure_model(asked))
+    run = RunContext(CalibrationConfig(device=CUDA, quick=True), SilentProgress(), NoJournal(), PhaseClock())
+    row = ur.measure_row(run, h100, default_params("gpu"), ur.Planned("compiled", "vit_b_16", 64, "bf16"))
+    assert [(a["runtime"], a["profile"], a["precision"]) for a in asked] == [("compiled", True, "bf16"),
+                                                                              ("eager", True, "bf16")]
+    assert (row.measured_s, row.eager_measured_s) == (pytest.approx(2e-3), pytest.approx(1.5e-3))
+    assert row.kernels_s == pytest.approx(5.5e-6) and row.eager_kernels_s == pytest.approx(5.5e-6)
+    assert [k.name for k in row.kernels if k.runtime == "eager"] == [f"eager_kernel_{i}" for i in range(8)]
+    assert len(row.kernels) == 16 and cd.UsersRunRow.from_dict(row.to_dict()) == row
 
 
 def test_decoder_rows_predict_the_step_and_generate_rates(monkeypatch, h100):
@@ -167,11 +197,17 @@ def test_the_section_round_trips_and_is_reported():
 
     from chipcal.report.calibration import render_markdown
 
+    kernels = (cd.UsersRunKernel(runtime="compiled", name="triton_poi_fused_add_clone_3", calls=12.0, self_s=4.1e-4),
+               cd.UsersRunKernel(runtime="eager", name="pytorch_flash::flash_fwd_kernel", calls=12.0, self_s=9.0e-4))
     section = cd.UsersRunSection(rows=(cd.UsersRunRow(kind="compiled", model="resnet50", batch=64, mode="bf16",
                                                       measured_s=0.0092, n=12, cv=0.02, predicted_s=0.0066,
-                                                      error=0.0066 / 0.0092 - 1, compile_s=41.0),),
+                                                      error=0.0066 / 0.0092 - 1, compile_s=41.0, kernels_s=0.0088,
+                                                      eager_measured_s=0.0077, eager_kernels_s=0.0074,
+                                                      kernels=kernels),),
                                  skipped=("compiled vit_b_16 b1 autocast",), budget_s=90.0)
     assert cd.UsersRunSection.from_dict(section.to_dict()) == section
     doc = cd.CalibrationDocument.from_dict({**reference_document(), "users_run": section.to_dict()})
     text = render_markdown(doc)
     assert "What users run" in text and "-28.3%" in text and "compiled vit_b_16 b1 autocast" in text
+    assert "triton_poi_fused_add_clone_3" in text and "pytorch_flash::flash_fwd_kernel" in text
+    assert "compiled 8.8 ms, eager 7.4 ms" in text and "7.7 ms" in text

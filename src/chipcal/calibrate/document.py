@@ -308,6 +308,17 @@ class Skipped(Record):
 
 
 @record
+class UsersRunKernel(Record):
+    """One of the largest kernels of a compiled row's pass, or of the same pass run eager
+    (measure.kernel_profile): its own device time and calls, per pass."""
+
+    runtime: str                  # "compiled" | "eager"
+    name: str
+    calls: float
+    self_s: float
+
+
+@record
 class UsersRunRow(Record):
     """One row of what users run (calibrate.users_run): measured and predicted seconds per call
     (compiled: a forward pass; step and generate: per output token)."""
@@ -324,6 +335,12 @@ class UsersRunRow(Record):
     context: int | None = field(default=None, metadata=OMIT_NONE)
     new_tokens: int | None = field(default=None, metadata=OMIT_NONE)
     compile_s: float | None = field(default=None, metadata=OMIT_NONE)
+    # a compiled row profiled (measure.kernel_profile): its kernels' device time per pass; at the
+    # largest batch the same pass run eager too, timed and profiled; the largest kernels of each
+    kernels_s: float | None = field(default=None, metadata=OMIT_NONE)
+    eager_measured_s: float | None = field(default=None, metadata=OMIT_NONE)
+    eager_kernels_s: float | None = field(default=None, metadata=OMIT_NONE)
+    kernels: tuple[UsersRunKernel, ...] | None = field(default=None, metadata=OMIT_NONE)
 
 
 @record

@@ -6,6 +6,12 @@ validation and predicted beside it with the run's own parameters:
 * one small decoder (DECODER, random weights, bf16) at two contexts: the decode step alone and
   Hugging Face `generate` end to end, as time per output token (measure.llm).
 
+Every compiled row is also profiled (measure.kernel_profile: 5 passes, each kernel's device time),
+and at the largest batch the same pass runs eager too, timed and profiled: where compiled runs
+slower than eager (vit_b_16 at batch 64 on the H100 and H200 so far), the row's kernels say which
+ones (docs/findings/2026-11-30-compiled-multihead-attention.md). The eager pass adds about a model
+build and a second of timing to those rows.
+
 Compiling dominates the phase (each graph tens of seconds on a cold Inductor cache), and no
 recorded run says how long it takes, so the phase runs inside a wall budget
 (CalibrationConfig.users_run_time_s): before each row it checks that the row, priced at the
@@ -22,6 +28,7 @@ this phase comes after every fitted figure, and must not lose them. A CPU run ha
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +44,7 @@ DECODER = "llama-3.2-1b"
 DECODER_CONTEXTS = (128, 2048)
 NEW_TOKENS = 32
 ROW_TIME_S = 1.0                              # timing budget of one row, compile excluded
+KERNELS_KEPT = 8                              # the largest kernels a row keeps of each runtime's profile
 
 
 @dataclass(frozen=True)
@@ -103,11 +111,22 @@ def _compiled(run: RunContext, chip, params, entry: Planned) -> cd.UsersRunRow:
 
     autocast = entry.mode == "autocast"
     workload = WorkloadSource().get(entry.model, entry.batch, "codegen")
-    m = measure_model(entry.model, entry.batch, "fp32" if autocast else "bf16", run.device,
-                      flop=workload.flop, max_time_s=ROW_TIME_S, min_samples=5, runtime="compiled",
-                      autocast=autocast)
+
+    def measured(runtime: str):
+        return measure_model(entry.model, entry.batch, "fp32" if autocast else "bf16", run.device,
+                             flop=workload.flop, max_time_s=ROW_TIME_S, min_samples=5, runtime=runtime,
+                             autocast=autocast, profile=True)
+
+    m = measured("compiled")
+    eager = measured("eager") if entry.batch == max(COMPILED_BATCHES) else None
     predicted = predict(workload, chip, "bf16", params=params, runtime="compiled", autocast=autocast).latency_s
-    return _row(entry, m.latency, predicted, compile_s=m.compile_s)
+    row = _row(entry, m.latency, predicted, compile_s=m.compile_s)
+    profiles = {"compiled": m.kernels, "eager": eager and eager.kernels}
+    kernels = tuple(cd.UsersRunKernel(runtime=runtime, name=k.name, calls=k.calls, self_s=k.self_s)
+                    for runtime, profile in profiles.items() if profile for k in profile.kernels[:KERNELS_KEPT])
+    return dataclasses.replace(row, kernels=kernels or None, kernels_s=m.kernels and m.kernels.total_s,
+                               eager_measured_s=eager and eager.latency.median_s,
+                               eager_kernels_s=eager and eager.kernels and eager.kernels.total_s)
 
 
 def _decoder(run: RunContext, chip, params, entry: Planned) -> cd.UsersRunRow:

@@ -385,6 +385,8 @@ def _body(args: argparse.Namespace) -> int:
                 detailed.append(m)
                 for detail_row in detail(m, fp):
                     writer.write(detail_row)
+                if m.profile_note:
+                    note(f"{name} b{batch} {precision}: no kernel profile: {m.profile_note}")
             bar.update()
 
     if args.json:
@@ -402,7 +404,8 @@ def _body(args: argparse.Namespace) -> int:
             if r["note"]:
                 sys.stdout.write(f"{r['model']} b{r['batch']} {r['precision']}: {r['note']}\n")
         for m in detailed:
-            (_print_layers if args.by_layer else _print_kernels)(m, fp)
+            if args.by_layer or m.kernels is not None:
+                (_print_layers if args.by_layer else _print_kernels)(m, fp)
     return interrupted_exit("measure_model_efficiency", rows) if loop.interrupted else 0
 
 

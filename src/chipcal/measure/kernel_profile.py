@@ -20,9 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chipcal.measure.device import Device
+from chipcal.model.errors import ChipcalError
 
 PROFILE_PASSES = 5
 WARMUP_PASSES = 2
+
+
+class ProfileUnavailable(ChipcalError, RuntimeError):
+    """torch.profiler failed, or recorded no kernel (a GPU whose CUPTI gives no activity)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,8 @@ def summarize(events, clock: str, passes: int) -> KernelProfile:
 
 
 def profile_passes(fn, device: Device, passes: int = PROFILE_PASSES) -> KernelProfile:
-    """Profile `passes` calls of `fn` on `device` after WARMUP_PASSES unprofiled ones (module docstring)."""
+    """Profile `passes` calls of `fn` on `device` after WARMUP_PASSES unprofiled ones (module
+    docstring); ProfileUnavailable when the profiler fails or records no kernel."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -78,6 +84,13 @@ def profile_passes(fn, device: Device, passes: int = PROFILE_PASSES) -> KernelPr
 
     run(WARMUP_PASSES)
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if device.is_cuda else [])]
-    with profile(activities=activities) as prof:
-        run(passes)
-    return summarize(prof.key_averages(), "cuda" if device.is_cuda else "cpu", passes)
+    try:
+        with profile(activities=activities) as prof:
+            run(passes)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ProfileUnavailable(f"torch.profiler failed: {first}") from None
+    result = summarize(prof.key_averages(), "cuda" if device.is_cuda else "cpu", passes)
+    if not result.kernels:
+        raise ProfileUnavailable(f"torch.profiler recorded no {'CUDA kernel' if device.is_cuda else 'operator'}")
+    return result

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from chipcal.measure.device import CPU, Device
-from chipcal.measure.kernel_profile import KernelProfile, profile_passes
+from chipcal.measure.kernel_profile import KernelProfile, ProfileUnavailable, profile_passes
 from chipcal.measure.layer_times import LayerTimes, time_layers
 from chipcal.measure.power import PowerReading, PowerSource
 from chipcal.measure.timing import Measurement, budget_s, time_callable
@@ -70,6 +70,7 @@ class ModelMeasurement:
     compile_mode: str | None = None   # torch.compile's mode of a compiled row
     compile_s: float | None = None    # its first call: tracing, code generation, the first run
     kernels: KernelProfile | None = None   # each kernel's own time in a pass (profile)
+    profile_note: str | None = None        # why a profile asked for is missing
 
     @property
     def energy_j(self) -> float | None:
@@ -216,20 +217,24 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
                 with torch.inference_mode():
                     forward()
             reading = power.measure(timed_forward, call_time_s=latency.median_s)
-        layers = kernels = None
+        layers = kernels = profile_note = None
         if by_layer:
             with torch.inference_mode():
                 layers = time_layers(forward, model, device=device, max_time_s=max_time_s, alone=True)
         if profile:
-            with torch.inference_mode():
-                kernels = profile_passes(forward, device)
+            try:
+                with torch.inference_mode():
+                    kernels = profile_passes(forward, device)
+            except ProfileUnavailable as exc:      # the timing stands without it
+                profile_note = str(exc)
     source, note = power_provenance(power, reading)
     return ModelMeasurement(model=name, batch=batch, precision=precision, device=str(device), flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,
                             power_source=source, power_note=note, numerics=switches, layers=layers,
                             runtime=runtime, autocast=autocast,
                             compile_mode=compile_mode(device) if runtime == "compiled" else None,
-                            compile_s=first_s if runtime == "compiled" else None, kernels=kernels)
+                            compile_s=first_s if runtime == "compiled" else None, kernels=kernels,
+                            profile_note=profile_note)
 
 
 def first_call_failure(exc: Exception, name: str, batch: int, precision: str, device: Device) -> Exception:

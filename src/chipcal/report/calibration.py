@@ -259,15 +259,37 @@ def _users_run_blocks(section) -> list[Block]:
         return []
     rows = [[r.kind, r.model, str(r.batch), r.mode, "" if r.context is None else f"{r.context}+{r.new_tokens}",
              si(r.measured_s, "s"), str(r.n), si(r.predicted_s, "s"), f"{100 * r.error:+.1f}%",
-             "" if r.compile_s is None else f"{r.compile_s:.1f} s"] for r in section.rows]
+             "" if r.compile_s is None else f"{r.compile_s:.1f} s",
+             "" if r.eager_measured_s is None else si(r.eager_measured_s, "s")] for r in section.rows]
     skipped = (f" Not run within the {section.budget_s:.0f} s budget: {', '.join(section.skipped)}."
                if section.skipped else "")
     return [Heading("What users run: torch.compile and generate (never used in the fit)"),
             Paragraph("torch.compile (reduce-overhead) with bf16 weights or under bf16 autocast, seconds per "
                       "forward pass; an LLM's decode step alone and Hugging Face generate end to end, seconds per "
-                      "output token; each predicted with this run's parameters (docs/runtimes.md)." + skipped),
+                      "output token; each predicted with this run's parameters (docs/runtimes.md); at the largest "
+                      "batch the same pass eager, measured beside it." + skipped),
             table(["kind", "model", "batch", "mode", "context+new", "measured", "n", "predicted", "error",
-                   "compile"], rows)]
+                   "compile", "eager"], rows),
+            *_kernel_blocks(section)]
+
+
+def _kernel_blocks(section) -> list[Block]:
+    """The compiled rows' largest kernels (calibrate.users_run: torch.profiler's device time per
+    pass), and the same pass's run eager where it was profiled too; nothing for rows without."""
+    profiled = [r for r in section.rows if r.kernels]
+    if not profiled:
+        return []
+    def largest(row, runtime: str) -> list:
+        return [k for k in row.kernels if k.runtime == runtime][:5]
+
+    rows = [[f"{r.model} b{r.batch} {r.mode}", k.runtime, k.name[:72], f"{k.calls:g}", si(k.self_s, "s")]
+            for r in profiled for k in largest(r, "compiled") + largest(r, "eager")]
+    totals = "; ".join(f"{r.model} b{r.batch} {r.mode}: compiled {si(r.kernels_s, 's')}"
+                       + ("" if r.eager_kernels_s is None else f", eager {si(r.eager_kernels_s, 's')}")
+                       for r in profiled)
+    return [Paragraph("The largest kernels of each profiled pass, own device time per pass (measure.kernel_profile, "
+                      f"5 passes). Every kernel's time a pass: {totals}."),
+            table(["row", "runtime", "kernel", "calls", "time"], rows)]
 
 
 def _phase_blocks(doc: CalibrationDocument) -> list[Block]:
