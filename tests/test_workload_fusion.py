@@ -40,10 +40,14 @@ def test_conv_bn_relu_is_one_kernel(inplace):
 def test_conv_bn_relu_is_two_kernels_under_inductor():
     """torch.compile (the `codegen` partition): the convolution is a library call with nothing
     fused into it, the BN and ReLU one generated kernel that reads the conv's output and writes the
-    activation: that tensor goes to memory and back once more than under a vendor compiler."""
+    activation: that tensor goes to memory and back once more than under a vendor compiler. Before
+    the convolution, the copy of its 8 x 3 x 3 x 3 fp32 weight into channels-last (864 B each way,
+    workload/inductor_layout.py)."""
     w = characterize(ConvBnRelu(False).eval(), torch.randn(1, 3, 16, 16), codegen=True)
-    assert [s.op_indices for s in w.subgraphs] == [(0,), (1, 2)]
-    conv, generated = w.subgraphs
+    assert [s.op_indices for s in w.subgraphs] == [(0,), (1,), (2, 3)]
+    copy, conv, generated = w.subgraphs
+    assert (copy.op_class, copy.weight_bytes, copy.output_bytes, copy.flop) == ("data", 864, 864, 0)
+    assert conv.weight_bytes == 864 + 32 and conv.depends_on == (0,)   # the copy as its weight, and its bias
     activation = 8 * 16 * 16 * 4
     assert conv.op_class == "conv" and conv.output_bytes == activation and conv.bytes_saved_by_fusion == 0
     # the generated kernel reads the conv output and the BN's 4 x 8 floats, writes the activation once

@@ -25,6 +25,7 @@ import torch
 from chipcal.model.workload.attention import COMPOSITES
 from chipcal.model.workload.capture import Capture
 from chipcal.model.workload.counts import count_aten
+from chipcal.model.workload.inductor_layout import WEIGHT_LAYOUT, with_weight_copies
 from chipcal.model.workload.parts import Part
 from chipcal.model.workload.tensors import spec_of, tensors_in
 from chipcal.model.workload.types import TensorSpec
@@ -71,12 +72,13 @@ class Boundary:
 def _parts(call, is_weight, codegen: bool) -> list[Part]:
     if call.composite:
         return COMPOSITES[call.func](call.args, call.kwargs, call.out, codegen)
-    return count_aten(call.func, call.args, call.kwargs, call.out, is_weight)
+    parts = count_aten(call.func, call.args, call.kwargs, call.out, is_weight)
+    return with_weight_copies(parts, is_weight) if codegen else parts
 
 
 def build_dataflow(capture: Capture, codegen: bool = False) -> Dataflow:
-    """The capture's calls as parts and the tensors between them; `codegen`: a composite's parts as
-    TorchInductor runs it (attention.COMPOSITES)."""
+    """The capture's calls as parts and the tensors between them; `codegen`: as TorchInductor runs
+    them (a composite's parts, attention.COMPOSITES; a convolution's weight copy, inductor_layout)."""
     df = Dataflow()
     df.weight_ids.update(capture.weights)
     df.tensors.update(capture.weights)
@@ -88,6 +90,8 @@ def build_dataflow(capture: Capture, codegen: bool = False) -> Dataflow:
 
     for call in capture.calls:
         for n, part in enumerate(_parts(call, weight_check, codegen)):
+            if part.label == WEIGHT_LAYOUT:            # a weight's copy is the weight its consumer reads
+                df.weight_ids.update(id(t) for t in part.writes)
             index = len(df.events)
             read_from, obj_from = [], []
             for t in part.reads:
