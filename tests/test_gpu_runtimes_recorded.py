@@ -65,16 +65,23 @@ def test_compiled_predictions_within_the_bound(compiled_errors):
     assert all(abs(e) <= BOUND for e in compiled_errors.values()), compiled_errors
 
 
-def test_compiled_at_batch_64_is_not_faster_than_the_eager_library_kernels(h200):
-    """ResNet-50 at batch 64: Inductor calls the same cuDNN convolutions eager does (channels-last), so
-    its prediction sits above the convolutions' own time, and below eager's measured 7.78 ms."""
+@pytest.mark.parametrize("model, library", [("resnet50", ("conv", "conv1x1")), ("vit_b_16", ("matmul", "attention"))])
+def test_compiled_at_batch_64_is_not_faster_than_the_eager_library_kernels(h200, model, library):
+    """Batch 64: Inductor calls the same cuDNN convolutions, cuBLAS GEMMs and SDPA kernels eager does
+    (channels-last), so the compiled prediction sits above those kernels' time in the eager
+    prediction, and below eager's measured time for ResNet-50 (7.78 ms; ViT-B/16's compiled ran slower
+    than its eager 6.19 ms, docs/findings/2026-11-30-compiled-multihead-attention.md)."""
     from chipcal.model.estimate.prediction import predict
     from chipcal.model.workload import characterize_model
 
-    compiled = predict(characterize_model("resnet50", 64, partition="codegen"), h200, "bf16", runtime="compiled")
-    eager = {f"{r['model']} b{r['batch']}": r["latency_s"] for r in recorded("models-bf16-20261129.json")
-             if r["runtime"] == "eager"}
-    assert compiled.latency_s < eager["resnet50 b64"]
+    compiled = predict(characterize_model(model, 64, partition="codegen"), h200, "bf16", runtime="compiled")
+    eager = predict(characterize_model(model, 64, partition="eager"), h200, "bf16", runtime="eager",
+                    host_overhead_s=0.0, memory_format="channels_last")
+    kernels_s = sum(e.latency_s for e in eager.subgraphs if e.op_class in library)
+    assert kernels_s > 0.5 * eager.latency_s and compiled.latency_s >= kernels_s
+    measured = {f"{r['model']} b{r['batch']}": r["latency_s"] for r in recorded("models-bf16-20261129.json")
+                if r["runtime"] == "eager"}
+    assert model != "resnet50" or compiled.latency_s < measured["resnet50 b64"]
 
 
 @pytest.mark.parametrize("model", ["llama-3.2-1b", "llama-3-8b"])
