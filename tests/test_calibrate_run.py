@@ -72,6 +72,7 @@ def fake_machine(request, monkeypatch, tmp_path):
     from recorded import machine_tree, recorded_fingerprint
 
     from chipcal.measure import bandwidth as bandwidth_mod
+    from chipcal.measure import gemv as gemv_mod
     from chipcal.measure import layers, layout, models, peak, power, system
     from chipcal.measure import threads as threads_mod
     from chipcal.model.estimate.prediction import predict
@@ -142,11 +143,10 @@ def fake_machine(request, monkeypatch, tmp_path):
     stream, row = TRUE_GEMV                 # 16384 rows of 2048 fp32, 2048 rows of 16384: 6.112 + 4.679 ms
     wide, tall = (Measurement.from_samples([rows * (row + 4 * k / stream)] * 5) for rows, k in ((16384, 2048), (2048, 16384)))
     k_major = Measurement.from_samples([0.0053687] * 5)             # 128 MiB read k-major at 25 GB/s
-    monkeypatch.setattr(bandwidth_mod, "measure_gemv",
-                        lambda max_time_s=1.0: bandwidth_mod.GemvRate(16384, wide, tall, k_major))
+    monkeypatch.setattr(gemv_mod, "measure_gemv", lambda max_time_s=1.0: gemv_mod.GemvRate(16384, wide, tall, k_major))
     pack_s, per_row_s = 256 * 2**20 / TRUE_PACKED, 2e-4     # 8 and 32 rows: the pass plus their arithmetic
-    monkeypatch.setattr(bandwidth_mod, "measure_packed_gemm",
-                        lambda max_time_s=1.0: bandwidth_mod.PackedRate(
+    monkeypatch.setattr(gemv_mod, "measure_packed_gemm",
+                        lambda max_time_s=1.0: gemv_mod.PackedRate(
                             "synthetic", 256 * 2**20, Measurement.from_samples([pack_s + 8 * per_row_s] * 5),
                             Measurement.from_samples([pack_s + 32 * per_row_s] * 5)))
     monkeypatch.setattr(models, "measure_model", measure_model)

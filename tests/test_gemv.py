@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from chipcal.measure.bandwidth import GemvRate, PackedRate
+from chipcal.measure.gemv import GemvRate, PackedRate
 from chipcal.measure.timing import Measurement
 from chipcal.model.estimate.cpu_passes import gemv_stream_s, packed_weight_s
 from chipcal.model.estimate.prediction import predict

@@ -82,7 +82,7 @@ class FirstTouchSection(Record):
 
 @record
 class GemvSection(Record):
-    """A matrix-vector product streaming its weights from DRAM (measure.bandwidth.measure_gemv),
+    """A matrix-vector product streaming its weights from DRAM (measure.gemv.measure_gemv),
     and a GEMM of a few rows reading and packing the same weights (measure_packed_gemm)."""
 
     bytes_per_s: float      # the pair's rate: both matrices' bytes over median_s
@@ -91,7 +91,7 @@ class GemvSection(Record):
     median_s: float         # a wide and a tall call (before 2026-11-30: the two timed as one call)
     iqr_s: float
     n: int
-    # the two shapes timed alone (measure.bandwidth.GemvRate.split): the stream rate and the cost per
+    # the two shapes timed alone (measure.gemv.GemvRate.split): the stream rate and the cost per
     # output row they split into, and each shape's median; absent in runs before the split
     stream_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)
     row_s: float | None = field(default=None, metadata=OMIT_NONE)
@@ -100,7 +100,7 @@ class GemvSection(Record):
     # the tall matrix read k-major (x @ W): its rate and median call
     k_major_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)
     k_major_median_s: float | None = field(default=None, metadata=OMIT_NONE)
-    # the packed GEMM (measure.bandwidth.PackedRate): its pass's weight bytes per second, its calls
+    # the packed GEMM (measure.gemv.PackedRate): its pass's weight bytes per second, its calls
     # at 8 and at 32 rows; absent in runs before it was timed (None rate: the timings left no pass)
     packed_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)
     packed_shape: str | None = field(default=None, metadata=OMIT_NONE)

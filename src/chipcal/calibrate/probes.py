@@ -303,8 +303,8 @@ def _first_touch(machine: Machine) -> dict:
 
 def _gemv(run: RunContext) -> dict:
     """A matrix-vector product's weight stream from DRAM, and a few-row GEMM's read and pack of the
-    same weights (measure.bandwidth.measure_gemv, measure_packed_gemm)."""
-    from chipcal.measure import bandwidth as probe
+    same weights (measure.gemv.measure_gemv, measure_packed_gemm)."""
+    from chipcal.measure import gemv as probe
 
     budget = 0.25 if run.config.smoke else 1.0
     rate, packed = probe.measure_gemv(max_time_s=budget), probe.measure_packed_gemm(max_time_s=budget)

@@ -159,7 +159,7 @@ def _validation_text(doc: CalibrationDocument) -> str:
     if doc.gemv:
         lines.append(_gemv_line(doc.gemv))
     if doc.gemv and doc.gemv.packed_bytes_per_s:
-        lines.append(f"A few-row GEMM's read and pack of the same weights (measure.bandwidth.measure_packed_gemm, "
+        lines.append(f"A few-row GEMM's read and pack of the same weights (measure.gemv.measure_packed_gemm, "
                      f"{doc.gemv.packed_shape}, and 32 rows): {doc.gemv.packed_bytes_per_s / 1e9:.1f} GB/s (calls of "
                      f"{doc.gemv.packed_median_s * 1e3:.2f} and {doc.gemv.packed_more_median_s * 1e3:.2f} ms, medians "
                      f"of {doc.gemv.packed_n}, less their arithmetic), the rate at which a decode at batch 2 and "
@@ -170,7 +170,7 @@ def _validation_text(doc: CalibrationDocument) -> str:
 def _gemv_line(gemv: GemvSection) -> str:
     """The GEMV probe: the pair's rate, and the stream rate, cost per row and k-major rate that
     predictions price a one-row product with (runs before the split: the pair's rate)."""
-    line = (f"A matrix-vector product's weight stream (measure.bandwidth.measure_gemv, {gemv.shape}): "
+    line = (f"A matrix-vector product's weight stream (measure.gemv.measure_gemv, {gemv.shape}): "
             f"{gemv.bytes_per_s / 1e9:.1f} GB/s over the two n-major matrices (medians of {gemv.n}+ calls, "
             f"{gemv.median_s * 1e3:.2f} ms together)")
     if gemv.stream_bytes_per_s is None:

@@ -58,7 +58,7 @@
                    reduction across the vector lanes (2-vCPU Zen 5 VM, 128 MiB fp32: 183 ns a row
                    at 768 inputs, 359 at 2048, 2128 at 16384: ~32 GB/s plus ~0.1 us a row); an
                    LLM's decode at batch 1 is such products; both measured by calibration
-                   (measure.bandwidth.measure_gemv)
+                   (measure.gemv.measure_gemv)
     weight pass of a GEMM with more than one row, weights not on chip, where the parameters have a
                    packed_weight_bytes_per_s: weight bytes / that rate, in place of the pointwise
                    pack, and the memory term then holds the other operands only: the BLAS reads
@@ -67,7 +67,7 @@
                    one row 3.6 ms; 2, 8 and 16 rows 7.2, 8.4 and 10.1 ms; 32, 64 and 128 rows 13.6,
                    18.8 and 32.6 ms, i.e. ~8 ms plus the arithmetic; gpt2's decode step 37 ms at
                    batch 1 and 77 ms at batch 8); measured by calibration
-                   (measure.bandwidth.measure_packed_gemm)
+                   (measure.gemv.measure_packed_gemm)
     bottleneck   = overhead if overhead ≥ max(compute, memory), else the larger of the two
     (a convolution's bytes include the runtime's layout reorders, layout_passes: mapping.base.traffic)
 

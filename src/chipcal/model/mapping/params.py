@@ -48,7 +48,7 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
                            one row: an LLM's decode at batch 1) streams weights that are not on chip;
                            None: the DRAM rate (bandwidth × bandwidth_efficiency). On a CPU a BLAS
                            GEMV reads far below a streaming kernel's rate (here ~19 against 48 GB/s);
-                           a CPU calibration measures it (measure.bandwidth.measure_gemv)
+                           a CPU calibration measures it (measure.gemv.measure_gemv)
     gemv_row_s             fixed time per output element of such a product (seconds; None: none), beside
                            the stream: a BLAS GEMV finishes each output with a reduction across its
                            vector lanes and a store, so short rows stream slower (2-vCPU Zen 5 VM, F.linear
@@ -66,7 +66,7 @@ one named set per architecture family, so that `chipcal calibrate` can replace i
                            arithmetic; None: the DRAM stream and the pointwise pack rate price them.
                            A CPU BLAS packs straight from DRAM far below either (2-vCPU Zen 4 VM:
                            8-11 GB/s at 2 to 16 rows against a GEMV's 19 and a triad's 48); a CPU
-                           calibration measures it (measure.bandwidth.measure_packed_gemm)
+                           calibration measures it (measure.gemv.measure_packed_gemm)
     weight_layout_bytes_per_s, pointwise_weight_layout_bytes_per_s
                            rate (weight bytes per second) at which the runtime reorders a k x k (k > 1)
                            or a 1x1 convolution's weights into the kernel's layout before every call,
