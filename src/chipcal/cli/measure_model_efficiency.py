@@ -44,6 +44,7 @@ from chipcal.cli.common import (
     write_notes,
 )
 from chipcal.measure.device import Device
+from chipcal.measure.kernel_profile import PROFILE_PASSES
 from chipcal.measure.models import FP32_SWITCHES, MODEL_FP32_MODE, MODEL_PRECISIONS, MODEL_RUNTIMES
 from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.workload.llm_config import PHASES, is_llm, load_llm_config
@@ -107,7 +108,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         "--max-time) and alone on its inputs (a third); --json and --csv then hold one "
                         "record per layer")
     p.add_argument("--profile", action="store_true",
-                   help="also profile 5 passes with torch.profiler: each kernel's device time on a GPU, each "
+                   help=f"also profile {PROFILE_PASSES} passes with torch.profiler: each kernel's device time on a GPU, each "
                         "operator's own CPU time on a CPU (Inductor's generated C++ stays in its compiled "
                         "region); --json and --csv then hold one record per kernel")
     p.add_argument("--json", action="store_true", help="print an array of flat records")

@@ -20,6 +20,7 @@ from chipcal.calibrate.host_records import GemvSection
 from chipcal.calibrate.power_records import PowerSection
 from chipcal.calibrate.selfcheck import REVERT_MARGIN, REVERT_MIN_LAYERS, CrossValSection
 from chipcal.measure.bandwidth import DRAM_WINDOW
+from chipcal.measure.kernel_profile import PROFILE_PASSES
 from chipcal.report import render
 from chipcal.report.render import Block, Bullets, Figures, Heading, Paragraph, table
 
@@ -279,6 +280,7 @@ def _kernel_blocks(section) -> list[Block]:
     profiled = [r for r in section.rows if r.kernels]
     if not profiled:
         return []
+
     def largest(row, runtime: str) -> list:
         return [k for k in row.kernels if k.runtime == runtime][:5]
 
@@ -288,7 +290,7 @@ def _kernel_blocks(section) -> list[Block]:
                        + ("" if r.eager_kernels_s is None else f", eager {si(r.eager_kernels_s, 's')}")
                        for r in profiled)
     return [Paragraph("The largest kernels of each profiled pass, own device time per pass (measure.kernel_profile, "
-                      f"5 passes). Every kernel's time a pass: {totals}."),
+                      f"{PROFILE_PASSES} passes). Every kernel's time a pass: {totals}."),
             table(["row", "runtime", "kernel", "calls", "time"], rows)]
 
 
