@@ -1,6 +1,6 @@
 """Each kernel's own time in a pass (measure.kernel_profile, `measure_model_efficiency --profile`):
-the per-pass arithmetic by hand on made-up profiler events, a real profile of a known module on the
-CPU, and the CLI's records and refusals."""
+the per-pass and per-token arithmetic by hand on made-up profiler events, real profiles of a known
+module and of a tiny Llama's step and generate on the CPU, and the CLI's records and refusals."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import torch
 from torch.autograd import DeviceType
 
 from chipcal.measure.device import CPU
-from chipcal.measure.kernel_profile import profile_passes, summarize
+from chipcal.measure.kernel_profile import KernelProfile, KernelTime, per_unit, profile_passes, summarize
 
 HERE = Path(__file__)
+TINY_LINEARS = 7 * 2 + 1    # tiny_llm.TINY: q, k, v, o, gate, up, down in each of 2 layers, and the head
 
 
 def factory(batch: int = 1):
@@ -75,10 +76,69 @@ def test_measure_model_efficiency_profile_prints_a_record_per_kernel(cli, tmp_pa
     assert {(r["model"], r["runtime"]) for r in rows} == {(spec, "eager")}
 
 
-@pytest.mark.parametrize("argv", [["--model", "gpt2", "--profile"],
+def test_one_output_token_is_the_long_call_less_the_short_over_the_tokens_between():
+    """A 6-token call runs the prompt's forward and 5 decode forwards: 90 mm calls in 4.0 ms. The
+    1-token call runs the prompt's forward alone: 15 mm in 1.0 ms, and an attention kernel that the
+    long call ran faster (0.3 against 0.4 ms). Per token: (90 - 15) / 5 = 15 mm calls in
+    (4.0 - 1.0) / 5 = 0.6 ms; the attention is left out (0.3 - 0.4 < 0); the cat, which only the
+    long call runs, counts whole: 10 / 5 = 2 calls, 0.5 / 5 = 0.1 ms."""
+    whole = KernelProfile("cpu", 2, (KernelTime("aten::mm", 90, 4.0e-3), KernelTime("attention", 1, 0.3e-3),
+                                     KernelTime("aten::cat", 10, 0.5e-3)))
+    part = KernelProfile("cpu", 2, (KernelTime("aten::mm", 15, 1.0e-3), KernelTime("attention", 1, 0.4e-3)))
+    token = per_unit(whole, part, 5)
+    assert [(k.name, k.calls, k.self_s) for k in token.kernels] == [
+        ("aten::mm", 15.0, pytest.approx(0.6e-3)), ("aten::cat", 2.0, pytest.approx(0.1e-3))]
+    assert token.clock == "cpu" and token.passes == 2
+    with pytest.raises(ValueError, match="different clocks"):
+        per_unit(whole, KernelProfile("cuda", 2, ()), 5)
+
+
+@pytest.fixture
+def tiny_llm_config():
+    pytest.importorskip("transformers")
+    from tiny_llm import TINY
+
+    from chipcal.model.workload.llm_config import parse_config
+
+    return parse_config(TINY, "tiny", "test")
+
+
+def test_a_decode_step_and_a_generated_token_run_the_same_linear_layers(tiny_llm_config):
+    """The tiny Llama's step and one output token of generate each run 15 aten::mm (the config's
+    linear layers, by hand above): the step's profile counts a step, generate's a token."""
+    pytest.importorskip("transformers")
+    from chipcal.measure.llm import measure_generate, measure_llm
+
+    step = measure_llm(tiny_llm_config, "decode", 1, 16, 6, 1, max_time_s=0.3, min_samples=3, profile=True)
+    token = measure_generate(tiny_llm_config, 1, 16, 6, 1, max_time_s=0.5, profile=True).step
+    assert step.profile_note is None and token.profile_note is None
+    for m in (step, token):
+        assert {k.name: k.calls for k in m.kernels.kernels}["aten::mm"] == TINY_LINEARS
+    assert (step.kernels.clock, step.kernels.passes, token.kernels.passes) == ("cpu", 5, 2)
+
+
+@pytest.mark.parametrize("argv", [["--model", "gpt2", "--profile", "--scenario", "offline"],
                                   ["--model", "resnet18", "--profile", "--by-layer"]])
-def test_profile_refuses_an_llm_and_by_layer_in_one_line(cli, argv):
+def test_profile_refuses_serving_and_by_layer_in_one_line(cli, argv):
     from chipcal.cli import measure_model_efficiency as mme
 
     rc, _, err = cli(lambda a: mme.main(a), [*argv, "--no-power", "--peak", "spec"])
     assert rc == 2 and "--profile" in err and len(err.strip().splitlines()) == 1
+
+
+def test_measure_model_efficiency_profiles_one_generated_token(cli, tmp_path, monkeypatch):
+    """--generate --profile: one record per kernel of an output token, with the LLM's phase and lengths."""
+    pytest.importorskip("transformers")
+    from tiny_llm import write_config
+
+    from chipcal.cli import measure_model_efficiency as mme
+
+    monkeypatch.setenv("CHIPCAL_CACHE_DIR", str(tmp_path / "cache"))
+    rc, out, err = cli(lambda a: mme.main(a), ["--model", write_config(tmp_path), "--generate", "--profile",
+                                               "--context", "16", "--new-tokens", "6", "--max-time", "0.5",
+                                               "--no-power", "--peak", "spec", "--json"])
+    assert rc == 0, err
+    rows = json.loads(out)
+    mm = next(r for r in rows if r["kernel"] == "aten::mm")
+    assert mm["calls_per_pass"] == TINY_LINEARS and mm["passes"] == 2
+    assert {(r["runtime"], r["phase"], r["context"], r["new_tokens"]) for r in rows} == {("generate", "decode", 16, 6)}

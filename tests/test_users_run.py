@@ -137,19 +137,30 @@ def test_a_compiled_row_at_the_largest_batch_runs_eager_beside_it_and_keeps_the_
 
 def test_decoder_rows_predict_the_step_and_generate_rates(monkeypatch, h100):
     """A step row is priced at the forward alone (step_tokens_per_s), a generate row at generate's
-    rate: the same request, two predictions."""
+    rate: the same request, two predictions. Both are profiled; each keeps its 8 largest kernels,
+    and all ten's time, 10 + 9 + … + 1 = 55 × 0.1 µs = 5.5 µs, against its 10 ms a token."""
     pytest.importorskip("transformers")
     from chipcal.measure import llm
+    from chipcal.measure.kernel_profile import KernelProfile, KernelTime
     from chipcal.measure.workloads import WorkloadSource
     from chipcal.model.estimate.llm import predict_llm
     from chipcal.model.workload.llm_config import load_llm_config, step_key
 
+    kernels = KernelProfile("cuda", 5, tuple(KernelTime(f"kernel_{i}", 1.0, (10 - i) * 1e-7) for i in range(10)))
     step_m = llm.ModelMeasurement(model="gpt2", batch=1, precision="bf16", device="cuda:0", flop=1,
                                   latency=fake_latency(0.010), delivered_flop_per_s=1.0, power=None,
-                                  power_source="unavailable", power_note="")
-    monkeypatch.setattr(llm, "measure_llm", lambda *a, **k: step_m)
-    monkeypatch.setattr(llm, "measure_generate", lambda *a, **k: llm.GenerateMeasurement(
-        step_m, fake_latency(0.05), fake_latency(0.4)))
+                                  power_source="unavailable", power_note="", kernels=kernels)
+    asked = []
+
+    def answer(result):
+        def measure(*args, **kw):
+            asked.append(kw["profile"])
+            return result
+        return measure
+
+    monkeypatch.setattr(llm, "measure_llm", answer(step_m))
+    monkeypatch.setattr(llm, "measure_generate", answer(llm.GenerateMeasurement(
+        step_m, fake_latency(0.05), fake_latency(0.4))))
     run = RunContext(CalibrationConfig(device=CUDA, quick=True), SilentProgress(), NoJournal(), PhaseClock())
     params = default_params("gpu")
     step = ur.measure_row(run, h100, params, ur.Planned("step", "gpt2", 1, "bf16", 128))
@@ -160,6 +171,10 @@ def test_decoder_rows_predict_the_step_and_generate_rates(monkeypatch, h100):
     assert step.predicted_s == pytest.approx(1 / p.step_tokens_per_s)
     assert generate.predicted_s == pytest.approx(1 / p.tokens_per_s) and generate.predicted_s > step.predicted_s
     assert step.context == 128 and step.new_tokens == ur.NEW_TOKENS and step.compile_s is None
+    assert asked == [True, True]
+    for row in (step, generate):
+        assert row.kernels_s == pytest.approx(5.5e-6) and len(row.kernels) == 8
+        assert {k.runtime for k in row.kernels} == {row.kind} and row.eager_measured_s is None
 
 
 class Journal:
@@ -203,11 +218,18 @@ def test_the_section_round_trips_and_is_reported():
                                                       measured_s=0.0092, n=12, cv=0.02, predicted_s=0.0066,
                                                       error=0.0066 / 0.0092 - 1, compile_s=41.0, kernels_s=0.0088,
                                                       eager_measured_s=0.0077, eager_kernels_s=0.0074,
-                                                      kernels=kernels),),
+                                                      kernels=kernels),
+                                       cd.UsersRunRow(kind="generate", model="llama-3.2-1b", batch=1, mode="bf16",
+                                                      measured_s=0.0114, n=3, cv=0.01, predicted_s=0.0129,
+                                                      error=0.0129 / 0.0114 - 1, context=128, new_tokens=32,
+                                                      kernels_s=0.0011, kernels=(cd.UsersRunKernel(
+                                                          runtime="generate", name="gemv2T_kernel", calls=112.0,
+                                                          self_s=6.0e-4),))),
                                  skipped=("compiled vit_b_16 b1 autocast",), budget_s=90.0)
     assert cd.UsersRunSection.from_dict(section.to_dict()) == section
     doc = cd.CalibrationDocument.from_dict({**reference_document(), "users_run": section.to_dict()})
     text = render_markdown(doc)
     assert "What users run" in text and "-28.3%" in text and "compiled vit_b_16 b1 autocast" in text
     assert "triton_poi_fused_add_clone_3" in text and "pytorch_flash::flash_fwd_kernel" in text
-    assert "compiled 8.8 ms, eager 7.4 ms" in text and "7.7 ms" in text
+    assert "compiled 8.8 ms of 9.2 ms, eager 7.4 ms of 7.7 ms" in text
+    assert "generate llama-3.2-1b b1 bf16 @128+32: generate 1.1 ms of 11.4 ms" in text and "gemv2T_kernel" in text

@@ -309,10 +309,10 @@ class Skipped(Record):
 
 @record
 class UsersRunKernel(Record):
-    """One of the largest kernels of a compiled row's pass, or of the same pass run eager
-    (measure.kernel_profile): its own device time and calls, per pass."""
+    """One of the largest kernels of a compiled row's pass, or of the same pass run eager, or of a
+    decoder row's output token (measure.kernel_profile): its own device time and calls, per pass."""
 
-    runtime: str                  # "compiled" | "eager"
+    runtime: str                  # "compiled" | "eager" | the decoder's "step" | "generate"
     name: str
     calls: float
     self_s: float
@@ -335,8 +335,9 @@ class UsersRunRow(Record):
     context: int | None = field(default=None, metadata=OMIT_NONE)
     new_tokens: int | None = field(default=None, metadata=OMIT_NONE)
     compile_s: float | None = field(default=None, metadata=OMIT_NONE)
-    # a compiled row profiled (measure.kernel_profile): its kernels' device time per pass; at the
-    # largest batch the same pass run eager too, timed and profiled; the largest kernels of each
+    # a row profiled (measure.kernel_profile): its kernels' device time per pass (per output token for
+    # the decoder); a compiled row at the largest batch run eager too, timed and profiled; the largest
+    # kernels of each
     kernels_s: float | None = field(default=None, metadata=OMIT_NONE)
     eager_measured_s: float | None = field(default=None, metadata=OMIT_NONE)
     eager_kernels_s: float | None = field(default=None, metadata=OMIT_NONE)

@@ -10,7 +10,10 @@ Every compiled row is also profiled (measure.kernel_profile: 5 passes, each kern
 and at the largest batch the same pass runs eager too, timed and profiled: where compiled runs
 slower than eager (vit_b_16 at batch 64 on the H100 and H200 so far), the row's kernels say which
 ones (docs/findings/2026-11-30-compiled-multihead-attention.md). The eager pass adds about a model
-build and a second of timing to those rows.
+build and a second of timing to those rows. The decoder's rows are profiled too, per output token
+(measure.llm): the device's busy time in a token against the token's time says how much of it is
+the host's (issue 55's generate on one H100 host, 3-4x slower than predicted). That adds about
+2 s to each generate row (two calls of each length) and a fraction of one to each step.
 
 Compiling dominates the phase (each graph tens of seconds on a cold Inductor cache), and no
 recorded run says how long it takes, so the phase runs inside a wall budget
@@ -121,9 +124,7 @@ def _compiled(run: RunContext, chip, params, entry: Planned) -> cd.UsersRunRow:
     eager = measured("eager") if entry.batch == max(COMPILED_BATCHES) else None
     predicted = predict(workload, chip, "bf16", params=params, runtime="compiled", autocast=autocast).latency_s
     row = _row(entry, m.latency, predicted, compile_s=m.compile_s)
-    profiles = {"compiled": m.kernels, "eager": eager and eager.kernels}
-    kernels = tuple(cd.UsersRunKernel(runtime=runtime, name=k.name, calls=k.calls, self_s=k.self_s)
-                    for runtime, profile in profiles.items() if profile for k in profile.kernels[:KERNELS_KEPT])
+    kernels = (_largest("compiled", m.kernels) or ()) + (_largest("eager", eager and eager.kernels) or ())
     return dataclasses.replace(row, kernels=kernels or None, kernels_s=m.kernels and m.kernels.total_s,
                                eager_measured_s=eager and eager.latency.median_s,
                                eager_kernels_s=eager and eager.kernels and eager.kernels.total_s)
@@ -140,12 +141,23 @@ def _decoder(run: RunContext, chip, params, entry: Planned) -> cd.UsersRunRow:
              for phase in ("prefill", "decode")]
     p = predict_llm(config, *steps, chip, "bf16", "eager", entry.context, NEW_TOKENS, params=params)
     if entry.kind == "generate":
-        latency = measure_generate(config, entry.batch, entry.context, NEW_TOKENS, steps[1].workload.flop, "bf16",
-                                   run.device, max_time_s=ROW_TIME_S).step.latency
-        return _row(entry, latency, entry.batch / p.tokens_per_s)
-    latency = measure_llm(config, "decode", entry.batch, entry.context, NEW_TOKENS, steps[1].workload.flop,
-                          "bf16", run.device, max_time_s=ROW_TIME_S).latency
-    return _row(entry, latency, entry.batch / p.step_tokens_per_s)
+        m = measure_generate(config, entry.batch, entry.context, NEW_TOKENS, steps[1].workload.flop, "bf16",
+                             run.device, max_time_s=ROW_TIME_S, profile=True).step
+        predicted_s = entry.batch / p.tokens_per_s
+    else:
+        m = measure_llm(config, "decode", entry.batch, entry.context, NEW_TOKENS, steps[1].workload.flop,
+                        "bf16", run.device, max_time_s=ROW_TIME_S, profile=True)
+        predicted_s = entry.batch / p.step_tokens_per_s
+    return dataclasses.replace(_row(entry, m.latency, predicted_s), kernels=_largest(entry.kind, m.kernels),
+                               kernels_s=m.kernels and m.kernels.total_s)
+
+
+def _largest(runtime: str, profile) -> tuple[cd.UsersRunKernel, ...] | None:
+    """The KERNELS_KEPT largest kernels of `profile` (None without one), labelled with `runtime`."""
+    if profile is None:
+        return None
+    return tuple(cd.UsersRunKernel(runtime=runtime, name=k.name, calls=k.calls, self_s=k.self_s)
+                 for k in profile.kernels[:KERNELS_KEPT])
 
 
 def _row(entry: Planned, latency, predicted_s: float, compile_s: float | None = None) -> cd.UsersRunRow:

@@ -9,7 +9,8 @@ Models: torchvision names; LLMs (a preset or PATH/config.json, random weights: o
 prefill or decode step, `--phase`, `--context`, `--new-tokens`, src/chipcal/measure/llm.py); your own model
 (path/to/file.py:factory or package.module:factory, which is executed; docs/llm.md).
 `--by-layer`: each leaf module's time inside the pass too, and alone (src/chipcal/measure/layer_times.py).
-`--profile`: each kernel's own time in the pass, from torch.profiler (src/chipcal/measure/kernel_profile.py).
+`--profile`: each kernel's own time in the pass (an LLM's step, or one token of `--generate`), from
+torch.profiler (src/chipcal/measure/kernel_profile.py).
 `--runtime compiled`: torch.compile of the model (reduce-overhead on CUDA, default mode on a CPU;
 src/chipcal/measure/models.py), its compile time in `compile_s`. `--generate`: an LLM's Hugging Face
 `generate` timed end to end, per output token (src/chipcal/measure/llm.py), instead of one decode step.
@@ -44,7 +45,7 @@ from chipcal.cli.common import (
     write_notes,
 )
 from chipcal.measure.device import Device
-from chipcal.measure.kernel_profile import PROFILE_PASSES
+from chipcal.measure.kernel_profile import GENERATE_PROFILE_CALLS, PROFILE_PASSES
 from chipcal.measure.models import FP32_SWITCHES, MODEL_FP32_MODE, MODEL_PRECISIONS, MODEL_RUNTIMES
 from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.workload.llm_config import PHASES, is_llm, load_llm_config
@@ -62,8 +63,9 @@ FIELDS = ("model", "batch", "precision", "device", "flop", "latency_s", "latency
           "other_cpus", "fp32_mode", "cudnn_allow_tf32", "float32_matmul_precision", "cudnn_benchmark", "note",
           "phase", "context", "new_tokens", "cached_tokens", "tokens_per_s", "runtime", "compile_mode", "compile_s",
           "prefill_s", "requests", "mean_batch", "prefill_group")
-KERNEL_FIELDS = ("model", "batch", "precision", "device", "runtime", "autocast", "kernel", "clock", "calls_per_pass",
-                 "self_s", "share_of_kernels", "kernels_s", "pass_s", "passes", "fingerprint", "torch_version")
+KERNEL_FIELDS = ("model", "batch", "precision", "device", "runtime", "autocast", "phase", "context", "new_tokens",
+                 "kernel", "clock", "calls_per_pass", "self_s", "share_of_kernels", "kernels_s", "pass_s", "passes",
+                 "fingerprint", "torch_version")
 OFFLINE_REQUESTS_PER_SLOT = 6
 
 
@@ -110,7 +112,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true",
                    help=f"also profile {PROFILE_PASSES} passes with torch.profiler: each kernel's device time on a GPU, each "
                         "operator's own CPU time on a CPU (Inductor's generated C++ stays in its compiled "
-                        "region); --json and --csv then hold one record per kernel")
+                        f"region); with --generate, {GENERATE_PROFILE_CALLS} calls of M tokens less as many of 1, per "
+                        "output token; --json and --csv then hold one record per kernel")
     p.add_argument("--json", action="store_true", help="print an array of flat records")
     p.add_argument("--csv", metavar="FILE", type=output_file, help="write the rows to FILE as each completes")
     return p
@@ -153,10 +156,12 @@ def _measure(name: str, batch: int, precision: str, args: argparse.Namespace, po
             return m, fields | served | {"phase": None, "cached_tokens": None}
         if args.generate:
             g = measure_generate(config, batch, args.context, args.new_tokens, step.workload.flop, precision,
-                                 args.device, max_time_s=args.max_time, fp32_mode=args.fp32_mode)
+                                 args.device, max_time_s=args.max_time, fp32_mode=args.fp32_mode,
+                                 profile=args.profile)
             return g.step, fields | {"tokens_per_s": batch / g.step.latency.median_s, "prefill_s": g.prefill.median_s}
         m = measure_llm(config, args.phase, batch, args.context, args.new_tokens, step.workload.flop, precision,
-                        args.device, power=power, max_time_s=args.max_time, fp32_mode=args.fp32_mode)
+                        args.device, power=power, max_time_s=args.max_time, fp32_mode=args.fp32_mode,
+                        profile=args.profile)
         tokens = batch * (args.context if args.phase == "prefill" else 1)
         return m, fields | {"tokens_per_s": tokens / m.latency.median_s}
     if is_user_model(name):
@@ -259,28 +264,34 @@ def _print_layers(m, fp) -> None:
                      f"{sum(r['alone_s'] for r in both) * 1e3:.2f} ms alone; medians per pass\n")
 
 
-def kernel_records(m, fp) -> list[dict]:
-    """One flat row per kernel of a ModelMeasurement profiled (none without), largest first."""
+def kernel_records(m, fp, row: dict) -> list[dict]:
+    """One flat row per kernel of a ModelMeasurement profiled (none without), largest first; `row` is
+    the measurement's own record (an LLM's phase and lengths)."""
     if m.kernels is None:
         return []
     total = m.kernels.total_s
     return [{"model": m.model, "batch": m.batch, "precision": m.precision, "device": m.device, "runtime": m.runtime,
-             "autocast": m.autocast, "kernel": k.name, "clock": m.kernels.clock, "calls_per_pass": k.calls,
+             "autocast": m.autocast, "phase": row["phase"], "context": row["context"],
+             "new_tokens": row["new_tokens"], "kernel": k.name, "clock": m.kernels.clock, "calls_per_pass": k.calls,
              "self_s": k.self_s, "share_of_kernels": k.self_s / total, "kernels_s": total,
              "pass_s": m.latency.median_s, "passes": m.kernels.passes, "fingerprint": fp.slug,
              "torch_version": fp.torch_version} for k in m.kernels.kernels]
 
 
-def _print_kernels(m, fp, top: int = 12) -> None:
+def _print_kernels(m, fp, row: dict, top: int = 12) -> None:
     """The largest kernels of one profiled measurement, and what they cover."""
-    records = kernel_records(m, fp)
+    records = kernel_records(m, fp, row)
     rows = [{"kernel": r["kernel"][:70], "calls": r["calls_per_pass"], "ms": r["self_s"] * 1e3,
              "share": r["share_of_kernels"]} for r in records[:top]]
-    sys.stdout.write(f"\n{m.model} b{m.batch} {m.precision} {m.runtime}: the {len(rows)} largest of "
-                     f"{len(records)} kernels by their own {m.kernels.clock} time, per pass\n")
+    runtime = "" if row["phase"] else f" {m.runtime}"
+    per = "output token" if m.runtime == "generate" else "pass"
+    sys.stdout.write(f"\n{_label(row)} b{m.batch} {m.precision}{runtime}: the {len(rows)} largest of "
+                     f"{len(records)} kernels by their own {m.kernels.clock} time, per {per}\n")
     print_table(rows, {"calls": ".1f", "ms": ".3f", "share": ".1%"})
-    sys.stdout.write(f"kernels {m.kernels.total_s * 1e3:.2f} ms over {m.kernels.passes} profiled passes; "
-                     f"the pass timed without the profiler {m.latency.median_s * 1e3:.2f} ms\n")
+    profiled = (f"{m.kernels.passes} calls of {row['new_tokens']} tokens less as many of 1" if per != "pass"
+                else f"{m.kernels.passes} profiled passes")
+    sys.stdout.write(f"kernels {m.kernels.total_s * 1e3:.2f} ms over {profiled}; the {per} timed without the "
+                     f"profiler {m.latency.median_s * 1e3:.2f} ms\n")
 
 
 def unsupported_record(model: str, batch: int, precision: str, device: Device, note: str, ref, fp) -> dict:
@@ -331,14 +342,22 @@ def _measured_peaks(args, precisions: list[str], fp, bar_desc) -> dict[str, floa
     return peaks
 
 
+def _detail(args: argparse.Namespace, fp):
+    """The records of one measurement and its row that --by-layer or --profile write, or None."""
+    if args.by_layer:
+        return lambda m, row: layer_records(m, fp)
+    return (lambda m, row: kernel_records(m, fp, row)) if args.profile else None
+
+
 def _body(args: argparse.Namespace) -> int:
     device = args.device.require()
     models = _models(args.model)
     if args.by_layer and any(is_llm(m) for m in models):
         raise UsageError("--by-layer: torchvision and user models only (an LLM step is timed as a whole)")
-    if args.profile and (args.by_layer or any(is_llm(m) for m in models)):
-        raise UsageError("--profile: torchvision and user models only, without --by-layer (hooks would time "
-                         "the profiler's own work)")
+    if args.profile and args.by_layer:
+        raise UsageError("--profile and --by-layer: one at a time (hooks would time the profiler's own work)")
+    if args.profile and args.scenario:
+        raise UsageError("--profile: a model's pass, an LLM's step or generate; not --scenario offline")
     if args.by_layer and args.runtime != "eager":
         raise UsageError("--by-layer times an eager model: forward hooks would split a compiled graph")
     if args.runtime != "eager" and any(is_llm(m) for m in models):
@@ -366,8 +385,8 @@ def _body(args: argparse.Namespace) -> int:
     source = WorkloadSource(notify=note)
     jobs = [(m, b, p) for m in models for b in args.batch for p in args.precision]
     rows: list[dict] = []
-    detail = layer_records if args.by_layer else kernel_records if args.profile else None
-    detailed: list = []           # measurements timed by layer or profiled, for their tables
+    detail = _detail(args, fp)
+    detailed: list = []           # (measurement, its record) timed by layer or profiled, for their tables
     loop = Measuring(len(jobs), "measure_model_efficiency")
     with loop as bar:
         measured = _measured_peaks(args, args.precision, fp, bar.set_description)
@@ -383,15 +402,15 @@ def _body(args: argparse.Namespace) -> int:
             if detail is None:
                 writer.write(row)
             elif m is not None:
-                detailed.append(m)
-                for detail_row in detail(m, fp):
+                detailed.append((m, row))
+                for detail_row in detail(m, row):
                     writer.write(detail_row)
                 if m.profile_note:
                     note(f"{name} b{batch} {precision}: no kernel profile: {m.profile_note}")
             bar.update()
 
     if args.json:
-        print_json([r for m in detailed for r in detail(m, fp)] if detail else rows)
+        print_json([r for m, row in detailed for r in detail(m, row)] if detail else rows)
     elif rows:
         print_table(_display(rows), {"GFLOP": ".2f", "latency ms": ".2f", "IQR ms": ".2f", "n": ".0f",
                                      "GFLOP/s": ".1f", "vs spec": ".1%", "vs measured": ".1%",
@@ -404,9 +423,11 @@ def _body(args: argparse.Namespace) -> int:
         for r in rows:
             if r["note"]:
                 sys.stdout.write(f"{r['model']} b{r['batch']} {r['precision']}: {r['note']}\n")
-        for m in detailed:
-            if args.by_layer or m.kernels is not None:
-                (_print_layers if args.by_layer else _print_kernels)(m, fp)
+        for m, row in detailed:
+            if args.by_layer:
+                _print_layers(m, fp)
+            elif m.kernels is not None:
+                _print_kernels(m, fp, row)
     return interrupted_exit("measure_model_efficiency", rows) if loop.interrupted else 0
 
 

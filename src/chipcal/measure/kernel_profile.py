@@ -13,10 +13,15 @@ docs/findings/2026-11-30-compiled-multihead-attention.md) needs the second.
 
 The callable runs WARMUP_PASSES times unprofiled (a CUDA graph tree records on its second call and
 replays from its third), then `passes` times under the profiler; every figure is per pass.
+
+A pass that is not the unit of interest is reduced to it by `per_unit`: an LLM's `generate` call of
+M tokens less its 1-token call, over M − 1, gives the kernels of one output token, as the time per
+token is derived (measure.llm).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from chipcal.measure.device import Device
@@ -24,6 +29,7 @@ from chipcal.model.errors import ChipcalError
 
 PROFILE_PASSES = 5
 WARMUP_PASSES = 2
+GENERATE_PROFILE_CALLS = 2      # profiled calls of each length of an LLM's generate: one call is M steps
 
 
 class ProfileUnavailable(ChipcalError, RuntimeError):
@@ -70,9 +76,35 @@ def summarize(events, clock: str, passes: int) -> KernelProfile:
     return KernelProfile(clock, passes, tuple(sorted(kernels, key=lambda k: k.self_s, reverse=True)))
 
 
-def profile_passes(fn, device: Device, passes: int = PROFILE_PASSES) -> KernelProfile:
-    """Profile `passes` calls of `fn` on `device` after WARMUP_PASSES unprofiled ones (module
-    docstring); ProfileUnavailable when the profiler fails or records no kernel."""
+def profiled(take: Callable[[], KernelProfile]) -> tuple[KernelProfile | None, str | None]:
+    """(the profile `take` returns, None), or (None, why) when the profiler fails: a timing stands
+    without its profile."""
+    try:
+        return take(), None
+    except ProfileUnavailable as exc:
+        return None, str(exc)
+
+
+def per_unit(whole: KernelProfile, part: KernelProfile, units: int) -> KernelProfile:
+    """The kernels of one unit of `whole` beyond `part`: (whole − part) / `units`, kernel by kernel
+    (module docstring). A kernel whose difference is not positive (one `part` alone runs, such as a
+    prefill's attention, or profiler noise) is left out."""
+    if whole.clock != part.clock:
+        raise ValueError(f"profiles of different clocks: {whole.clock} and {part.clock}")
+    rest = {k.name: k for k in part.kernels}
+    kernels = []
+    for k in whole.kernels:
+        other = rest.get(k.name, KernelTime(k.name, 0.0, 0.0))
+        if k.self_s > other.self_s:
+            kernels.append(KernelTime(k.name, (k.calls - other.calls) / units, (k.self_s - other.self_s) / units))
+    return KernelProfile(whole.clock, min(whole.passes, part.passes),
+                         tuple(sorted(kernels, key=lambda k: k.self_s, reverse=True)))
+
+
+def profile_passes(fn, device: Device, passes: int = PROFILE_PASSES, warmup: int = WARMUP_PASSES) -> KernelProfile:
+    """Profile `passes` calls of `fn` on `device` after `warmup` unprofiled ones (module docstring:
+    none needed when `fn` has just been timed eager); ProfileUnavailable when the profiler fails or
+    records no kernel."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -82,7 +114,7 @@ def profile_passes(fn, device: Device, passes: int = PROFILE_PASSES) -> KernelPr
         if device.is_cuda:
             torch.cuda.synchronize()
 
-    run(WARMUP_PASSES)
+    run(warmup)
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if device.is_cuda else [])]
     try:
         with profile(activities=activities) as prof:

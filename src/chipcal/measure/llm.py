@@ -21,6 +21,11 @@ runtime, llm_config.StepPlan): a DynamicCache, `logits_to_keep=1`, greedy argmax
 Each call is one sample of a distribution (measure.timing: median, CI, n), bounded in time as
 every model timing is (measure.timing.budget_s). The step timing leaves generate's own
 per-token work out; the generate timing includes it, so the two differ by exactly that.
+
+With `profile`, each kernel's own time (measure.kernel_profile): of PROFILE_PASSES steps, or of one
+output token of generate, derived as its time is, (GENERATE_PROFILE_CALLS calls of M tokens less as
+many 1-token calls) / (M − 1). On a GPU their sum is the device's busy time per token, and the rest
+of the token's time is the host's (issue 55: the gap between a step and generate on one H100 host).
 """
 
 from __future__ import annotations
@@ -30,6 +35,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from chipcal.measure.device import CPU, Device
+from chipcal.measure.kernel_profile import (
+    GENERATE_PROFILE_CALLS,
+    per_unit,
+    profile_passes,
+    profiled,
+)
 from chipcal.measure.models import (
     MODEL_FP32_MODE,
     ModelMeasurement,
@@ -88,12 +99,12 @@ def measure_llm(config: LlmConfig, phase: str, batch: int, context: int, new_tok
                 precision: str = "fp32", device: Device = CPU, *, power: PowerSource | None = None,
                 max_time_s: float = 5.0, min_samples: int = 10, threads: int | None = None,
                 clock_probe=None, seed: int = 0, fp32_mode: str = MODEL_FP32_MODE,
-                ceiling_s: float | None = None) -> ModelMeasurement:
+                ceiling_s: float | None = None, profile: bool = False) -> ModelMeasurement:
     """Time one prefill or decode step of `config` at `batch` (module docstring). `flop` is the
     step's work (2 per MAC, from the characterized step); `fp32_mode`: measure.models.numerics;
-    `ceiling_s`: `min_samples` required within it (measure.timing.time_callable). Raises OutOfMemory
-    when the model or its cache does not fit, UnsupportedPrecision when the first forward fails at
-    `precision`."""
+    `ceiling_s`: `min_samples` required within it (measure.timing.time_callable); `profile`: each
+    kernel's time in a step too. Raises OutOfMemory when the model or its cache does not fit,
+    UnsupportedPrecision when the first forward fails at `precision`."""
     if precision not in LLM_MEASURE_PRECISIONS:
         raise UnsupportedPrecision(f"LLM timing runs {', '.join(LLM_MEASURE_PRECISIONS)}, not {precision}")
     config.check_positions(context + new_tokens)
@@ -109,10 +120,12 @@ def measure_llm(config: LlmConfig, phase: str, batch: int, context: int, new_tok
                                 threads=threads, clock_probe=clock_probe,
                                 ceiling_s=None if ceiling_s is None else max(ceiling_s, budget))
         reading = power.measure(fn, call_time_s=latency.median_s) if power is not None and power.available else None
+        kernels, profile_note = profiled(lambda: profile_passes(fn, device, warmup=0)) if profile else (None, None)
     source, note = power_provenance(power, reading)
     return ModelMeasurement(model=config.name, batch=batch, precision=precision, device=str(device), flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,
-                            power_source=source, power_note=note, numerics=switches)
+                            power_source=source, power_note=note, numerics=switches, kernels=kernels,
+                            profile_note=profile_note)
 
 
 def _generate_call(config: LlmConfig, model, batch: int, context: int, tokens: int, device: Device, seed: int):
@@ -153,11 +166,11 @@ class GenerateMeasurement:
 def measure_generate(config: LlmConfig, batch: int, context: int, new_tokens: int, flop: int,
                      precision: str = "fp32", device: Device = CPU, *, max_time_s: float = 5.0,
                      min_samples: int = 3, threads: int | None = None, clock_probe=None, seed: int = 0,
-                     fp32_mode: str = MODEL_FP32_MODE) -> GenerateMeasurement:
+                     fp32_mode: str = MODEL_FP32_MODE, profile: bool = False) -> GenerateMeasurement:
     """Time HF `generate` end to end (module docstring): `new_tokens` ≥ 2 per call, `flop` the
     decode step's work. The prefill gets a quarter of `max_time_s`, the calls of `new_tokens`
-    the rest (budget_s: room for `min_samples` calls). No power is read: a generate call's
-    energy mixes the prefill's with the tokens'."""
+    the rest (budget_s: room for `min_samples` calls); `profile`: each kernel's time per output
+    token too. No power is read: a generate call's energy mixes the prefill's with the tokens'."""
     if precision not in LLM_MEASURE_PRECISIONS:
         raise UnsupportedPrecision(f"LLM timing runs {', '.join(LLM_MEASURE_PRECISIONS)}, not {precision}")
     if new_tokens < 2:
@@ -175,9 +188,13 @@ def measure_generate(config: LlmConfig, batch: int, context: int, new_tokens: in
         prefill = time_callable(first, min_samples=min_samples, max_time_s=max_time_s / 4, **timing)
         budget = budget_s(whole_fn, device, max_time_s, min_samples, warm=True)
         whole = time_callable(whole_fn, min_samples=min_samples, max_time_s=budget, **timing)
+        kernels, profile_note = profiled(lambda: per_unit(
+            *(profile_passes(fn, device, passes=GENERATE_PROFILE_CALLS, warmup=0) for fn in (whole_fn, first)),
+            new_tokens - 1)) if profile else (None, None)
     latency = per_token(whole, prefill.median_s, new_tokens)
     step = ModelMeasurement(model=config.name, batch=batch, precision=precision, device=str(device), flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=None,
                             power_source="unavailable", power_note="not read for generate: a call's energy "
-                            "mixes the prefill's with the tokens'", numerics=switches, runtime="generate")
+                            "mixes the prefill's with the tokens'", numerics=switches, runtime="generate",
+                            kernels=kernels, profile_note=profile_note)
     return GenerateMeasurement(step, prefill, whole)

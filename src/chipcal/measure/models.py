@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from chipcal.measure.device import CPU, Device
-from chipcal.measure.kernel_profile import KernelProfile, ProfileUnavailable, profile_passes
+from chipcal.measure.kernel_profile import KernelProfile, profile_passes, profiled
 from chipcal.measure.layer_times import LayerTimes, time_layers
 from chipcal.measure.power import PowerReading, PowerSource
 from chipcal.measure.timing import Measurement, budget_s, time_callable
@@ -222,11 +222,8 @@ def measure_module(module, example_input, flop: int, *, name: str, batch: int, p
             with torch.inference_mode():
                 layers = time_layers(forward, model, device=device, max_time_s=max_time_s, alone=True)
         if profile:
-            try:
-                with torch.inference_mode():
-                    kernels = profile_passes(forward, device)
-            except ProfileUnavailable as exc:      # the timing stands without it
-                profile_note = str(exc)
+            with torch.inference_mode():
+                kernels, profile_note = profiled(lambda: profile_passes(forward, device))
     source, note = power_provenance(power, reading)
     return ModelMeasurement(model=name, batch=batch, precision=precision, device=str(device), flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=reading,

@@ -20,7 +20,7 @@ from chipcal.calibrate.host_records import GemvSection
 from chipcal.calibrate.power_records import PowerSection
 from chipcal.calibrate.selfcheck import REVERT_MARGIN, REVERT_MIN_LAYERS, CrossValSection
 from chipcal.measure.bandwidth import DRAM_WINDOW
-from chipcal.measure.kernel_profile import PROFILE_PASSES
+from chipcal.measure.kernel_profile import GENERATE_PROFILE_CALLS, PROFILE_PASSES
 from chipcal.report import render
 from chipcal.report.render import Block, Bullets, Figures, Heading, Paragraph, table
 
@@ -275,22 +275,30 @@ def _users_run_blocks(section) -> list[Block]:
 
 
 def _kernel_blocks(section) -> list[Block]:
-    """The compiled rows' largest kernels (calibrate.users_run: torch.profiler's device time per
-    pass), and the same pass's run eager where it was profiled too; nothing for rows without."""
+    """The profiled rows' largest kernels (calibrate.users_run: torch.profiler's device time per pass,
+    per output token for the decoder), and a compiled pass's run eager where it was profiled too;
+    nothing for rows without."""
     profiled = [r for r in section.rows if r.kernels]
     if not profiled:
         return []
 
-    def largest(row, runtime: str) -> list:
-        return [k for k in row.kernels if k.runtime == runtime][:5]
+    def label(row) -> str:
+        what = f"{row.model} b{row.batch} {row.mode}"
+        return what if row.context is None else f"{row.kind} {what} @{row.context}+{row.new_tokens}"
 
-    rows = [[f"{r.model} b{r.batch} {r.mode}", k.runtime, k.name[:72], f"{k.calls:g}", si(k.self_s, "s")]
-            for r in profiled for k in largest(r, "compiled") + largest(r, "eager")]
-    totals = "; ".join(f"{r.model} b{r.batch} {r.mode}: compiled {si(r.kernels_s, 's')}"
-                       + ("" if r.eager_kernels_s is None else f", eager {si(r.eager_kernels_s, 's')}")
+    def largest(row) -> list:
+        runtimes = dict.fromkeys(k.runtime for k in row.kernels)
+        return [k for runtime in runtimes for k in [k for k in row.kernels if k.runtime == runtime][:5]]
+
+    rows = [[label(r), k.runtime, k.name[:72], f"{k.calls:g}", si(k.self_s, "s")] for r in profiled for k in largest(r)]
+    totals = "; ".join(f"{label(r)}: {r.kind} {si(r.kernels_s, 's')} of {si(r.measured_s, 's')}"
+                       + ("" if r.eager_kernels_s is None else
+                          f", eager {si(r.eager_kernels_s, 's')} of {si(r.eager_measured_s, 's')}")
                        for r in profiled)
-    return [Paragraph("The largest kernels of each profiled pass, own device time per pass (measure.kernel_profile, "
-                      f"{PROFILE_PASSES} passes). Every kernel's time a pass: {totals}."),
+    return [Paragraph("The largest kernels of each profiled pass, own device time per pass, per output token for "
+                      f"the decoder (measure.kernel_profile: {PROFILE_PASSES} passes, {GENERATE_PROFILE_CALLS} calls "
+                      "of each length for generate). All kernels' time against the measured time: "
+                      f"{totals}; in the rest the device sat idle (the host, or gaps between kernels)."),
             table(["row", "runtime", "kernel", "calls", "time"], rows)]
 
 
