@@ -13,7 +13,13 @@ import torch
 from torch.autograd import DeviceType
 
 from chipcal.measure.device import CPU
-from chipcal.measure.kernel_profile import KernelProfile, KernelTime, per_unit, profile_passes, summarize
+from chipcal.measure.kernel_profile import (
+    KernelProfile,
+    KernelTime,
+    per_unit,
+    profile_passes,
+    summarize,
+)
 
 HERE = Path(__file__)
 TINY_LINEARS = 7 * 2 + 1    # tiny_llm.TINY: q, k, v, o, gate, up, down in each of 2 layers, and the head
@@ -142,3 +148,23 @@ def test_measure_model_efficiency_profiles_one_generated_token(cli, tmp_path, mo
     mm = next(r for r in rows if r["kernel"] == "aten::mm")
     assert mm["calls_per_pass"] == TINY_LINEARS and mm["passes"] == 2
     assert {(r["runtime"], r["phase"], r["context"], r["new_tokens"]) for r in rows} == {("generate", "decode", 16, 6)}
+
+
+@pytest.mark.gpu
+def test_a_gpu_profile_agrees_with_cuda_events():
+    """Two 4096² bf16 GEMMs a pass, device-bound: the profiler's kernel time per pass (CUPTI) and the
+    CUDA-event timing of the same pass (measure.timing) are two instruments of one busy device; the
+    kernels, at least one a GEMM, cover 80-110 % of the pass."""
+    from chipcal.measure.device import Device
+    from chipcal.measure.timing import time_callable
+
+    cuda = Device("cuda")
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+
+    def two():
+        return a @ a, a @ a
+
+    p = profile_passes(two, cuda)
+    timed = time_callable(two, device=cuda, max_time_s=1.0)
+    assert p.clock == "cuda" and sum(k.calls for k in p.kernels) >= 2
+    assert 0.8 <= p.total_s / timed.median_s <= 1.1, (p.total_s, timed.median_s)
