@@ -283,9 +283,9 @@ def _print_kernels(m, fp, row: dict, top: int = 12) -> None:
     records = kernel_records(m, fp, row)
     rows = [{"kernel": r["kernel"][:70], "calls": r["calls_per_pass"], "ms": r["self_s"] * 1e3,
              "share": r["share_of_kernels"]} for r in records[:top]]
-    runtime = "" if row["phase"] else f" {m.runtime}"
+    name = f"{m.model} eager" if row["phase"] is None and m.runtime == "eager" else _label(row)
     per = "output token" if m.runtime == "generate" else "pass"
-    sys.stdout.write(f"\n{_label(row)} b{m.batch} {m.precision}{runtime}: the {len(rows)} largest of "
+    sys.stdout.write(f"\n{name} b{m.batch} {m.precision}: the {len(rows)} largest of "
                      f"{len(records)} kernels by their own {m.kernels.clock} time, per {per}\n")
     print_table(rows, {"calls": ".1f", "ms": ".3f", "share": ".1%"})
     profiled = (f"{m.kernels.passes} calls of {row['new_tokens']} tokens less as many of 1" if per != "pass"
