@@ -233,3 +233,4 @@ def test_the_section_round_trips_and_is_reported():
     assert "triton_poi_fused_add_clone_3" in text and "pytorch_flash::flash_fwd_kernel" in text
     assert "compiled 8.8 ms of 9.2 ms, eager 7.4 ms of 7.7 ms" in text
     assert "generate llama-3.2-1b b1 bf16 @128+32: generate 1.1 ms of 11.4 ms" in text and "gemv2T_kernel" in text
+    assert "11.4 ms (87.7 tok/s)" in text and "12.9 ms (77.5 tok/s)" in text        # 1 / 11.4 ms, 1 / 12.9 ms

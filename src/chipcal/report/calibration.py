@@ -258,8 +258,12 @@ def _users_run_blocks(section) -> list[Block]:
     above them: predicted against measured; nothing for a CPU run."""
     if section is None:
         return []
+    def time(row, seconds: float) -> str:
+        """Seconds per call; a decoder row's also as output tokens per second (batch / seconds)."""
+        return si(seconds, "s") + ("" if row.context is None else f" ({row.batch / seconds:.3g} tok/s)")
+
     rows = [[r.kind, r.model, str(r.batch), r.mode, "" if r.context is None else f"{r.context}+{r.new_tokens}",
-             si(r.measured_s, "s"), str(r.n), si(r.predicted_s, "s"), f"{100 * r.error:+.1f}%",
+             time(r, r.measured_s), str(r.n), time(r, r.predicted_s), f"{100 * r.error:+.1f}%",
              "" if r.compile_s is None else f"{r.compile_s:.1f} s",
              "" if r.eager_measured_s is None else si(r.eager_measured_s, "s")] for r in section.rows]
     skipped = (f" Not run within the {section.budget_s:.0f} s budget: {', '.join(section.skipped)}."
@@ -267,7 +271,7 @@ def _users_run_blocks(section) -> list[Block]:
     return [Heading("What users run: torch.compile and generate (never used in the fit)"),
             Paragraph("torch.compile (reduce-overhead) with bf16 weights or under bf16 autocast, seconds per "
                       "forward pass; an LLM's decode step alone and Hugging Face generate end to end, seconds per "
-                      "output token; each predicted with this run's parameters (docs/runtimes.md); at the largest "
+                      "output token and output tokens per second; each predicted with this run's parameters (docs/runtimes.md); at the largest "
                       "batch the same pass eager, measured beside it." + skipped),
             table(["kind", "model", "batch", "mode", "context+new", "measured", "n", "predicted", "error",
                    "compile", "eager"], rows),
