@@ -12,8 +12,8 @@ slower than eager (vit_b_16 at batch 64 on the H100 and H200 so far), the row's 
 ones (docs/findings/2026-11-30-compiled-multihead-attention.md). The eager pass adds about a model
 build and a second of timing to those rows. The decoder's rows are profiled too, per output token
 (measure.llm): the device's busy time in a token against the token's time says how much of it is
-the host's (issue 55's generate on one H100 host, 3-4x slower than predicted). That adds about
-2 s to each generate row (two calls of each length) and a fraction of one to each step.
+the host's (issue 55's generate on one H100 host, 3-4x slower than predicted). That adds a second
+or two to each generate row (two calls of 8 tokens and two of one, profiled) and less to a step.
 
 Compiling dominates the phase (each graph tens of seconds on a cold Inductor cache), and no
 recorded run says how long it takes, so the phase runs inside a wall budget

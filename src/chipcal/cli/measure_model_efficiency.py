@@ -45,7 +45,12 @@ from chipcal.cli.common import (
     write_notes,
 )
 from chipcal.measure.device import Device
-from chipcal.measure.kernel_profile import GENERATE_PROFILE_CALLS, PROFILE_PASSES
+from chipcal.measure.kernel_profile import (
+    GENERATE_PROFILE_CALLS,
+    GENERATE_PROFILE_TOKENS,
+    PROFILE_PASSES,
+    generate_profile_tokens,
+)
 from chipcal.measure.models import FP32_SWITCHES, MODEL_FP32_MODE, MODEL_PRECISIONS, MODEL_RUNTIMES
 from chipcal.measure.workloads import WorkloadSource
 from chipcal.model.workload.llm_config import PHASES, is_llm, load_llm_config
@@ -112,8 +117,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true",
                    help=f"also profile {PROFILE_PASSES} passes with torch.profiler: each kernel's device time on a GPU, each "
                         "operator's own CPU time on a CPU (Inductor's generated C++ stays in its compiled "
-                        f"region); with --generate, {GENERATE_PROFILE_CALLS} calls of M tokens less as many of 1, per "
-                        "output token; --json and --csv then hold one record per kernel")
+                        f"region); with --generate, per output token: {GENERATE_PROFILE_CALLS} calls of min(M, "
+                        f"{GENERATE_PROFILE_TOKENS}) tokens less as many of 1; --json and --csv then hold one record per kernel")
     p.add_argument("--json", action="store_true", help="print an array of flat records")
     p.add_argument("--csv", metavar="FILE", type=output_file, help="write the rows to FILE as each completes")
     return p
@@ -288,7 +293,8 @@ def _print_kernels(m, fp, row: dict, top: int = 12) -> None:
     sys.stdout.write(f"\n{name} b{m.batch} {m.precision}: the {len(rows)} largest of "
                      f"{len(records)} kernels by their own {m.kernels.clock} time, per {per}\n")
     print_table(rows, {"calls": ".1f", "ms": ".3f", "share": ".1%"})
-    profiled = (f"{m.kernels.passes} calls of {row['new_tokens']} tokens less as many of 1" if per != "pass"
+    profiled = (f"{m.kernels.passes} calls of {generate_profile_tokens(row['new_tokens'])} tokens less as many of 1"
+                if per != "pass"
                 else f"{m.kernels.passes} profiled passes")
     sys.stdout.write(f"kernels {m.kernels.total_s * 1e3:.2f} ms over {profiled}; the {per} timed without the "
                      f"profiler {m.latency.median_s * 1e3:.2f} ms\n")

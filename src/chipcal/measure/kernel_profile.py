@@ -15,7 +15,7 @@ The callable runs WARMUP_PASSES times unprofiled (a CUDA graph tree records on i
 replays from its third), then `passes` times under the profiler; every figure is per pass.
 
 A pass that is not the unit of interest is reduced to it by `per_unit`: an LLM's `generate` call of
-M tokens less its 1-token call, over M − 1, gives the kernels of one output token, as the time per
+K tokens less its 1-token call, over K − 1, gives the kernels of one output token, as the time per
 token is derived (measure.llm).
 """
 
@@ -29,7 +29,8 @@ from chipcal.model.errors import ChipcalError
 
 PROFILE_PASSES = 5
 WARMUP_PASSES = 2
-GENERATE_PROFILE_CALLS = 2      # profiled calls of each length of an LLM's generate: one call is M steps
+GENERATE_PROFILE_CALLS = 2      # profiled calls of each length of an LLM's generate
+GENERATE_PROFILE_TOKENS = 8     # the longer calls' tokens at most (generate_profile_tokens)
 
 
 class ProfileUnavailable(ChipcalError, RuntimeError):
@@ -74,6 +75,14 @@ def summarize(events, clock: str, passes: int) -> KernelProfile:
         if own_us > 0:
             kernels.append(KernelTime(event.key, event.count / passes, own_us * 1e-6 / passes))
     return KernelProfile(clock, passes, tuple(sorted(kernels, key=lambda k: k.self_s, reverse=True)))
+
+
+def generate_profile_tokens(new_tokens: int) -> int:
+    """Tokens of the longer generate calls profiled for a timing of `new_tokens`: at most
+    GENERATE_PROFILE_TOKENS. The profiler's own cost grows with the events it records (5.5 s for
+    two gpt2 calls of 32 tokens on a 2-vCPU VM, 0.3 s for two of one), and every decode forward
+    of a call runs the same kernels, so a few tokens give the kernels of one."""
+    return min(new_tokens, GENERATE_PROFILE_TOKENS)
 
 
 def profiled(take: Callable[[], KernelProfile]) -> tuple[KernelProfile | None, str | None]:

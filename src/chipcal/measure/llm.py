@@ -23,8 +23,8 @@ every model timing is (measure.timing.budget_s). The step timing leaves generate
 per-token work out; the generate timing includes it, so the two differ by exactly that.
 
 With `profile`, each kernel's own time (measure.kernel_profile): of PROFILE_PASSES steps, or of one
-output token of generate, derived as its time is, (GENERATE_PROFILE_CALLS calls of M tokens less as
-many 1-token calls) / (M − 1). On a GPU their sum is the device's busy time per token, and the rest
+output token of generate, derived as its time is: (GENERATE_PROFILE_CALLS calls of K = min(M, 8)
+tokens less as many 1-token calls) / (K − 1) (kernel_profile.generate_profile_tokens). On a GPU their sum is the device's busy time per token, and the rest
 of the token's time is the host's (issue 55: the gap between a step and generate on one H100 host).
 """
 
@@ -37,6 +37,7 @@ import torch
 from chipcal.measure.device import CPU, Device
 from chipcal.measure.kernel_profile import (
     GENERATE_PROFILE_CALLS,
+    generate_profile_tokens,
     per_unit,
     profile_passes,
     profiled,
@@ -141,6 +142,15 @@ def _generate_call(config: LlmConfig, model, batch: int, context: int, tokens: i
     return call
 
 
+def _token_profile(config: LlmConfig, model, batch: int, context: int, new_tokens: int, device: Device, seed: int,
+                   first):
+    """The kernels of one output token of generate (module docstring), or None and why not."""
+    tokens = generate_profile_tokens(new_tokens)
+    calls = (_generate_call(config, model, batch, context, tokens, device, seed), first)
+    return profiled(lambda: per_unit(*(profile_passes(fn, device, passes=GENERATE_PROFILE_CALLS, warmup=0)
+                                       for fn in calls), tokens - 1))
+
+
 def per_token(whole: Measurement, prefill_s: float, new_tokens: int) -> Measurement:
     """Time per output token of each generate sample: (T − P) / (M − 1) (module docstring)."""
     samples = [(t - prefill_s) / (new_tokens - 1) for t in whole.samples_s]
@@ -188,9 +198,8 @@ def measure_generate(config: LlmConfig, batch: int, context: int, new_tokens: in
         prefill = time_callable(first, min_samples=min_samples, max_time_s=max_time_s / 4, **timing)
         budget = budget_s(whole_fn, device, max_time_s, min_samples, warm=True)
         whole = time_callable(whole_fn, min_samples=min_samples, max_time_s=budget, **timing)
-        kernels, profile_note = profiled(lambda: per_unit(
-            *(profile_passes(fn, device, passes=GENERATE_PROFILE_CALLS, warmup=0) for fn in (whole_fn, first)),
-            new_tokens - 1)) if profile else (None, None)
+        kernels, profile_note = _token_profile(config, model, batch, context, new_tokens, device, seed,
+                                               first) if profile else (None, None)
     latency = per_token(whole, prefill.median_s, new_tokens)
     step = ModelMeasurement(model=config.name, batch=batch, precision=precision, device=str(device), flop=int(flop),
                             latency=latency, delivered_flop_per_s=flop / latency.median_s, power=None,

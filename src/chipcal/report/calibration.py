@@ -20,7 +20,11 @@ from chipcal.calibrate.host_records import GemvSection
 from chipcal.calibrate.power_records import PowerSection
 from chipcal.calibrate.selfcheck import REVERT_MARGIN, REVERT_MIN_LAYERS, CrossValSection
 from chipcal.measure.bandwidth import DRAM_WINDOW
-from chipcal.measure.kernel_profile import GENERATE_PROFILE_CALLS, PROFILE_PASSES
+from chipcal.measure.kernel_profile import (
+    GENERATE_PROFILE_CALLS,
+    GENERATE_PROFILE_TOKENS,
+    PROFILE_PASSES,
+)
 from chipcal.report import render
 from chipcal.report.render import Block, Bullets, Figures, Heading, Paragraph, table
 
@@ -300,8 +304,8 @@ def _kernel_blocks(section) -> list[Block]:
                           f", eager {si(r.eager_kernels_s, 's')} of {si(r.eager_measured_s, 's')}")
                        for r in profiled)
     return [Paragraph("The largest kernels of each profiled pass, own device time per pass, per output token for "
-                      f"the decoder (measure.kernel_profile: {PROFILE_PASSES} passes, {GENERATE_PROFILE_CALLS} calls "
-                      "of each length for generate). All kernels' time against the measured time: "
+                      f"the decoder (measure.kernel_profile: {PROFILE_PASSES} passes; for generate, {GENERATE_PROFILE_CALLS} "
+                      f"calls of min(M, {GENERATE_PROFILE_TOKENS}) tokens less as many of one). All kernels' time against the measured time: "
                       f"{totals}; in the rest the device sat idle (the host, or gaps between kernels)."),
             table(["row", "runtime", "kernel", "calls", "time"], rows)]
 
