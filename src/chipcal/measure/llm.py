@@ -147,7 +147,8 @@ def _token_profile(config: LlmConfig, model, batch: int, context: int, new_token
     """The kernels of one output token of generate (module docstring), or None and why not."""
     tokens = generate_profile_tokens(new_tokens)
     calls = (_generate_call(config, model, batch, context, tokens, device, seed), first)
-    return profiled(lambda: per_unit(*(profile_passes(fn, device, passes=GENERATE_PROFILE_CALLS, warmup=0)
+    # one call unprofiled first: the K-token call is new, and its first may grow the allocator's pool
+    return profiled(lambda: per_unit(*(profile_passes(fn, device, passes=GENERATE_PROFILE_CALLS, warmup=1)
                                        for fn in calls), tokens - 1))
 
 
