@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 
 from chipcal.model.estimate.opportunities import Opportunity, top_consumers
 from chipcal.model.estimate.prediction import STATUS_UNSUPPORTED, Prediction
-from chipcal.model.mapping.params import HOST_RUNTIMES
+from chipcal.model.mapping.params import CONCURRENT_RUNTIMES, HOST_RUNTIMES
 from chipcal.report.render import wrap
 
 MB = 1e6
@@ -45,6 +45,9 @@ def _latency_line(p: Prediction) -> str:
         return (f"  latency: {p.latency_s * 1e3:.4g} ms ({p.runtime}: one stream behind the host); host issues "
                 f"{len(p.subgraphs)} ops at {p.host_per_op_s * 1e6:.3g} us = {p.host_s * 1e3:.4g} ms, device busy "
                 f"{p.serial_latency_s * 1e3:.4g} ms, idle {p.host_wait_s * 1e3:.4g} ms waiting for the host")
+    if p.runtime not in CONCURRENT_RUNTIMES:
+        return (f"  latency: {p.latency_s * 1e3:.4g} ms ({p.runtime}: its kernels one after another on one stream), "
+                f"{p.critical_path_latency_s * 1e3:.4g} ms critical path")
     return (f"  latency: {p.latency_s * 1e3:.4g} ms with stage concurrency, {p.serial_latency_s * 1e3:.4g} ms "
             f"serial, {p.critical_path_latency_s * 1e3:.4g} ms critical path")
 

@@ -1,6 +1,7 @@
 """A whole-model prediction for one (model, chip, batch, precision): the `Prediction` record.
 
-    latency            fused/compiled: concurrency-aware stage schedule (schedule.py);
+    latency            fused: concurrency-aware stage schedule (schedule.py); compiled: its kernels
+                       one after another (mapping.params.CONCURRENT_RUNTIMES);
                        eager: one stream in program order, fed by the host queue (host.py)
     throughput_per_s   batch / latency
     energy_j           Σ subgraph compute + memory energy + P_static × latency (one batch)
@@ -65,7 +66,12 @@ from chipcal.model.estimate.roofline import (
 from chipcal.model.estimate.schedule import StageEstimate, schedule
 from chipcal.model.estimate.throttle import power_limited_fraction
 from chipcal.model.mapping.base import UnsupportedPrecision
-from chipcal.model.mapping.params import CalibrationParams, FamilyParams, params_for
+from chipcal.model.mapping.params import (
+    CONCURRENT_RUNTIMES,
+    CalibrationParams,
+    FamilyParams,
+    params_for,
+)
 from chipcal.model.memo import moved
 
 NAN = float("nan")
@@ -404,7 +410,7 @@ def _predict_at_clock(workload, chip: Chip, precision: str, params: FamilyParams
         return unsupported(workload, chip, precision, str(exc), runtime)
     ctx, resident, mem = placed.ctx, placed.resident, placed.memory
     estimates = tuple(placed.each(lambda m: estimate_placed(m, chip, params), _moved))
-    sched = schedule(estimates, workload.stages, workload.critical_path)
+    sched = schedule(estimates, workload.stages, workload.critical_path, runtime in CONCURRENT_RUNTIMES)
     host = host_cost(chip, runtime, params, setup.host_overhead_s, setup.framework, setup.host_source)
     # eager: one stream in program order behind the host; casts are kernels of their own
     eager = _eager_run(placed, chip, estimates, params, setup, host) if host is not None else None

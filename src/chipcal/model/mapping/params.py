@@ -101,6 +101,11 @@ FAMILIES = KINDS
 RUNTIMES = ("fused", "compiled", "eager")
 HOST_RUNTIMES = ("eager",)     # runtimes that pay a per-op host issue cost
 PYTORCH_RUNTIMES = ("eager", "compiled")     # PyTorch's own kernels (cuDNN, cuBLAS, Inductor)
+# runtimes that may run independent subgraphs at once (estimate/schedule.py: a vendor runtime's
+# streams, a dataflow chip). PyTorch's run one kernel at a time: eager in program order, compiled
+# as Inductor's generated wrapper calls its kernels, in sequence on one stream (a CUDA graph
+# captures that order; on a CPU each kernel is one OpenMP region over every thread)
+CONCURRENT_RUNTIMES = ("fused",)
 # framework generation of a PyTorch runtime: today's (the default) or the validation corpus's
 # PyTorch 1.x hosts of 2020-21 (their host cost, estimate/host.py)
 FRAMEWORKS = ("pytorch2", "pytorch1")
