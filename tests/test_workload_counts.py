@@ -372,3 +372,19 @@ def test_global_pooling_is_a_reduction_windowed_pooling_is_a_pool():
     # max pool 2x2 on 4x8x8: 4*4*4 outputs x 3 compares = 192; global average: 4*4*4 = 64 adds
     assert classes == ["pool", "reduce"]
     assert [op.flop for op in w.ops if op.flop] == [192, 64]
+
+
+def test_the_simd_run_follows_memory_order():
+    """vector_dim is the unit-stride run an elementwise kernel streams (parts.contiguous_run). A
+    ConvNeXt block hands its layer-scale multiply a permuted view (N, C, H, W) of an (N, H, W, C)
+    tensor: dense, so one run of 8 × 96 × 56 × 56 = 2,408,448 elements (ATen walks it in memory
+    order), not the W stride's break at 1. A slice keeps its 28-wide rows; a broadcast dimension
+    (stride 0) does not break a run."""
+    from chipcal.model.workload.parts import contiguous_run, tensor_parallelism
+
+    nhwc = torch.empty(8, 56, 56, 96)
+    assert contiguous_run(nhwc.permute(0, 3, 1, 2)) == 8 * 96 * 56 * 56 == 2_408_448
+    assert tensor_parallelism(nhwc.permute(0, 3, 1, 2)).vector_dim == 2_408_448
+    assert contiguous_run(torch.empty(8, 96, 56, 56)[..., :28]) == 28
+    assert contiguous_run(torch.empty(1, 5).expand(3, 5)) == 5
+    assert contiguous_run(torch.empty(4, 6).t()) == 24                      # a transposed matrix is dense

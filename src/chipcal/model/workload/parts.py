@@ -5,7 +5,7 @@ Also the parallelism descriptors shared by the counting rules:
 - GEMM-like work: batch = independent GEMMs, channels = n, spatial = m, vector_dim = n.
 - tensor-shaped work (elementwise, norm, pool, data): read off the output layout, NCHW for
   4-D and up, (batch, tokens, features) for 3-D, (batch, features) for 2-D; vector_dim is the
-  longest unit-stride run of the output (its element count when contiguous).
+  longest unit-stride run of the output in memory order (its element count when it is dense).
 """
 
 from __future__ import annotations
@@ -40,15 +40,17 @@ class Part:
 
 
 def contiguous_run(t: torch.Tensor) -> int:
-    """Elements in the longest unit-stride run at the end of `t` (numel when contiguous)."""
-    run, expected = 1, 1
-    for size, stride in zip(reversed(t.shape), reversed(t.stride()), strict=True):
-        if size == 1:
-            continue
-        if stride != expected:
+    """Elements in the longest unit-stride run of `t` in memory order: its dimensions from the
+    smallest stride up, while each continues the run. A tensor dense in any order of its dimensions
+    (contiguous, or channels-last as a permuted view or a convolution network's activations leave
+    it) is one run of numel elements: an elementwise kernel walks it in memory order (ATen's
+    TensorIterator sorts the dimensions by stride and coalesces them)."""
+    dims = ((size, stride) for size, stride in zip(t.shape, t.stride(), strict=True) if size != 1 and stride != 0)
+    run = 1     # a broadcast dimension (stride 0) re-reads the same elements: it does not break the run
+    for size, stride in sorted(dims, key=lambda dim: dim[1]):
+        if stride != run:
             break
         run *= size
-        expected *= size
     return run
 
 
