@@ -142,18 +142,6 @@ def test_concurrent_stage_shares_units_and_bandwidth():
     assert stage_time([est(1, 6, 0.2, 0), est(1, 7, 0.2, 0)]) == (13, "bandwidth")
 
 
-def test_a_compiled_graph_runs_its_kernels_one_after_another():
-    """torch.compile runs Inductor's kernels in sequence on one stream: the diamond's concurrent
-    stage (s1, s2) does not overlap, so the latency is the sum of the kernels' own latencies, each
-    its own stage; a fused runtime may overlap them (below)."""
-    h100 = chip("h100-sxm5")
-    p = predict(diamond(), h100, "fp32", runtime="compiled")
-    assert p.latency_s == pytest.approx(sum(e.latency_s for e in p.subgraphs)) == pytest.approx(p.serial_latency_s)
-    assert [s.subgraphs for s in p.stages] == [(e.index,) for e in p.subgraphs]
-    fused = predict(diamond(), h100, "fp32", runtime="fused")
-    assert fused.latency_s < fused.serial_latency_s
-
-
 def test_prediction_totals_energy_and_determinism():
     h100 = chip("h100-sxm5")
     w = diamond()
