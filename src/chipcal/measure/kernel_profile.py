@@ -96,8 +96,8 @@ def profiled(take: Callable[[], KernelProfile]) -> tuple[KernelProfile | None, s
 
 def per_unit(whole: KernelProfile, part: KernelProfile, units: int) -> KernelProfile:
     """The kernels of one unit of `whole` beyond `part`: (whole − part) / `units`, kernel by kernel
-    (module docstring). A kernel whose difference is not positive (one `part` alone runs, such as a
-    prefill's attention, or profiler noise) is left out."""
+    (module docstring). A kernel whose difference is not positive is left out: one that `part` runs
+    as much as `whole` (a prefill's attention), or whose difference is profiler noise."""
     if whole.clock != part.clock:
         raise ValueError(f"profiles of different clocks: {whole.clock} and {part.clock}")
     rest = {k.name: k for k in part.kernels}

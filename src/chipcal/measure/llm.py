@@ -24,8 +24,9 @@ per-token work out; the generate timing includes it, so the two differ by exactl
 
 With `profile`, each kernel's own time (measure.kernel_profile): of PROFILE_PASSES steps, or of one
 output token of generate, derived as its time is: (GENERATE_PROFILE_CALLS calls of K = min(M, 8)
-tokens less as many 1-token calls) / (K − 1) (kernel_profile.generate_profile_tokens). On a GPU their sum is the device's busy time per token, and the rest
-of the token's time is the host's (issue 55: the gap between a step and generate on one H100 host).
+tokens less as many 1-token calls) / (K − 1) (kernel_profile.generate_profile_tokens). On a GPU
+their sum is the device's busy time per token, and the rest of the token's time is the host's
+(issue 55: the gap between a step and generate on one H100 host).
 """
 
 from __future__ import annotations
