@@ -289,13 +289,13 @@ def _print_kernels(m, fp, row: dict, top: int = 12) -> None:
     rows = [{"kernel": r["kernel"][:70], "calls": r["calls_per_pass"], "ms": r["self_s"] * 1e3,
              "share": r["share_of_kernels"]} for r in records[:top]]
     name = f"{m.model} eager" if row["phase"] is None and m.runtime == "eager" else _label(row)
-    per = "output token" if m.runtime == "generate" else "pass"
+    generate = m.runtime == "generate"
+    per = "output token" if generate else "pass"
     sys.stdout.write(f"\n{name} b{m.batch} {m.precision}: the {len(rows)} largest of "
                      f"{len(records)} kernels by their own {m.kernels.clock} time, per {per}\n")
     print_table(rows, {"calls": ".1f", "ms": ".3f", "share": ".1%"})
     profiled = (f"{m.kernels.passes} calls of {generate_profile_tokens(row['new_tokens'])} tokens less as many of 1"
-                if per != "pass"
-                else f"{m.kernels.passes} profiled passes")
+                if generate else f"{m.kernels.passes} profiled passes")
     sys.stdout.write(f"kernels {m.kernels.total_s * 1e3:.2f} ms over {profiled}; the {per} timed without the "
                      f"profiler {m.latency.median_s * 1e3:.2f} ms\n")
 

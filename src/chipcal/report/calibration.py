@@ -275,8 +275,8 @@ def _users_run_blocks(section) -> list[Block]:
     return [Heading("What users run: torch.compile and generate (never used in the fit)"),
             Paragraph("torch.compile (reduce-overhead) with bf16 weights or under bf16 autocast, seconds per "
                       "forward pass; an LLM's decode step alone and Hugging Face generate end to end, seconds per "
-                      "output token and output tokens per second; each predicted with this run's parameters (docs/runtimes.md); at the largest "
-                      "batch the same pass eager, measured beside it." + skipped),
+                      "output token and output tokens per second; each predicted with this run's parameters "
+                      "(docs/runtimes.md); at the largest batch the same pass eager, measured beside it." + skipped),
             table(["kind", "model", "batch", "mode", "context+new", "measured", "n", "predicted", "error",
                    "compile", "eager"], rows),
             *_kernel_blocks(section)]
@@ -295,8 +295,11 @@ def _kernel_blocks(section) -> list[Block]:
         return what if row.context is None else f"{row.kind} {what} @{row.context}+{row.new_tokens}"
 
     def largest(row) -> list:
-        runtimes = dict.fromkeys(k.runtime for k in row.kernels)
-        return [k for runtime in runtimes for k in [k for k in row.kernels if k.runtime == runtime][:5]]
+        """The five largest kernels of each runtime the row was profiled in (stored largest first)."""
+        by_runtime: dict[str, list] = {}
+        for k in row.kernels:
+            by_runtime.setdefault(k.runtime, []).append(k)
+        return [k for kernels in by_runtime.values() for k in kernels[:5]]
 
     rows = [[label(r), k.runtime, k.name[:72], f"{k.calls:g}", si(k.self_s, "s")] for r in profiled for k in largest(r)]
     totals = "; ".join(f"{label(r)}: {r.kind} {si(r.kernels_s, 's')} of {si(r.measured_s, 's')}"
